@@ -1,0 +1,210 @@
+"""The model catalog: which models exist, what they take, what each tier costs.
+
+Loaded once from TOML (`default.toml` in this package unless the operator
+gives another file) and then read-only. Whether a model can run *here* is not
+catalog data: it depends on the backends present, so every view takes a
+`runnable(backend_name) -> bool` callback from the caller.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Callable, Iterable
+
+from pydantic import ValidationError
+
+from service.money import fmt, to_uc
+
+from .capabilities import BY_ID, CAPABILITIES
+from .schema import CatalogFile, ModelEntry, tier_label
+
+Runnable = Callable[[str], bool]
+
+
+class CatalogError(ValueError):
+    """The catalog file is missing, not TOML, or breaks a rule; the message says where."""
+
+
+@dataclass(frozen=True)
+class ModelSlot:
+    """A model's asset slot: the exact number of assets it takes."""
+
+    name: str
+    kinds: tuple[str, ...]
+    count: int
+
+    def view(self) -> dict:
+        """`{name, kinds, count}` as listed in an offering's `inputs`."""
+        return {"name": self.name, "kinds": list(self.kinds), "count": self.count}
+
+
+@dataclass(frozen=True)
+class Price:
+    resolution: str
+    duration: int | None
+    uc: int
+
+    def view(self) -> dict:
+        """`{resolution, duration, credits}`; credits a 2-place decimal string."""
+        return {"resolution": self.resolution, "duration": self.duration, "credits": fmt(self.uc)}
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    capability: str
+    backend: str
+    description: str | None
+    resolutions: tuple[str, ...]
+    durations: tuple[int, ...]
+    concurrency: int
+    slots: tuple[ModelSlot, ...]
+    prices: tuple[Price, ...]  # in tier order: resolutions x durations
+
+    def slot(self, name: str) -> ModelSlot | None:
+        return next((s for s in self.slots if s.name == name), None)
+
+    def price_uc(self, resolution: str, duration: int | None) -> int | None:
+        """Price of one tier in micro-credits, or None when the tier has no price."""
+        for p in self.prices:
+            if p.resolution == resolution and p.duration == duration:
+                return p.uc
+        return None
+
+    @classmethod
+    def from_entry(cls, e: ModelEntry) -> Model:
+        cap = BY_ID[e.capability]
+        slots = tuple(
+            ModelSlot(s.name, s.kinds, e.slots.get(s.name, s.max)) for s in cap.inputs
+        )
+        by_tier = {(p.resolution, p.duration): to_uc(p.credits) for p in e.prices}
+        durations: tuple[int | None, ...] = tuple(e.durations) or (None,)
+        prices = tuple(
+            Price(r, d, by_tier[(r, d)])
+            for r in e.resolutions
+            for d in durations
+            if (r, d) in by_tier
+        )
+        return cls(
+            id=e.id,
+            capability=e.capability,
+            backend=e.backend,
+            description=e.description,
+            resolutions=tuple(e.resolutions),
+            durations=tuple(e.durations),
+            concurrency=e.concurrency,
+            slots=slots,
+            prices=prices,
+        )
+
+
+class Catalog:
+    """Models in file order; a capability's models keep that order (the default order)."""
+
+    def __init__(self, models: Iterable[Model], source: str = "<memory>") -> None:
+        self.models: tuple[Model, ...] = tuple(models)
+        self.source = source
+        self._by_id = {m.id: m for m in self.models}
+
+    def model(self, model_id: str) -> Model | None:
+        return self._by_id.get(model_id)
+
+    def models_for(self, cap_id: str) -> list[Model]:
+        return [m for m in self.models if m.capability == cap_id]
+
+    def capabilities_view(self, runnable: Runnable) -> list[dict]:
+        """Items of `GET /v1/generation/capabilities`, in the spec's fixed order.
+
+        Each: `{id, description, output, prompt_required, prompt_meaning,
+        inputs: [{name, kinds, min, max}], aspect_ratios: [str],
+        models: [Offering]}` where an Offering is `{id, description, available,
+        resolutions, durations, inputs: [{name, kinds, count}],
+        prices: [{resolution, duration, credits}]}`. `available` is whether
+        the model's backend runs on this deployment; `duration` is null for
+        models without durations; a tier without a price is not listed.
+        """
+        return [
+            {
+                "id": c.id,
+                "description": c.description,
+                "output": c.output,
+                "prompt_required": c.prompt_required,
+                "prompt_meaning": c.prompt_meaning,
+                "inputs": [s.view() for s in c.inputs],
+                "aspect_ratios": list(c.aspect_ratios),
+                "models": [self._offering(m, runnable) for m in self.models_for(c.id)],
+            }
+            for c in CAPABILITIES
+        ]
+
+    def models_view(self, runnable: Runnable) -> list[dict]:
+        """Items of `GET /v1/generation/models`, in catalog order.
+
+        Each: `{id, description, available, capabilities: [{id, prices:
+        [{resolution, duration, credits}]}]}`; one capability per model today.
+        Slots are not in this view (the spec keeps them in the capabilities list).
+        """
+        return [
+            {
+                "id": m.id,
+                "description": m.description,
+                "available": bool(runnable(m.backend)),
+                "capabilities": [{"id": m.capability, "prices": [p.view() for p in m.prices]}],
+            }
+            for m in self.models
+        ]
+
+    @staticmethod
+    def _offering(m: Model, runnable: Runnable) -> dict:
+        return {
+            "id": m.id,
+            "description": m.description,
+            "available": bool(runnable(m.backend)),
+            "resolutions": list(m.resolutions),
+            "durations": list(m.durations),
+            "inputs": [s.view() for s in m.slots],
+            "prices": [p.view() for p in m.prices],
+        }
+
+
+def loads_catalog(text: str, source: str = "<string>") -> Catalog:
+    """Parse and validate catalog TOML text; raises CatalogError naming the bad key."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise CatalogError(f"{source}: not valid TOML: {e}") from None
+    try:
+        parsed = CatalogFile.model_validate(raw)
+    except ValidationError as e:
+        raise CatalogError(f"{source}: invalid catalog:\n{_explain(e)}") from None
+    return Catalog((Model.from_entry(m) for m in parsed.models), source=source)
+
+
+def load_catalog(path: str | None = None) -> Catalog:
+    """Load the operator's catalog file, or the one shipped in this package when None."""
+    if path is None:
+        ref = resources.files(__package__).joinpath("default.toml")
+        return loads_catalog(ref.read_text(encoding="utf-8"), source="default.toml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise CatalogError(f"{path}: cannot read catalog: {e.strerror or e}") from None
+    return loads_catalog(text, source=path)
+
+
+def _explain(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "Catalog", "CatalogError", "Model", "ModelSlot", "Price", "Runnable",
+    "load_catalog", "loads_catalog", "tier_label",
+]
