@@ -1,0 +1,1 @@
+"""Outgoing HTTP for webhook deliveries: one guarded sender per process."""
