@@ -1,0 +1,256 @@
+"""What a submit means, checked in the spec's fixed order, before any credit moves.
+
+Order: model -> availability -> prompt -> aspect_ratio -> resolution ->
+duration -> quality -> inputs -> price. A body broken in two ways reports the
+earlier rule. The project is resolved (and the balance checked) by the caller.
+
+Decisions where the spec is open:
+- Scope of a model id: on the capability route only that capability's models
+  are known (a model of another capability is "Unknown model", and `Known:`
+  lists the capability's models). On the model route the path names the
+  model among all models; a body `model` naming a different model is unknown
+  for that route (`Known:` is the path's model).
+- With `model` omitted, the capability's first model whose backend runs here
+  is used; when none runs, the first model's 503 is reported.
+- `aspect_ratio` on a capability whose list is empty: `<capability> has no
+  aspect_ratio setting.`; omitted: None (the backend picks: square for a new
+  image, the input's shape otherwise).
+- `duration` on a model that takes none: `<model> has no duration setting.`
+- An unknown slot name: `<capability> on <model>: unknown slot '<slot>'.
+  Known: <slots or none>.`, reported before counts.
+- Inside `inputs`: unknown slot, counts, then values that are not ours, then
+  missing/other-project assets, then kinds.
+- Lists in messages are comma-separated (`must be one of 1k, 2k.`).
+- An unknown capability in the route is 404 `request.not_found`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from service.errors import NotFound, Unavailable, Unprocessable
+from service.money import fmt
+
+from .assets import NOT_OURS, AssetInfo, ResolveInputs, find_assets, kinds_text, parse_asset_ref
+from .capabilities import BY_ID, Capability
+from .catalog import Catalog, Model, Runnable, tier_label
+
+__all__ = ["AssetInfo", "Plan", "estimate", "parse_asset_ref", "plan_submit"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A submit that passed every rule: what to render and what it costs."""
+
+    capability: str
+    model: str
+    backend: str
+    resolution: str
+    duration: int | None
+    aspect_ratio: str | None
+    prompt: str
+    price_uc: int
+    tier: str
+    inputs: dict[str, list[str]] = field(default_factory=dict)  # every model slot -> asset ids
+    seed: int | None = None
+
+    @property
+    def credits(self) -> str:
+        return fmt(self.price_uc)  # type: ignore[return-value]
+
+
+def plan_submit(
+    catalog: Catalog,
+    *,
+    capability: str | None,
+    model: str | None,
+    body: dict[str, Any],
+    runnable: Runnable,
+    resolve_inputs: ResolveInputs,
+    project_id: str,
+    base_url: str | None,
+) -> Plan:
+    """Validate a submit for the capability route (`capability`) or the model route (`model`).
+
+    `project_id` is the resolved project (input assets must be in it);
+    `base_url` lets asset URLs of this API count as inputs.
+    """
+    return _plan(
+        catalog, capability, model, body, runnable,
+        inputs_check=(resolve_inputs, project_id, base_url),
+    )
+
+
+def estimate(
+    catalog: Catalog,
+    *,
+    capability: str | None,
+    model: str | None,
+    body: dict[str, Any],
+    runnable: Runnable,
+) -> dict:
+    """`POST /v1/generation/estimate`: the submit's price without creating anything.
+
+    Runs the submit rules except the prompt and inputs (a price check needs
+    neither), so an unknown model, an unavailable one or a bad tier answer as
+    the submit would. `capability` / `model` default to the body's fields.
+    Answers `{capability, model, resolution, duration, credits}`.
+    """
+    capability = capability or body.get("capability")
+    if capability is None and model is None:
+        model = body.get("model")
+    if capability is None and model is None:
+        raise Unprocessable("capability or model is required.", {"field": "capability"})
+    plan = _plan(catalog, capability, model, body, runnable, inputs_check=None)
+    return {
+        "capability": plan.capability,
+        "model": plan.model,
+        "resolution": plan.resolution,
+        "duration": plan.duration,
+        "credits": plan.credits,
+    }
+
+
+def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
+    m = _choose_model(catalog, capability, model_id, body.get("model"), runnable)
+    if not runnable(m.backend):
+        raise Unavailable(f"Model {m.id} is not available on this deployment.", {"model": m.id})
+    cap = BY_ID[m.capability]
+    prompt = body.get("prompt") or ""
+    if inputs_check is not None and cap.prompt_required and not prompt.strip():
+        raise Unprocessable("prompt is required.", {"field": "prompt"})
+    aspect_ratio = _aspect_ratio(cap, body.get("aspect_ratio"))
+    resolution = _resolution(m, body.get("resolution"))
+    duration = _duration(m, body.get("duration"))
+    if body.get("quality") is not None:
+        raise Unprocessable(f"{m.id} has no quality setting.", {"field": "quality", "model": m.id})
+    inputs = _inputs(cap, m, body.get("inputs") or {}, *inputs_check) if inputs_check else {}
+    price = m.price_uc(resolution, duration)
+    if price is None:
+        raise Unavailable(
+            f"Model {m.id} has no price for this tier and cannot be run.",
+            {"capability": cap.id, "model": m.id, "resolution": resolution, "duration": duration},
+        )
+    return Plan(
+        capability=cap.id, model=m.id, backend=m.backend, resolution=resolution,
+        duration=duration, aspect_ratio=aspect_ratio, prompt=prompt, price_uc=price,
+        tier=tier_label(resolution, duration), inputs=inputs, seed=body.get("seed"),
+    )
+
+
+def _unknown(model_id: str, known: list[str]) -> Unprocessable:
+    return Unprocessable(
+        f"Unknown model '{model_id}'. Known: {_join(known)}.",
+        {"model": model_id, "known": known},
+    )
+
+
+def _choose_model(catalog: Catalog, capability, path_model, body_model, runnable: Runnable) -> Model:
+    if capability is not None:
+        if capability not in BY_ID:
+            raise NotFound(f"Unknown capability '{capability}'.", {"capability": capability})
+        models = catalog.models_for(capability)
+        if not models:
+            raise Unprocessable(f"No model implements {capability} yet.", {"capability": capability})
+        if body_model is None:
+            return next((m for m in models if runnable(m.backend)), models[0])
+        chosen = next((m for m in models if m.id == body_model), None)
+        if chosen is None:
+            raise _unknown(body_model, [m.id for m in models])
+        return chosen
+    if path_model is None:
+        raise ValueError("plan_submit needs a capability or a model")
+    chosen = catalog.model(path_model)
+    if chosen is None:
+        raise _unknown(path_model, [m.id for m in catalog.models])
+    if body_model is not None and body_model != path_model:
+        raise _unknown(body_model, [path_model])
+    return chosen
+
+
+def _aspect_ratio(cap: Capability, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not cap.aspect_ratios:
+        raise Unprocessable(f"{cap.id} has no aspect_ratio setting.", {"field": "aspect_ratio"})
+    if value not in cap.aspect_ratios:
+        raise Unprocessable(
+            f"aspect_ratio must be one of {_join(cap.aspect_ratios)}.",
+            {"field": "aspect_ratio", "allowed": list(cap.aspect_ratios)},
+        )
+    return value
+
+
+def _resolution(m: Model, value: str | None) -> str:
+    if value is None:
+        return m.resolutions[0]
+    if value not in m.resolutions:
+        raise Unprocessable(
+            f"{m.id} resolution must be one of {_join(m.resolutions)}.",
+            {"field": "resolution", "model": m.id, "allowed": list(m.resolutions)},
+        )
+    return value
+
+
+def _duration(m: Model, value: Any) -> int | None:
+    if value is None:
+        return m.durations[0] if m.durations else None
+    if not m.durations:
+        raise Unprocessable(f"{m.id} has no duration setting.", {"field": "duration", "model": m.id})
+    seconds = _whole_seconds(value)
+    if seconds not in m.durations:
+        raise Unprocessable(
+            f"{m.id} duration must be one of {_join(m.durations)} seconds.",
+            {"field": "duration", "model": m.id, "allowed": list(m.durations)},
+        )
+    return seconds
+
+
+def _whole_seconds(value: Any) -> int | None:
+    """5 and 5.0 are the same duration; anything else matches no listed duration."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
+def _inputs(
+    cap: Capability,
+    m: Model,
+    given: dict[str, Any],
+    resolve_inputs: ResolveInputs,
+    project_id: str,
+    base_url: str | None,
+) -> dict[str, list[str]]:
+    where = f"{cap.id} on {m.id}"
+    for name in given:
+        if m.slot(name) is None:
+            known = _join([s.name for s in m.slots]) or "none"
+            raise Unprocessable(f"{where}: unknown slot '{name}'. Known: {known}.", {"slot": name})
+    values = {s.name: list(given.get(s.name) or []) for s in m.slots}
+    for s in m.slots:
+        if len(values[s.name]) != s.count:
+            raise Unprocessable(
+                f"{where}: slot '{s.name}' takes {s.count} asset(s); got {len(values[s.name])}.",
+                {"slot": s.name, "expected": s.count, "got": len(values[s.name])},
+            )
+    ids: dict[str, list[str]] = {}
+    for s in m.slots:
+        parsed = [parse_asset_ref(v, base_url) for v in values[s.name]]
+        bad = [v for v, p in zip(values[s.name], parsed) if p is None]
+        if bad:
+            raise Unprocessable(NOT_OURS, {"slot": s.name, "values": bad})
+        ids[s.name] = parsed  # type: ignore[assignment]
+    infos = find_assets((i for v in ids.values() for i in v), resolve_inputs, project_id)
+    for s in m.slots:
+        wrong = [i for i in ids[s.name] if infos[i].kind not in s.kinds]
+        if wrong:
+            raise Unprocessable(
+                f"Input slot '{s.name}' takes {kinds_text(s.kinds)} assets.",
+                {"slot": s.name, "kinds": list(s.kinds), "asset_ids": wrong},
+            )
+    return ids
+
+
+def _join(items) -> str:
+    return ", ".join(str(i) for i in items)
