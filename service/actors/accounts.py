@@ -1,0 +1,341 @@
+"""The accounts actor: the one owner of organizations, members, API keys and projects.
+
+One actor for the node: account changes are rare next to generation traffic, and one owner
+keeps slug uniqueness, key revocation and member removal plainly serial. Key `last_used_at`
+touches are coalesced (at most one write per key per minute).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.actors.runtime import Actor
+from service.clock import Clock, iso
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
+from service.roles import ROLE_BY_ID, ROLE_IDS, within
+from service.storage import accounts as sql
+from service.storage.db import Store
+from service.storage.events import emit
+
+SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
+                "and cannot start or end with a hyphen.")
+TOUCH_EVERY = 60.0
+
+
+def new_key() -> str:
+    return "aak_" + secrets.token_hex(24)
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def derive_slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
+    return slug or "project"
+
+
+def key_event_data(k: dict) -> dict:
+    return {f: k[f] for f in ("name", "key_prefix", "user_id", "role_id", "expires_at")} | {"key_id": k["id"]}
+
+
+# -- messages ------------------------------------------------------------------------------
+@dataclass
+class CreateOrg:
+    name: str
+    owner_email: str
+    approved: bool = True
+
+
+@dataclass
+class ApproveOrg:
+    org_id: str
+
+
+@dataclass
+class AddMember:
+    org_id: str
+    email: str
+    role: str
+
+
+@dataclass
+class ChangeRole:
+    org_id: str
+    user_id: str
+    role: str
+
+
+@dataclass
+class RemoveMember:
+    org_id: str
+    user_id: str
+
+
+@dataclass
+class CreateKey:
+    org_id: str
+    user_id: str
+    caller_role: str
+    name: str
+    role_id: str | None = None
+    expires_at: str | None = None
+
+
+@dataclass
+class UpdateKey:
+    org_id: str
+    key_id: str
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass
+class RevokeKey:
+    org_id: str
+    key_id: str
+
+
+@dataclass
+class TouchKey:
+    key_id: str
+    at: float
+
+
+@dataclass
+class CreateProject:
+    org_id: str
+    user_id: str
+    name: str
+    slug: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class UpdateProject:
+    org_id: str
+    project_ref: str
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass
+class ArchiveProject:
+    org_id: str
+    project_ref: str
+
+
+class AccountsActor(Actor):
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self.touched: dict[str, float] = {}
+        self.pending_touches: dict[str, str] = {}
+
+    async def handle(self, msg: Any) -> Any:
+        return await getattr(self, "on_" + type(msg).__name__)(msg)
+
+    # -- organizations and members ---------------------------------------------------------
+    async def on_CreateOrg(self, m: CreateOrg) -> dict:
+        now = self.clock.iso_now()
+        org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
+        key = new_key()
+
+        def tx(conn):
+            sql.insert_org(conn, org_id, m.name, now, m.approved)
+            sql.insert_user(conn, user_id, org_id, m.owner_email, "owner", now)
+            sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default",
+                                          slug="default", is_default=1, created_by=user_id, created_at=now))
+            self._insert_key(conn, org_id, user_id, key, "Default key", None, None, now)
+
+        await self.store.write(tx)
+        return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
+                "default_project_id": project_id}
+
+    async def on_ApproveOrg(self, m: ApproveOrg) -> dict:
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            if conn.execute("SELECT 1 FROM organizations WHERE id = ?", (m.org_id,)).fetchone() is None:
+                raise NotFound("Organization not found.")
+            return sql.approve_org(conn, m.org_id, now)
+
+        approved_at = await self.store.write(tx)
+        return {"organization_id": m.org_id, "approved_at": approved_at}
+
+    async def on_AddMember(self, m: AddMember) -> dict:
+        _check_role(m.role)
+        now = self.clock.iso_now()
+        user_id = sql.new_id()
+        key = new_key()
+
+        def tx(conn):
+            _require_org(conn, m.org_id)
+            sql.insert_user(conn, user_id, m.org_id, m.email, m.role, now)
+            self._insert_key(conn, m.org_id, user_id, key, "Default key", None, None, now)
+            emit(conn, m.org_id, "member.joined",
+                 {"member_id": user_id, "member_email": m.email, "role": m.role}, now)
+
+        await self.store.write(tx)
+        return {"user_id": user_id, "api_key": key}
+
+    async def on_ChangeRole(self, m: ChangeRole) -> dict:
+        _check_role(m.role)
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            user = sql.get_user(conn, m.org_id, m.user_id)
+            if user is None or not user["is_active"]:
+                raise NotFound("Member not found.")
+            if user["role"] != m.role:
+                sql.set_user_role(conn, m.user_id, m.role)
+                emit(conn, m.org_id, "member.role_changed",
+                     {"member_id": m.user_id, "member_email": user["email"], "role": m.role}, now)
+            return {"user_id": m.user_id, "email": user["email"], "role": m.role}
+
+        return await self.store.write(tx)
+
+    async def on_RemoveMember(self, m: RemoveMember) -> None:
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            user = sql.get_user(conn, m.org_id, m.user_id)
+            if user is None:
+                raise NotFound("Member not found.")
+            if user["is_active"]:
+                sql.deactivate_user(conn, m.user_id, now)
+                emit(conn, m.org_id, "member.removed",
+                     {"member_id": m.user_id, "member_email": user["email"], "role": user["role"]}, now)
+
+        await self.store.write(tx)
+
+    # -- API keys ----------------------------------------------------------------------------
+    def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
+        row = dict(id=sql.new_id(), organization_id=org_id, user_id=user_id, name=name,
+                   key_prefix=key[:12], key_hash=key_hash(key), role_id=role_id,
+                   expires_at=expires_at, created_at=now)
+        sql.insert_key(conn, row)
+        emit(conn, org_id, "api_key.created", key_event_data(row), now)
+        return row
+
+    async def on_CreateKey(self, m: CreateKey) -> dict:
+        if m.role_id is not None:
+            granted = ROLE_BY_ID.get(m.role_id)
+            if granted is None:
+                raise Unprocessable("role_id is not a known role.", {"role_id": m.role_id})
+            if not within(granted, m.caller_role):
+                raise Forbidden("You cannot create a key with a broader role than your own.",
+                                {"role_id": m.role_id})
+        now = self.clock.iso_now()
+        key = new_key()
+
+        def tx(conn):
+            row = self._insert_key(conn, m.org_id, m.user_id, key, m.name, m.role_id, m.expires_at, now)
+            return sql.get_key(conn, m.org_id, row["id"])
+
+        row = await self.store.write(tx)
+        return row | {"key": key}
+
+    async def on_UpdateKey(self, m: UpdateKey) -> dict:
+        def tx(conn):
+            if sql.get_key(conn, m.org_id, m.key_id) is None:
+                raise NotFound("API key not found.", code="api_key.not_found")
+            if m.fields:
+                sql.update_key(conn, m.key_id, m.fields)
+            return sql.get_key(conn, m.org_id, m.key_id)
+
+        return await self.store.write(tx)
+
+    async def on_RevokeKey(self, m: RevokeKey) -> None:
+        """Revoking twice is fine (204 again); an id never seen in the org is 404."""
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            row = conn.execute("SELECT * FROM api_keys WHERE id = ? AND organization_id = ?",
+                               (m.key_id, m.org_id)).fetchone()
+            if row is None:
+                raise NotFound("API key not found.", code="api_key.not_found")
+            if row["revoked_at"] is None:
+                sql.revoke_key(conn, m.key_id, now)
+                emit(conn, m.org_id, "api_key.revoked", key_event_data(row), now)
+
+        await self.store.write(tx)
+
+    async def on_TouchKey(self, m: TouchKey) -> None:
+        last = self.touched.get(m.key_id)
+        if last is not None and m.at - last < TOUCH_EVERY:
+            return
+        self.touched[m.key_id] = m.at
+        await self.store.write(lambda conn: sql.touch_keys(conn, {m.key_id: iso(m.at)}))
+
+    # -- projects ------------------------------------------------------------------------------
+    async def on_CreateProject(self, m: CreateProject) -> dict:
+        if not m.name or not m.name.strip():
+            raise Unprocessable("name is required.", {"field": "name"})
+        if m.slug is not None and not SLUG_RE.match(m.slug):
+            raise Unprocessable(SLUG_MESSAGE, {"slug": m.slug})
+        now = self.clock.iso_now()
+        project_id = sql.new_id()
+
+        def tx(conn):
+            slug = m.slug
+            if slug is None:  # derived slugs get a numeric suffix instead of a 409
+                base = derive_slug(m.name)
+                slug, n = base, 2
+                while sql.slug_taken(conn, m.org_id, slug):
+                    suffix = f"-{n}"
+                    slug, n = base[: 64 - len(suffix)].rstrip("-") + suffix, n + 1
+            sql.insert_project(conn, dict(id=project_id, organization_id=m.org_id, name=m.name.strip(),
+                                          slug=slug, description=m.description, created_by=m.user_id,
+                                          created_at=now))
+            return sql.get_project(conn, m.org_id, project_id)
+
+        return await self.store.write(tx)
+
+    async def on_UpdateProject(self, m: UpdateProject) -> dict:
+        fields = dict(m.fields)
+        if "name" in fields and (fields["name"] is None or not str(fields["name"]).strip()):
+            raise Unprocessable("name is required.", {"field": "name"})
+        if "slug" in fields and (fields["slug"] is None or not SLUG_RE.match(fields["slug"])):
+            raise Unprocessable(SLUG_MESSAGE, {"slug": fields["slug"]})
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            p = sql.get_project(conn, m.org_id, m.project_ref)
+            if p is None:
+                raise NotFound("Project not found.")
+            if p["is_archived"]:
+                raise Conflict("The project is archived.", {"project_id": p["id"]})
+            if fields:
+                sql.update_project(conn, p["id"], fields | {"updated_at": now})
+            return sql.get_project(conn, m.org_id, p["id"])
+
+        return await self.store.write(tx)
+
+    async def on_ArchiveProject(self, m: ArchiveProject) -> dict:
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            p = sql.get_project(conn, m.org_id, m.project_ref)
+            if p is None:
+                raise NotFound("Project not found.")
+            if p["is_default"]:
+                raise Conflict("The default project cannot be archived.", {"project_id": p["id"]})
+            if not p["is_archived"]:
+                sql.update_project(conn, p["id"], {"is_archived": 1, "archived_at": now, "updated_at": now})
+            return sql.get_project(conn, m.org_id, p["id"])
+
+        return await self.store.write(tx)
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLE_IDS:
+        raise Unprocessable(f"role must be one of {', '.join(ROLE_IDS)}.", {"role": role})
+
+
+def _require_org(conn, org_id: str) -> None:
+    if conn.execute("SELECT 1 FROM organizations WHERE id = ?", (org_id,)).fetchone() is None:
+        raise NotFound("Organization not found.")

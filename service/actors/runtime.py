@@ -1,0 +1,266 @@
+"""Actors: a bounded mailbox, ask/tell, a supervised loop, and a registry that spawns by key.
+
+An actor is a subclass of `Actor`. Its loop waits for the next messages or its next
+deadline (service time), whichever comes first; a test-clock advance wakes it at once.
+It takes every message waiting in the mailbox as one batch (`handle_batch`), so an actor
+that persists can commit the whole batch at once and reply after the commit.
+
+A crash in `handle_batch` (anything but a reply value) fails that batch's asks with
+ActorGone, and the supervisor reloads the actor from SQLite (`load`). Past
+`MAX_RESTARTS` within `RESTART_WINDOW` seconds the actor stays down: asks answer ActorGone
+(HTTP 503) and the node keeps running.
+
+Asks flow one way (HTTP -> run -> job -> balance); a callee may `tell` a caller, never ask.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Generic, Hashable, TypeVar
+
+import trio
+
+from service.clock import Clock
+from service.errors import ActorGone, AskTimeout
+
+log = logging.getLogger(__name__)
+
+MAILBOX = 4096
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
+ASK_TIMEOUT = 10.0
+
+
+class Envelope:
+    __slots__ = ("msg", "reply")
+
+    def __init__(self, msg: Any, reply: trio.MemorySendChannel | None) -> None:
+        self.msg = msg
+        self.reply = reply
+
+    def answer(self, value: Any) -> None:
+        """Reply; a caller that has gone away is dropped, never raised."""
+        if self.reply is None:
+            return
+        try:
+            self.reply.send_nowait(value)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+            pass
+
+
+class _Failure:
+    """A reply that the asker re-raises."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Actor:
+    """Base class. Subclasses implement `load` and `handle` (or `handle_batch`)."""
+
+    key: Hashable = None
+    done = False  # set True when the actor has nothing more to do; it stops when idle
+
+    async def load(self) -> None:
+        """Rebuild state from SQLite. Runs before the first message and after a crash."""
+
+    async def handle(self, msg: Any) -> Any:
+        raise NotImplementedError
+
+    async def handle_batch(self, msgs: list[Any]) -> list[Any]:
+        """Default: one at a time. A raised ServiceError becomes that ask's error."""
+        out = []
+        for m in msgs:
+            try:
+                out.append(await self.handle(m))
+            except Exception as e:  # noqa: BLE001
+                from service.errors import ServiceError
+                if isinstance(e, ServiceError):
+                    out.append(_Failure(e))
+                else:
+                    raise
+        return out
+
+    def next_deadline(self) -> float | None:
+        """Service time of the next timed event, or None."""
+        return None
+
+    async def on_deadline(self) -> None:
+        """Called when service time reaches `next_deadline()`."""
+
+
+def fail(error: BaseException) -> _Failure:
+    """Wrap an error as a reply value (for handle_batch implementations)."""
+    return _Failure(error)
+
+
+A = TypeVar("A", bound=Actor)
+
+
+class ActorRef:
+    def __init__(self, key: Hashable, send: trio.MemorySendChannel) -> None:
+        self.key = key
+        self._send = send
+        self.gone = False
+
+    async def ask(self, msg: Any, timeout: float = ASK_TIMEOUT) -> Any:
+        if self.gone:
+            raise ActorGone(str(self.key))
+        reply_send, reply_recv = trio.open_memory_channel(1)
+        try:
+            with trio.fail_after(timeout):
+                await self._send.send(Envelope(msg, reply_send))
+                value = await reply_recv.receive()
+        except trio.TooSlowError:
+            raise AskTimeout(str(self.key)) from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise ActorGone(str(self.key)) from None
+        finally:
+            reply_recv.close()
+        if isinstance(value, _Failure):
+            raise value.error
+        return value
+
+    def tell(self, msg: Any) -> None:
+        if self.gone:
+            return
+        try:
+            self._send.send_nowait(Envelope(msg, None))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except trio.WouldBlock:
+            log.error("mailbox of %s full; dropped %r", self.key, type(msg).__name__)
+
+
+class Registry(Generic[A]):
+    """Spawns one actor per key on demand, in a nursery it owns, and forgets it when it stops."""
+
+    def __init__(self, name: str, factory: Callable[[Hashable], A], clock: Clock) -> None:
+        self.name = name
+        self.factory = factory
+        self.clock = clock
+        self._refs: dict[Hashable, ActorRef] = {}
+        self._nursery: trio.Nursery | None = None
+        self.restarts = 0
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def get(self, key: Hashable) -> ActorRef:
+        ref = self._refs.get(key)
+        if ref is None:
+            if self._nursery is None:
+                raise ActorGone(f"{self.name} registry is not running")
+            send, recv = trio.open_memory_channel(MAILBOX)
+            ref = ActorRef(key, send)
+            self._refs[key] = ref
+            self._nursery.start_soon(self._supervise, key, ref, recv)
+        return ref
+
+    def keys(self) -> list[Hashable]:
+        return list(self._refs)
+
+    async def ask(self, key: Hashable, msg: Any, timeout: float = ASK_TIMEOUT) -> Any:
+        for _ in range(3):
+            ref = self.get(key)
+            try:
+                return await ref.ask(msg, timeout)
+            except ActorGone:
+                if ref.gone or self._refs.get(key) is ref:
+                    raise
+                # the actor stopped between get() and send: a fresh one is spawned
+        raise ActorGone(str(key))
+
+    def tell(self, key: Hashable, msg: Any) -> None:
+        self.get(key).tell(msg)
+
+    async def _supervise(self, key: Hashable, ref: ActorRef, recv: trio.MemoryReceiveChannel) -> None:
+        crashes: list[float] = []
+        try:
+            while True:
+                actor = self.factory(key)
+                actor.key = key
+                try:
+                    await actor.load()
+                    await self._loop(actor, recv)
+                    return
+                except Exception:
+                    log.exception("actor %s/%s crashed", self.name, key)
+                    self.restarts += 1
+                    now = trio.current_time()
+                    crashes = [t for t in crashes if now - t < RESTART_WINDOW] + [now]
+                    if len(crashes) > MAX_RESTARTS:
+                        log.error("actor %s/%s past its restart limit; stays down", self.name, key)
+                        ref.gone = True
+                        self._drain_gone(recv)
+                        return
+        finally:
+            if self._refs.get(key) is ref and not ref.gone:
+                del self._refs[key]
+            recv.close()
+
+    @staticmethod
+    def _drain_gone(recv: trio.MemoryReceiveChannel) -> None:
+        while True:
+            try:
+                env = recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            env.answer(_Failure(ActorGone("actor is down")))
+
+    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel) -> None:
+        clock = self.clock
+        scope_box: list[trio.CancelScope | None] = [None]
+
+        def wake() -> None:
+            if scope_box[0] is not None:
+                scope_box[0].cancel()
+
+        unwatch = clock.watch(wake)
+        try:
+            while True:
+                deadline = actor.next_deadline()
+                if deadline is not None and clock.now() >= deadline:
+                    await actor.on_deadline()
+                    continue
+                if actor.done:
+                    try:
+                        first = recv.receive_nowait()
+                    except trio.WouldBlock:
+                        return
+                else:
+                    at = math.inf if deadline is None else clock.trio_time(deadline)
+                    first = None
+                    with trio.CancelScope(deadline=at) as scope:
+                        scope_box[0] = scope
+                        first = await recv.receive()
+                    scope_box[0] = None
+                    if first is None:
+                        continue
+                batch = [first]
+                while len(batch) < MAILBOX:
+                    try:
+                        batch.append(recv.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                try:
+                    replies = await actor.handle_batch([e.msg for e in batch])
+                except Exception:
+                    for env in batch:
+                        env.answer(_Failure(ActorGone("actor crashed while handling the request")))
+                    raise
+                for env, value in zip(batch, replies):
+                    env.answer(value)
+        finally:
+            unwatch()
+
+
+async def start_registry(nursery: trio.Nursery, registry: Registry) -> Registry:
+    await nursery.start(registry.run)
+    return registry

@@ -1,0 +1,73 @@
+"""Settings: GENSERVICE_* environment variables over an optional TOML file over defaults.
+
+The TOML file (``genservice serve --config FILE``) uses the same keys in lower case
+without the prefix; the environment wins (operations.md, "Install and start").
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+PREFIX = "GENSERVICE_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("./data")
+    base_url: str | None = None
+    operator_token: str | None = None
+    test_mode: bool = False
+    webhook_ca_file: str | None = None
+    webhook_allow_private: bool = False
+    catalog_file: str | None = None
+    # Top-ups: price and provider. Without Stripe keys the built-in test provider is used in
+    # test mode; outside test mode POST /v1/billing/topups answers 503 billing.not_configured.
+    usd_per_credit: str = "0.01"
+    currency: str = "usd"
+    stripe_secret_key: str | None = None
+    stripe_webhook_secret: str | None = None
+    stripe_api_base: str | None = None
+    # Test mode only: make the n-th pass of a named crash point exit at once.
+    crashpoint: str | None = None
+    log_level: str = "INFO"
+
+    @property
+    def public_base_url(self) -> str:
+        return (self.base_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "genservice.db"
+
+
+def _coerce(value: str) -> str | bool:
+    low = value.strip().lower()
+    if low in {"1", "true", "yes", "on"}:
+        return True
+    if low in {"0", "false", "no", "off", ""}:
+        return False
+    return value
+
+
+BOOL_FIELDS = {"test_mode", "webhook_allow_private"}
+
+
+def load_settings(config_file: str | None = None, environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    values: dict = {}
+    if config_file:
+        with open(config_file, "rb") as f:
+            values.update(tomllib.load(f))
+    for name in Settings.model_fields:
+        key = PREFIX + name.upper()
+        if key in env:
+            raw = env[key]
+            values[name] = _coerce(raw) if name in BOOL_FIELDS else raw
+    return Settings(**values)

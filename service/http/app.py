@@ -1,0 +1,81 @@
+"""The Quart-Trio app factory: hooks, error mapping, OpenAPI, blueprints.
+
+Hooks: a request id and start time per request; the body is drained before any early
+response (a Hypercorn trio keep-alive hang otherwise, see DESIGN.md); the body limit is
+per route (51 MiB for uploads, 1 MiB elsewhere); `X-Process-Time` on every response.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import uuid
+
+from quart import g, request
+from quart_schema import QuartSchema
+from quart_schema.openapi import OpenAPIProvider
+from quart_trio import QuartTrio
+
+from service.http import errors
+
+MiB = 1024 * 1024
+UPLOAD_BODY_LIMIT = 51 * MiB
+BODY_LIMIT = 1 * MiB
+
+# Blueprint modules under service/http/routes/, each exporting `bp`.
+ROUTE_MODULES = ["health", "projects", "roles", "api_keys", "operator"]
+
+
+class Provider(OpenAPIProvider):
+    """Mark JSON request bodies required; plain operation ids; document the bearer auth."""
+
+    def build_request_body(self, model, source):
+        body, defs = super().build_request_body(model, source)
+        body["required"] = True
+        return body, defs
+
+    def operation_id(self, method, path, func):
+        oid = super().operation_id(method, path, func)
+        return oid.split("_", 1)[1] if oid and "_" in oid else oid
+
+
+def create_app(services) -> QuartTrio:
+    app = QuartTrio("genservice")
+    app.config["SERVICES"] = services
+    app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
+    app.config["BODY_TIMEOUT"] = 120
+    app.config["JSON_SORT_KEYS"] = False
+    app.json.sort_keys = False
+    QuartSchema(
+        app,
+        openapi_path="/v1/openapi.json",
+        swagger_ui_path=None,
+        redoc_ui_path=None,
+        scalar_ui_path=None,
+        info={"title": "genservice", "version": "1"},
+        security_schemes={"bearer": {"type": "http", "scheme": "bearer"}},
+        security=[{"bearer": []}],
+        openapi_provider_class=Provider,
+    )
+    errors.install(app)
+
+    @app.before_request
+    async def begin():
+        g.request_id = str(uuid.uuid4())
+        g.started = time.perf_counter()
+        upload = request.path == "/v1/generation/uploads"
+        request.max_content_length = UPLOAD_BODY_LIMIT if upload else BODY_LIMIT
+        if not upload:
+            await request.get_data(cache=True)
+
+    @app.after_request
+    async def finish(response):
+        started = g.get("started")
+        if started is not None:
+            response.headers["X-Process-Time"] = f"{(time.perf_counter() - started) * 1000:.2f}"
+        return response
+
+    for name in ROUTE_MODULES:
+        module = importlib.import_module(f"service.http.routes.{name}")
+        app.register_blueprint(module.bp)
+    return app

@@ -1,0 +1,111 @@
+"""API-key authentication, permissions, route time limits and project scoping.
+
+`@requires(permission)` authenticates the bearer key (one indexed read), checks the
+permission against the fixed role table, and runs the handler under the route's time
+limit (408). Every cause of a 401 gives the same flat body. A bound key acts with its
+role, capped at its creator's current role so a demoted creator's old keys shrink too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from functools import wraps
+from typing import Callable
+
+import trio
+from quart import current_app, g, request
+
+from service.clock import iso
+from service.errors import Conflict, NotFound
+from service.http.errors import AuthFailure, RouteTimeout
+from service.roles import ROLE_BY_ID, allows, within
+from service.storage import accounts as sql
+
+ROUTE_LIMIT = 10
+UPLOAD_LIMIT = 120
+TOUCH_EVERY = 60.0
+
+
+@dataclass(frozen=True)
+class Principal:
+    org_id: str
+    user_id: str
+    key_id: str
+    role: str
+
+
+def services():
+    return current_app.config["SERVICES"]
+
+
+def authenticate() -> Principal:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.startswith("aak_"):
+        raise AuthFailure(401)
+    digest = hashlib.sha256(token.strip().encode()).hexdigest()
+    svc = services()
+    row = sql.key_for_auth(svc.store, digest)
+    if row is None:
+        raise AuthFailure(401)
+    now = svc.clock.now()
+    now_iso = iso(now)
+    if (row["revoked_at"] or not row["is_active"] or not row["user_active"] or not row["approved_at"]
+            or (row["expires_at"] is not None and row["expires_at"] <= now_iso)):
+        raise AuthFailure(401)
+    role = row["user_role"]
+    bound = ROLE_BY_ID.get(row["role_id"]) if row["role_id"] else None
+    if bound is not None and within(bound, role):
+        role = bound
+    last = row["last_used_at"]
+    if last is None or last < iso(now - TOUCH_EVERY):
+        from service.actors.accounts import TouchKey
+        svc.accounts.tell("accounts", TouchKey(row["id"], now))
+    return Principal(row["organization_id"], row["user_id"], row["id"], role)
+
+
+def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
+    """Authenticate, check `permission` (None: any valid key), and enforce the time limit."""
+
+    def deco(func: Callable) -> Callable:
+        @wraps(func)
+        async def wrapper(*args, **kwargs):
+            principal = authenticate()
+            if permission is not None and not allows(principal.role, permission):
+                raise AuthFailure(403)
+            g.principal = principal
+            with trio.move_on_after(limit) as scope:
+                return await func(*args, **kwargs)
+            if scope.cancelled_caught:
+                raise RouteTimeout(limit)
+
+        wrapper.permission = permission
+        return wrapper
+
+    return deco
+
+
+def principal() -> Principal:
+    return g.principal
+
+
+def resolve_project(body_project: str | None = None, *, write: bool = False) -> dict:
+    """The spec's scoping rule: body `project_id`, else X-Service-Project, else the default.
+
+    Unknown -> 404; a write into an archived project -> 409 "The project is archived."
+    """
+    p = principal()
+    store = services().store
+    ref = body_project or request.headers.get("X-Service-Project") or None
+    project = sql.get_project(store, p.org_id, ref) if ref else sql.default_project(store, p.org_id)
+    if project is None:
+        raise NotFound("Project not found.")
+    if write and project["is_archived"]:
+        raise Conflict("The project is archived.", {"project_id": project["id"]})
+    return project
+
+
+def constant_time_equal(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())

@@ -1,0 +1,94 @@
+"""Every exception -> response mapping of the service, in one place (spec "Errors").
+
+Envelope: {error: {code, message, details?, request_id}}. Two flat shapes: 401/403
+authentication failures ({status: false, error}) and 408 timeouts ({error, message}).
+A 500 carries a generic message; the traceback goes only to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from quart import Quart, g, jsonify
+from werkzeug.exceptions import HTTPException
+
+from service.errors import ActorGone, ApiError, AskTimeout
+
+log = logging.getLogger("service.http")
+
+
+class AuthFailure(Exception):
+    """401 or 403 with the flat body; the body never says which cause."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class RouteTimeout(Exception):
+    def __init__(self, seconds: int) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def envelope(status: int, code: str, message: str, details: dict | None = None):
+    err = {"code": code, "message": message}
+    if details is not None:
+        err["details"] = details
+    err["request_id"] = g.get("request_id") or ""
+    return jsonify(error=err), status
+
+
+def validation_failed(errors: list[dict]):
+    return envelope(400, "request.validation_failed", "The request failed validation.", {"errors": errors})
+
+
+HTTP_CODES = {
+    400: ("request.bad_request", "The request is malformed."),
+    404: ("request.not_found", "The requested resource was not found."),
+    405: ("request.method_not_allowed", "The method is not allowed for this route."),
+    413: ("request.bad_request", "The request body is too large."),
+}
+
+
+def install(app: Quart) -> None:
+    @app.errorhandler(ApiError)
+    async def on_api_error(e: ApiError):
+        return envelope(e.status, e.code, e.message, e.details)
+
+    @app.errorhandler(AuthFailure)
+    async def on_auth(e: AuthFailure):
+        return jsonify(status=False, error="Unauthorized" if e.status == 401 else "Forbidden"), e.status
+
+    @app.errorhandler(RouteTimeout)
+    async def on_timeout(e: RouteTimeout):
+        return jsonify(error="Request timeout",
+                       message=f"Request took longer than {e.seconds} seconds to process"), 408
+
+    @app.errorhandler(UnicodeDecodeError)
+    async def on_bad_encoding(e):
+        return envelope(400, "request.bad_request", "The request body is not valid UTF-8.")
+
+    async def on_actor(e):
+        log.warning("actor unavailable: %r", e)
+        return envelope(503, "request.service_unavailable", "The service is busy; try again shortly.")
+
+    app.register_error_handler(ActorGone, on_actor)
+    app.register_error_handler(AskTimeout, on_actor)
+
+    @app.errorhandler(HTTPException)
+    async def on_http(e: HTTPException):
+        if e.code == 408:
+            return await on_timeout(RouteTimeout(120))
+        code, message = HTTP_CODES.get(e.code, (f"request.{(e.name or 'error').lower().replace(' ', '_')}",
+                                                e.description or "Request failed."))
+        resp, status = envelope(e.code or 500, code, message)
+        for k, v in e.get_headers():
+            if k.lower() == "allow":
+                resp.headers[k] = v
+        return resp, status
+
+    @app.errorhandler(Exception)
+    async def on_crash(e: Exception):
+        log.exception("internal error (request_id=%s)", g.get("request_id"))
+        return envelope(500, "request.internal_error", "Something went wrong on our side.")

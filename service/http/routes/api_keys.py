@@ -1,0 +1,88 @@
+"""API keys (spec "API keys"; operations.md). The full key is in the create answer only."""
+
+from __future__ import annotations
+
+from quart import Blueprint
+
+from service.actors.accounts import CreateKey, RevokeKey, UpdateKey
+from service.clock import iso, parse_iso
+from service.errors import NotFound, Unprocessable
+from service.http import views
+from service.http.auth import principal, requires, services
+from service.http.schemas import Body, body
+from service.storage import accounts as sql
+
+bp = Blueprint("api_keys", __name__)
+
+
+class KeyCreate(Body):
+    name: str
+    role_id: str | None = None
+    expires_at: str | None = None
+
+
+class KeyUpdate(Body):
+    name: str | None = None
+    is_active: bool | None = None
+
+
+async def ask(msg):
+    return await services().accounts.ask("accounts", msg)
+
+
+@bp.get("/v1/api-keys")
+@requires("api_keys:read")
+async def list_keys():
+    return {"data": [views.api_key(r) for r in sql.list_keys(services().store, principal().org_id)]}
+
+
+@bp.get("/v1/api-keys/<key_id>")
+@requires("api_keys:read")
+async def get_key(key_id: str):
+    row = sql.get_key(services().store, principal().org_id, key_id)
+    if row is None:
+        raise NotFound("API key not found.", code="api_key.not_found")
+    return {"data": views.api_key(row)}
+
+
+@bp.post("/v1/api-keys")
+@requires("api_keys:create")
+@body(KeyCreate)
+async def create_key(data: KeyCreate):
+    if not data.name.strip():
+        raise Unprocessable("name is required.", {"field": "name"})
+    expires = None
+    if data.expires_at is not None:
+        try:
+            ts = parse_iso(data.expires_at)
+        except ValueError:
+            raise Unprocessable("expires_at must be an ISO 8601 timestamp with an offset.",
+                                {"field": "expires_at"}) from None
+        if ts <= services().clock.now():
+            raise Unprocessable("expires_at must be in the future.", {"field": "expires_at"})
+        expires = iso(ts)
+    p = principal()
+    row = await ask(CreateKey(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires))
+    return {"data": views.api_key(row)}, 201
+
+
+@bp.patch("/v1/api-keys/<key_id>")
+@requires("api_keys:create")
+@body(KeyUpdate)
+async def update_key(key_id: str, data: KeyUpdate):
+    fields = {}
+    if data.name is not None:
+        if not data.name.strip():
+            raise Unprocessable("name is required.", {"field": "name"})
+        fields["name"] = data.name.strip()
+    if data.is_active is not None:
+        fields["is_active"] = int(data.is_active)
+    row = await ask(UpdateKey(principal().org_id, key_id, fields))
+    return {"data": views.api_key(row)}
+
+
+@bp.delete("/v1/api-keys/<key_id>")
+@requires("api_keys:revoke")
+async def revoke_key(key_id: str):
+    await ask(RevokeKey(principal().org_id, key_id))
+    return "", 204

@@ -1,0 +1,92 @@
+"""The operator API under /operator/v1 (operations.md), with the operator bearer token.
+
+Billing and test-mode routes of the operator live beside their features
+(`operator_billing`, ...); this module has organizations and members.
+"""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from pydantic import Field
+from quart import Blueprint, request
+from quart_schema import hide
+
+from service.actors.accounts import AddMember, ApproveOrg, ChangeRole, CreateOrg, RemoveMember
+from service.http.auth import constant_time_equal, services
+from service.http.errors import AuthFailure
+from service.http.schemas import Body, body
+
+bp = Blueprint("operator", __name__)
+
+
+def operator(func):
+    """Require the operator token; test-mode-only routes pass `test_only=True` to `operator_route`."""
+
+    @wraps(func)
+    async def wrapper(*args, **kwargs):
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        expected = services().settings.operator_token or ""
+        if scheme.lower() != "bearer" or not expected or not constant_time_equal(token.strip(), expected):
+            raise AuthFailure(401)
+        return await func(*args, **kwargs)
+
+    return hide(wrapper)
+
+
+class OrgCreate(Body):
+    name: str
+    owner_email: str
+    approved: bool = True
+
+
+class MemberAdd(Body):
+    email: str
+    role: str = Field(description="owner, admin, member or read_only")
+
+
+class MemberUpdate(Body):
+    role: str
+
+
+async def ask(msg):
+    return await services().accounts.ask("accounts", msg)
+
+
+@bp.post("/operator/v1/organizations")
+@operator
+@body(OrgCreate)
+async def create_org(data: OrgCreate):
+    out = await ask(CreateOrg(data.name, data.owner_email, data.approved))
+    if data.approved:
+        await services().on_approved(out["organization_id"])
+    return {"data": out}, 201
+
+
+@bp.post("/operator/v1/organizations/<org_id>/approve")
+@operator
+async def approve_org(org_id: str):
+    out = await ask(ApproveOrg(org_id))
+    await services().on_approved(org_id)
+    return {"data": out}
+
+
+@bp.post("/operator/v1/organizations/<org_id>/members")
+@operator
+@body(MemberAdd)
+async def add_member(org_id: str, data: MemberAdd):
+    return {"data": await ask(AddMember(org_id, data.email, data.role))}, 201
+
+
+@bp.patch("/operator/v1/organizations/<org_id>/members/<user_id>")
+@operator
+@body(MemberUpdate)
+async def change_role(org_id: str, user_id: str, data: MemberUpdate):
+    return {"data": await ask(ChangeRole(org_id, user_id, data.role))}
+
+
+@bp.delete("/operator/v1/organizations/<org_id>/members/<user_id>")
+@operator
+async def remove_member(org_id: str, user_id: str):
+    await ask(RemoveMember(org_id, user_id))
+    return "", 204

@@ -1,0 +1,71 @@
+"""Projects: list, get, create, update, archive (spec "Projects"; operations.md)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from quart import Blueprint
+
+from service.actors.accounts import ArchiveProject, CreateProject, UpdateProject
+from service.errors import NotFound
+from service.http import views
+from service.http.auth import principal, requires, services
+from service.http.schemas import Body, body
+from service.storage import accounts as sql
+
+bp = Blueprint("projects", __name__)
+
+
+class ProjectCreate(Body):
+    name: str | None = Field(default=None, description="Required (422 'name is required.' when empty).")
+    slug: str | None = None
+    description: str | None = None
+
+
+class ProjectUpdate(Body):
+    name: str | None = None
+    slug: str | None = None
+    description: str | None = None
+
+
+async def ask(msg):
+    return await services().accounts.ask("accounts", msg)
+
+
+@bp.get("/v1/projects")
+@requires("projects:read")
+async def list_projects():
+    return {"data": [views.project(r) for r in sql.list_projects(services().store, principal().org_id)]}
+
+
+@bp.get("/v1/projects/<project_id>")
+@requires("projects:read")
+async def get_project(project_id: str):
+    row = sql.get_project(services().store, principal().org_id, project_id)
+    if row is None:
+        raise NotFound("Project not found.")
+    return {"data": views.project(row)}
+
+
+@bp.post("/v1/projects")
+@requires("projects:write")
+@body(ProjectCreate)
+async def create_project(data: ProjectCreate):
+    p = principal()
+    row = await ask(CreateProject(p.org_id, p.user_id, data.name or "", data.slug, data.description))
+    return {"data": views.project(row)}, 201
+
+
+@bp.patch("/v1/projects/<project_id>")
+@requires("projects:write")
+@body(ProjectUpdate)
+async def update_project(project_id: str, data: ProjectUpdate):
+    fields = data.model_dump(exclude_unset=True)
+    row = await ask(UpdateProject(principal().org_id, project_id, fields))
+    return {"data": views.project(row)}
+
+
+@bp.post("/v1/projects/<project_id>/archive")
+@requires("projects:write")
+async def archive_project(project_id: str):
+    row = await ask(ArchiveProject(principal().org_id, project_id))
+    return {"data": views.project(row)}

@@ -1,0 +1,103 @@
+"""Request parsing with pydantic, documented in the OpenAPI document through quart-schema.
+
+`body(Model)` and `query(Model)` record the model for OpenAPI and parse the request
+themselves so every failure has the spec's shape: invalid JSON (or non-UTF-8) is 400
+`request.bad_request`; a wrong type, missing or unknown field is 400
+`request.validation_failed` with `details.errors[] = {message, key, source}`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import wraps
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from quart import request
+from quart_schema.validation import QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, QUART_SCHEMA_REQUEST_ATTRIBUTE, DataSource
+
+from service.errors import ApiError, BadRequest
+
+
+class Body(BaseModel):
+    """Base of JSON bodies: strict types, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Query(BaseModel):
+    """Base of query strings: unknown parameters refused; values arrive as strings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ValidationFailed(ApiError):
+    status = 400
+    code = "request.validation_failed"
+
+
+def errors_of(e: ValidationError, source: str) -> list[dict]:
+    out = []
+    for err in e.errors(include_url=False, include_input=False):
+        key = ".".join(str(p) for p in err["loc"]) or None
+        msg = "Object contains unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "missing":
+            msg = "Field required"
+        out.append({"message": msg, "key": key, "source": source})
+    return out
+
+
+def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
+    if not raw.strip():
+        data: Any = {}
+    else:
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise BadRequest("The request body is not valid UTF-8.") from None
+        except (json.JSONDecodeError, RecursionError):
+            raise BadRequest("The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise ValidationFailed("The request failed validation.",
+                               {"errors": [{"message": "Body must be a JSON object", "key": None,
+                                            "source": "body"}]})
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ValidationFailed("The request failed validation.", {"errors": errors_of(e, "body")}) from None
+
+
+def body(model: type[BaseModel]) -> Callable:
+    def deco(func: Callable) -> Callable:
+        @wraps(func)
+        async def wrapper(*args, **kwargs):
+            raw = await request.get_data(cache=True)
+            return await func(*args, data=parse_body(model, raw), **kwargs)
+
+        setattr(wrapper, QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON))
+        return wrapper
+
+    return deco
+
+
+def query(model: type[BaseModel]) -> Callable:
+    def deco(func: Callable) -> Callable:
+        @wraps(func)
+        async def wrapper(*args, **kwargs):
+            args_dict = {k: request.args.get(k) for k in request.args}
+            try:
+                q = model.model_validate(args_dict)
+            except ValidationError as e:
+                raise BadRequest("A query parameter is invalid.", {"errors": errors_of(e, "query")}) from None
+            return await func(*args, q=q, **kwargs)
+
+        setattr(wrapper, QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, model)
+        return wrapper
+
+    return deco
+
+
+def clamp(value: int | None, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    return max(low, min(high, value))

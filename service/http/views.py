@@ -1,0 +1,24 @@
+"""Row -> response shapes shared by routes. Nulls are kept, never omitted."""
+
+from __future__ import annotations
+
+
+def project(row: dict) -> dict:
+    return {
+        "id": row["id"], "organization_id": row["organization_id"], "name": row["name"],
+        "slug": row["slug"], "description": row["description"],
+        "is_default": bool(row["is_default"]), "is_archived": bool(row["is_archived"]),
+        "created_by": row["created_by"], "created_at": row["created_at"],
+        "updated_at": row["updated_at"], "archived_at": row["archived_at"],
+    }
+
+
+def api_key(row: dict) -> dict:
+    out = {
+        "id": row["id"], "name": row["name"], "key_prefix": row["key_prefix"], "user_id": row["user_id"],
+        "role_id": row["role_id"], "expires_at": row["expires_at"], "is_active": bool(row["is_active"]),
+        "created_at": row["created_at"], "last_used_at": row["last_used_at"],
+    }
+    if "key" in row:
+        out["key"] = row["key"]
+    return out

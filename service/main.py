@@ -1,0 +1,73 @@
+"""serve(): the nursery tree of a node, on one screen.
+
+    storage (migrated first)
+    └── actors nursery (writer, registries; outlives HTTP)
+        └── Hypercorn (trio worker)
+Shutdown: HTTP drains first, then actors stop, then storage closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from functools import partial
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+
+from service.clock import Clock
+from service.config import Settings
+from service.http.app import create_app
+from service.services import build
+from service.storage.db import Store
+from service.storage.migrate import apply_all
+
+log = logging.getLogger("service")
+
+
+def ensure_operator_token(settings: Settings) -> str:
+    """Use GENSERVICE_OPERATOR_TOKEN, else DATA_DIR/operator-token (created 0600 once)."""
+    if settings.operator_token:
+        return settings.operator_token
+    path = settings.data_dir / "operator-token"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    os.chmod(path, 0o600)
+    return path.read_text().strip()
+
+
+def hypercorn_config(settings: Settings) -> Config:
+    cfg = Config()
+    cfg.bind = [f"{settings.host}:{settings.port}"]
+    cfg.accesslog = None
+    cfg.errorlog = logging.getLogger("hypercorn.error")
+    cfg.keep_alive_timeout = 5
+    cfg.graceful_timeout = 10
+    return cfg
+
+
+async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock: Clock | None = None,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.operator_token = ensure_operator_token(settings)
+    apply_all(settings.db_path)
+    store = Store(settings.db_path)
+    shutdown = shutdown or trio.Event()
+    try:
+        async with trio.open_nursery() as actors:
+            services = build(settings, store, clock or Clock())
+            await services.start(actors)
+            app = create_app(services)
+            async with trio.open_nursery() as http:
+                urls = await http.start(partial(hypercorn_serve, app, hypercorn_config(settings),
+                                                shutdown_trigger=shutdown.wait))
+                log.info("genservice listening on %s", ", ".join(urls))
+                task_status.started(urls)
+            await services.aclose()
+            actors.cancel_scope.cancel()
+    finally:
+        store.close()

@@ -1,0 +1,148 @@
+"""SQL of organizations, users, API keys and projects. Write functions take the batch's
+connection (they run inside `Store.write`); read functions take the Store."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+
+from service.errors import Conflict
+
+KEY_COLUMNS = "id, name, key_prefix, user_id, role_id, expires_at, is_active, created_at, last_used_at"
+PROJECT_COLUMNS = ("id, organization_id, name, slug, description, is_default, is_archived, "
+                   "created_by, created_at, updated_at, archived_at")
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+# -- organizations and users -------------------------------------------------------------
+def insert_org(conn, org_id: str, name: str, now: str, approved: bool) -> None:
+    conn.execute("INSERT INTO organizations (id, name, created_at, approved_at) VALUES (?,?,?,?)",
+                 (org_id, name, now, now if approved else None))
+
+
+def approve_org(conn, org_id: str, now: str) -> str:
+    """Set approved_at once; returns the approval time (the first one on repeats)."""
+    conn.execute("UPDATE organizations SET approved_at = ? WHERE id = ? AND approved_at IS NULL",
+                 (now, org_id))
+    return conn.execute("SELECT approved_at FROM organizations WHERE id = ?", (org_id,)).fetchone()["approved_at"]
+
+
+def insert_user(conn, user_id: str, org_id: str, email: str, role: str, now: str) -> None:
+    conn.execute("INSERT INTO users (id, organization_id, email, role, created_at) VALUES (?,?,?,?,?)",
+                 (user_id, org_id, email, role, now))
+
+
+def get_user(conn, org_id: str, user_id: str) -> dict | None:
+    return conn.execute("SELECT * FROM users WHERE id = ? AND organization_id = ?",
+                        (user_id, org_id)).fetchone()
+
+
+def set_user_role(conn, user_id: str, role: str) -> None:
+    conn.execute("UPDATE users SET role = ? WHERE id = ?", (role, user_id))
+
+
+def deactivate_user(conn, user_id: str, now: str) -> None:
+    conn.execute("UPDATE users SET is_active = 0, removed_at = ? WHERE id = ?", (now, user_id))
+
+
+def owner_email(conn, org_id: str) -> str | None:
+    row = conn.execute("SELECT email FROM users WHERE organization_id = ? AND role = 'owner' "
+                       "AND is_active = 1 ORDER BY created_at LIMIT 1", (org_id,)).fetchone()
+    return row["email"] if row else None
+
+
+# -- API keys ------------------------------------------------------------------------------
+def insert_key(conn, row: dict) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO api_keys ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+
+def get_key(conn_or_store, org_id: str, key_id: str) -> dict | None:
+    sql = f"SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ? AND organization_id = ? AND revoked_at IS NULL"
+    return _one(conn_or_store, sql, (key_id, org_id))
+
+
+def list_keys(store, org_id: str) -> list[dict]:
+    return store.all(f"SELECT {KEY_COLUMNS} FROM api_keys WHERE organization_id = ? AND revoked_at IS NULL "
+                     "ORDER BY created_at DESC, id DESC", (org_id,))
+
+
+def update_key(conn, key_id: str, fields: dict) -> None:
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    conn.execute(f"UPDATE api_keys SET {sets} WHERE id = ?", (*fields.values(), key_id))
+
+
+def revoke_key(conn, key_id: str, now: str) -> None:
+    conn.execute("UPDATE api_keys SET revoked_at = ?, is_active = 0 WHERE id = ?", (now, key_id))
+
+
+def touch_keys(conn, touches: dict[str, str]) -> None:
+    conn.executemany("UPDATE api_keys SET last_used_at = ? WHERE id = ?",
+                     [(ts, kid) for kid, ts in touches.items()])
+
+
+def key_for_auth(store, key_hash: str) -> dict | None:
+    """Everything the authenticator needs in one indexed read."""
+    return store.one(
+        "SELECT k.id, k.organization_id, k.user_id, k.role_id, k.expires_at, k.is_active, "
+        "k.revoked_at, k.last_used_at, u.role AS user_role, u.is_active AS user_active, "
+        "o.approved_at FROM api_keys k JOIN users u ON u.id = k.user_id "
+        "JOIN organizations o ON o.id = k.organization_id WHERE k.key_hash = ?",
+        (key_hash,),
+    )
+
+
+# -- projects ------------------------------------------------------------------------------
+def insert_project(conn, row: dict) -> None:
+    try:
+        insert_key_like(conn, "projects", row)
+    except sqlite3.IntegrityError:
+        raise Conflict("The slug is already taken.", {"slug": row["slug"]}) from None
+
+
+def insert_key_like(conn, table: str, row: dict) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+
+def slug_taken(conn, org_id: str, slug: str) -> bool:
+    return conn.execute("SELECT 1 FROM projects WHERE organization_id = ? AND slug = ?",
+                        (org_id, slug)).fetchone() is not None
+
+
+def update_project(conn, project_id: str, fields: dict) -> None:
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    try:
+        conn.execute(f"UPDATE projects SET {sets} WHERE id = ?", (*fields.values(), project_id))
+    except sqlite3.IntegrityError:
+        raise Conflict("The slug is already taken.", {"slug": fields.get("slug")}) from None
+
+
+def get_project(conn_or_store, org_id: str, ref: str) -> dict | None:
+    """A project by id or slug within the organization."""
+    return _one(conn_or_store, f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
+                "AND (id = ? OR slug = ?)", (org_id, ref, ref))
+
+
+def default_project(conn_or_store, org_id: str) -> dict | None:
+    return _one(conn_or_store, f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
+                "AND is_default = 1", (org_id,))
+
+
+def list_projects(store, org_id: str) -> list[dict]:
+    return store.all(f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
+                     "ORDER BY created_at DESC, id DESC", (org_id,))
+
+
+def role_users(store, org_id: str, role: str) -> list[dict]:
+    return store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? AND role = ? "
+                     "AND is_active = 1 ORDER BY created_at DESC", (org_id, role))
+
+
+def _one(conn_or_store, sql: str, params: tuple) -> dict | None:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchone()
+    return conn_or_store.one(sql, params)

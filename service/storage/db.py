@@ -1,0 +1,148 @@
+"""The one SQLite writer (group commit) and the read-only readers.
+
+All writes go through `Store.write(fn)`: `fn(conn)` runs inside a batch transaction with
+every other write queued at the same moment (one COMMIT, one fsync for the batch). Each
+write gets its own SAVEPOINT, so one failing write rolls back alone and its caller gets
+the exception; the rest of the batch commits. If the COMMIT itself fails, every caller of
+the batch gets the error and nothing of it is applied.
+
+The writer runs batches in a worker thread by default (the event loop keeps serving during
+fsync). `inline=True` runs them on the trio thread: tests with trio's autojump clock need
+that, because autojump treats a thread as idle time.
+
+Readers: one read-only connection used from the trio thread; queries are short and
+indexed, and WAL lets them run while the writer commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 512
+
+
+def dict_factory(cursor: sqlite3.Cursor, row: tuple) -> dict:
+    return {d[0]: v for d, v in zip(cursor.description, row)}
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                               isolation_level=None)
+    else:
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.row_factory = dict_factory
+    return conn
+
+
+class _Write:
+    __slots__ = ("fn", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Store:
+    """Owns the writer connection, its batching task, and the reader connection."""
+
+    def __init__(self, path: Path | str, *, inline: bool = False) -> None:
+        self.path = Path(path)
+        self.inline = inline
+        self.conn = connect(self.path)
+        self.reader = connect(self.path, readonly=True)
+        self._send, self._recv = trio.open_memory_channel[_Write](float("inf"))
+        self._limiter = trio.CapacityLimiter(1)
+        self.batches = 0
+        self.writes = 0
+        self.broken: BaseException | None = None
+
+    # -- reads ---------------------------------------------------------------
+    def all(self, sql: str, params: tuple | list | dict = ()) -> list[dict]:
+        return self.reader.execute(sql, params).fetchall()
+
+    def one(self, sql: str, params: tuple | list | dict = ()) -> dict | None:
+        return self.reader.execute(sql, params).fetchone()
+
+    def scalar(self, sql: str, params: tuple | list | dict = ()) -> Any:
+        row = self.reader.execute(sql, params).fetchone()
+        return None if row is None else next(iter(row.values()))
+
+    # -- writes --------------------------------------------------------------
+    async def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run `fn(conn)` in the next batch transaction; return its result after COMMIT."""
+        if self.broken is not None:
+            raise RuntimeError("storage is broken") from self.broken
+        item = _Write(fn)
+        self._send.send_nowait(item)
+        await item.done.wait()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: take what is queued, commit it as one batch, wake the writers."""
+        task_status.started()
+        async with self._recv:
+            while True:
+                first = await self._recv.receive()
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(self._recv.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                if self.inline:
+                    self._commit(batch)
+                else:
+                    await trio.to_thread.run_sync(self._commit, batch, limiter=self._limiter)
+                for item in batch:
+                    item.done.set()
+
+    def _commit(self, batch: list[_Write]) -> None:
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for item in batch:
+                conn.execute("SAVEPOINT w")
+                try:
+                    item.result = item.fn(conn)
+                except BaseException as e:  # noqa: BLE001 - delivered to the caller
+                    conn.execute("ROLLBACK TO w")
+                    item.error = e
+                conn.execute("RELEASE w")
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            log.exception("batch commit failed")
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            for item in batch:
+                item.error = e
+                item.result = None
+            if isinstance(e, (sqlite3.DatabaseError,)) and "malformed" in str(e):
+                self.broken = e
+        self.batches += 1
+        self.writes += len(batch)
+
+    def close(self) -> None:
+        self.conn.close()
+        self.reader.close()
+
+    def checkpoint(self) -> None:
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -1,0 +1,30 @@
+"""Apply every migration set before anything runs. Each feature owns one set (schema_*.py)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sqlite3
+
+from sqlite_utils import Database
+
+import service.storage as pkg
+
+
+def migration_sets():
+    """Every `schema_*` module's `migrations`, in module-name order (accounts first)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith("schema_"))
+    names.sort(key=lambda n: (n != "schema_accounts", n))
+    return [importlib.import_module(f"service.storage.{n}").migrations for n in names]
+
+
+def apply_all(path) -> None:
+    """Migrate on a plain connection of its own (sqlite-utils expects tuple rows)."""
+    conn = sqlite3.connect(str(path))
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        db = Database(conn)
+        for m in migration_sets():
+            m.apply(db)
+    finally:
+        conn.close()

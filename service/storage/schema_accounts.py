@@ -1,0 +1,80 @@
+"""Tables of organizations, users, API keys, projects, and the event/email outboxes."""
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+migrations = Migrations("accounts")
+
+
+@migrations()
+def m001_accounts(db: Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE organizations (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            approved_at TEXT
+        );
+        CREATE TABLE users (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            email TEXT NOT NULL,
+            role TEXT NOT NULL,
+            is_active INTEGER NOT NULL DEFAULT 1,
+            created_at TEXT NOT NULL,
+            removed_at TEXT
+        );
+        CREATE INDEX users_org ON users(organization_id);
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            user_id TEXT NOT NULL REFERENCES users(id),
+            name TEXT NOT NULL,
+            key_prefix TEXT NOT NULL,
+            key_hash TEXT NOT NULL UNIQUE,
+            role_id TEXT,
+            expires_at TEXT,
+            is_active INTEGER NOT NULL DEFAULT 1,
+            revoked_at TEXT,
+            created_at TEXT NOT NULL,
+            last_used_at TEXT
+        );
+        CREATE INDEX api_keys_org ON api_keys(organization_id, created_at);
+        CREATE TABLE projects (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            name TEXT NOT NULL,
+            slug TEXT NOT NULL,
+            description TEXT,
+            is_default INTEGER NOT NULL DEFAULT 0,
+            is_archived INTEGER NOT NULL DEFAULT 0,
+            created_by TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT,
+            archived_at TEXT,
+            UNIQUE (organization_id, slug)
+        );
+        -- Account-webhook events, written in the same transaction as the change that fires
+        -- them; the delivery actor fans them out to the organization's webhooks.
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            organization_id TEXT NOT NULL,
+            event TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            dispatched INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX events_pending ON events(dispatched, seq);
+        -- Outgoing email (low-balance warnings, ...). SMTP delivery reads this table.
+        CREATE TABLE emails (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL,
+            to_address TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            body TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            sent_at TEXT
+        );
+        """
+    )

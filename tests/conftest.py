@@ -1,0 +1,69 @@
+"""Shared fixtures: an in-process node (real storage on a temp file, real actors, Quart's
+test client) and helpers to create organizations through the operator API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from service.clock import Clock
+from service.config import Settings
+from service.http.app import create_app
+from service.services import build
+from service.storage.db import Store
+from service.storage.migrate import apply_all
+
+OPERATOR = "test-operator-token"
+START = 1_790_000_000.0  # a fixed service time for deterministic timestamps
+
+
+class Node:
+    def __init__(self, services, app) -> None:
+        self.services = services
+        self.app = app
+        self.client = app.test_client()
+        self.store = services.store
+        self.clock = services.clock
+
+    def op_headers(self) -> dict:
+        return {"Authorization": f"Bearer {OPERATOR}"}
+
+    async def op(self, method: str, path: str, json=None):
+        return await self.client.open("/operator/v1" + path, method=method, json=json,
+                                      headers=self.op_headers())
+
+    async def create_org(self, name="Acme", email="owner@acme.test", approved=True) -> dict:
+        r = await self.op("POST", "/organizations", {"name": name, "owner_email": email, "approved": approved})
+        assert r.status_code == 201, await r.get_data(as_text=True)
+        return (await r.get_json())["data"]
+
+    async def add_member(self, org_id: str, role: str, email: str | None = None) -> dict:
+        r = await self.op("POST", f"/organizations/{org_id}/members",
+                          {"email": email or f"{role}@acme.test", "role": role})
+        assert r.status_code == 201, await r.get_data(as_text=True)
+        return (await r.get_json())["data"]
+
+    async def call(self, method: str, path: str, key: str | None, json=None, headers=None, **kw):
+        h = dict(headers or {})
+        if key is not None:
+            h["Authorization"] = f"Bearer {key}"
+        return await self.client.open(path, method=method, json=json, headers=h, **kw)
+
+
+async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = True, **overrides) -> Node:
+    settings = Settings(data_dir=tmp_path, operator_token=OPERATOR, base_url="http://testserver",
+                        **overrides)
+    apply_all(settings.db_path)
+    store = Store(settings.db_path, inline=inline)
+    services = build(settings, store, Clock(start=START))
+    await services.start(nursery)
+    return Node(services, create_app(services))
+
+
+@pytest.fixture
+async def node(nursery, tmp_path) -> Node:
+    n = await start_node(nursery, tmp_path, test_mode=True)
+    yield n
+    n.store.close()
