@@ -6,10 +6,13 @@ Each feature adds its registry here and, if it has work to resume after a restar
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Awaitable, Callable
 
 import trio
 
+from service import features
 from service.actors.accounts import AccountsActor
 from service.actors.runtime import Registry
 from service.clock import Clock
@@ -46,5 +49,8 @@ class Services:
 
 
 def build(settings: Settings, store: Store, clock: Clock) -> Services:
-    """Assemble the node; features attach themselves here."""
-    return Services(settings, store, clock)
+    """Assemble the node: every module of `service.features` attaches itself, in name order."""
+    services = Services(settings, store, clock)
+    for name in sorted(m.name for m in pkgutil.iter_modules(features.__path__)):
+        importlib.import_module(f"service.features.{name}").attach(services)
+    return services

@@ -8,6 +8,7 @@ per route (51 MiB for uploads, 1 MiB elsewhere); `X-Process-Time` on every respo
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import time
 import uuid
 
@@ -16,14 +17,16 @@ from quart_schema import QuartSchema
 from quart_schema.openapi import OpenAPIProvider
 from quart_trio import QuartTrio
 
-from service.http import errors
+from service.http import errors, routes
 
 MiB = 1024 * 1024
 UPLOAD_BODY_LIMIT = 51 * MiB
 BODY_LIMIT = 1 * MiB
 
-# Blueprint modules under service/http/routes/, each exporting `bp`.
-ROUTE_MODULES = ["health", "projects", "roles", "api_keys", "operator"]
+
+def route_modules() -> list[str]:
+    """Every module under service/http/routes/ exports a blueprint `bp`."""
+    return sorted(m.name for m in pkgutil.iter_modules(routes.__path__))
 
 
 class Provider(OpenAPIProvider):
@@ -75,7 +78,7 @@ def create_app(services) -> QuartTrio:
             response.headers["X-Process-Time"] = f"{(time.perf_counter() - started) * 1000:.2f}"
         return response
 
-    for name in ROUTE_MODULES:
+    for name in route_modules():
         module = importlib.import_module(f"service.http.routes.{name}")
         app.register_blueprint(module.bp)
     return app

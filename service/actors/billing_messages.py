@@ -1,0 +1,62 @@
+"""Messages of the balance actor (one actor per organization, registry `services.balances`,
+key = organization id). Every message that moves money carries an id and is idempotent on
+it, because an ask can time out after the actor committed. Amounts are integer
+micro-credits; times are service-time floats (seconds since the epoch).
+
+Replies:
+- PlaceHold -> dict hold row (id, job_id, workflow_run_id, project_id, status, amount_uc, ...);
+  raises InsufficientCredits(details required/available as 2-place strings) and creates
+  nothing when `amount_uc` > available. Repeating a hold_id returns the original hold.
+- Capture -> dict hold row, status captured. `amount_uc` None = the held amount; less than
+  held returns the remainder; more than held is refused. Capturing twice charges once.
+- Release -> dict hold row, status released. Releasing twice settles once. Capture of a
+  released hold or release of a captured one raises Conflict.
+- Grant -> dict lot row (id, source, amount, remaining, expires_at, reason, created_at);
+  repeating a grant_id returns the original lot (a top-up paid twice adds one lot).
+- SettingsPut -> dict settings (re-arms the low-balance warning and checks at once).
+- Snapshot -> dict of the actor's memory (tests and the benchmark compare it to the DB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PlaceHold:
+    hold_id: str
+    amount_uc: int
+    job_id: str | None = None
+    workflow_run_id: str | None = None
+    project_id: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Capture:
+    hold_id: str
+    amount_uc: int | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    hold_id: str
+
+
+@dataclass(frozen=True)
+class Grant:
+    grant_id: str
+    amount_uc: int
+    source: str = "promo"
+    expires_at: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SettingsPut:
+    low_balance_threshold_uc: int | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    pass
