@@ -1,0 +1,45 @@
+"""Model backends: the built-in local models and the test-mode directives.
+
+`render(req)` is the one entry point; `runnable(name)` says whether this node
+can run a backend named in the catalog.
+"""
+
+from .base import (
+    FAILURE_MESSAGES,
+    MSG_INCOMPLETE,
+    MSG_INTERNAL,
+    MSG_NO_OUTPUT,
+    MSG_UNAVAILABLE,
+    MSG_UPSTREAM,
+    BackendError,
+    Completed,
+    Failed,
+    Flagged,
+    InputFile,
+    Outcome,
+    Output,
+    RenderRequest,
+)
+from .run import BACKENDS, RENDER_LIMITER, Backend, render, runnable
+
+__all__ = [
+    "BACKENDS",
+    "FAILURE_MESSAGES",
+    "MSG_INCOMPLETE",
+    "MSG_INTERNAL",
+    "MSG_NO_OUTPUT",
+    "MSG_UNAVAILABLE",
+    "MSG_UPSTREAM",
+    "RENDER_LIMITER",
+    "Backend",
+    "BackendError",
+    "Completed",
+    "Failed",
+    "Flagged",
+    "InputFile",
+    "Outcome",
+    "Output",
+    "RenderRequest",
+    "render",
+    "runnable",
+]
