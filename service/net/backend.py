@@ -1,0 +1,98 @@
+"""An httpcore network backend that only connects to vetted addresses.
+
+httpcore asks the backend to connect to the URL's host name. We resolve the
+name ourselves, drop every address the guard refuses, and connect to a kept
+address given as an IP literal, so the address checked is the address
+connected to (a DNS answer that changes between check and connect cannot
+slip through). TLS is layered on afterwards by httpcore with the URL's host
+name, so certificate checks and SNI still use the name, not the IP.
+
+A name with both public and refused addresses is not refused: only its public
+addresses are tried, in resolver order, one after another.
+"""
+
+from __future__ import annotations
+
+import typing
+
+import httpcore
+import trio
+
+from service.net.guard import is_public, parse_ip
+
+
+class AddressNotAllowed(Exception):
+    """Every address of the host is refused by the guard."""
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """One per attempt: also remembers every stream it opened, to close them all."""
+
+    def __init__(self, *, allow_private: bool):
+        self._allow_private = allow_private
+        self._trio = httpcore.TrioBackend()
+        self._streams: list[httpcore.AsyncNetworkStream] = []
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[typing.Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await self.vetted_addresses(host, port)
+        last_error: Exception | None = None
+        for address in addresses:
+            try:
+                stream = await self._trio.connect_tcp(
+                    address, port, local_address=local_address, socket_options=socket_options
+                )
+            except httpcore.ConnectError as exc:
+                last_error = exc
+                continue
+            self._streams.append(stream)
+            return stream
+        assert last_error is not None
+        raise last_error
+
+    async def vetted_addresses(self, host: str, port: int) -> list[str]:
+        """Resolve `host`, keep the allowed addresses as IP literals, in resolver order."""
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"could not resolve {host!r}") from exc
+        kept: list[str] = []
+        for _family, _type, _proto, _name, sockaddr in infos:
+            literal = str(sockaddr[0])
+            if not self._allow_private and not is_public(parse_ip(literal)):
+                continue
+            if len(sockaddr) == 4 and sockaddr[3]:  # IPv6 scope id, private mode only
+                literal = f"{literal.split('%')[0]}%{sockaddr[3]}"
+            if literal not in kept:
+                kept.append(literal)
+        if not kept:
+            raise AddressNotAllowed(host)
+        return kept
+
+    async def close_all(self) -> None:
+        """Close every socket this attempt opened, whatever state httpcore left it in."""
+        streams, self._streams = self._streams, []
+        for stream in streams:
+            await trio.aclose_forcefully(_Closable(stream))
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("unix sockets are not used")
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+class _Closable(trio.abc.AsyncResource):
+    """Lets trio.aclose_forcefully close an httpcore stream."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream):
+        self._stream = stream
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
