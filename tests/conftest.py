@@ -31,8 +31,8 @@ class Node:
         return {"Authorization": f"Bearer {OPERATOR}"}
 
     async def op(self, method: str, path: str, json=None):
-        return await self.client.open("/operator/v1" + path, method=method, json=json,
-                                      headers=self.op_headers())
+        kw = {} if json is None else {"json": json}
+        return await self.client.open("/operator/v1" + path, method=method, headers=self.op_headers(), **kw)
 
     async def create_org(self, name="Acme", email="owner@acme.test", approved=True) -> dict:
         r = await self.op("POST", "/organizations", {"name": name, "owner_email": email, "approved": approved})
@@ -49,7 +49,9 @@ class Node:
         h = dict(headers or {})
         if key is not None:
             h["Authorization"] = f"Bearer {key}"
-        return await self.client.open(path, method=method, json=json, headers=h, **kw)
+        if json is not None:
+            kw["json"] = json
+        return await self.client.open(path, method=method, headers=h, **kw)
 
 
 async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = True, **overrides) -> Node:

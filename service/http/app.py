@@ -16,6 +16,7 @@ from quart import g, request
 from quart_schema import QuartSchema
 from quart_schema.openapi import OpenAPIProvider
 from quart_trio import QuartTrio
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.http import errors, routes
 
@@ -67,7 +68,12 @@ def create_app(services) -> QuartTrio:
         g.request_id = str(uuid.uuid4())
         g.started = time.perf_counter()
         upload = request.path == "/v1/generation/uploads"
-        request.max_content_length = UPLOAD_BODY_LIMIT if upload else BODY_LIMIT
+        limit = UPLOAD_BODY_LIMIT if upload else BODY_LIMIT
+        # Quart sizes the body buffer when the request is built, from the app-wide limit;
+        # tighten it per route here (a declared length over it is refused before reading).
+        request.body._max_content_length = limit
+        if request.content_length is not None and request.content_length > limit:
+            raise RequestEntityTooLarge()
         if not upload:
             await request.get_data(cache=True)
 

@@ -86,6 +86,8 @@ def install(app: Quart) -> None:
         for k, v in e.get_headers():
             if k.lower() == "allow":
                 resp.headers[k] = v
+        if e.code == 413:  # the unread body stays on the wire: end the connection
+            resp.headers["Connection"] = "close"
         return resp, status
 
     @app.errorhandler(Exception)
