@@ -275,3 +275,33 @@ def test_loader_refuses_duplicate_ids_unknown_top_level_keys_and_bad_toml(tmp_pa
     assert _error("[[models]\nid=").startswith("x.toml: not valid TOML:")
     with pytest.raises(CatalogError, match="cannot read catalog"):
         load_catalog(str(tmp_path / "missing.toml"))
+
+
+def test_catalog_layer_is_pure():
+    """stdlib + pydantic (+ the errors tree and money helpers) only: no trio, SQL or HTTP."""
+    import ast
+    import pathlib
+    import sys
+
+    import service.catalog as pkg
+
+    allowed_service = {"service.errors", "service.money"}
+    io_modules = {"sqlite3", "http", "urllib.request", "socket", "ssl", "asyncio", "threading", "subprocess"}
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in io_modules and name not in io_modules, f"{path.name} imports {name}"
+                ok = (
+                    top in sys.stdlib_module_names
+                    or top == "pydantic"
+                    or name in allowed_service
+                    or top == "__future__"
+                )
+                assert ok, f"{path.name} imports {name}"
