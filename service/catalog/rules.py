@@ -27,7 +27,7 @@ Decisions where the spec is open:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from service.errors import NotFound, Unavailable, Unprocessable
 from service.money import fmt
