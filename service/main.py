@@ -56,7 +56,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     settings.operator_token = ensure_operator_token(settings)
     apply_all(settings.db_path)
     store = Store(settings.db_path)
-    shutdown = shutdown or trio.Event()
+    shutdown = trio.Event() if shutdown is None else shutdown
     try:
         async with trio.open_nursery() as actors:
             services = build(settings, store, clock or Clock())
@@ -65,6 +65,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
             async with trio.open_nursery() as http:
                 urls = await http.start(partial(hypercorn_serve, app, hypercorn_config(settings),
                                                 shutdown_trigger=shutdown.wait))
+                if not settings.base_url:  # port 0: URLs the API returns follow the bound port
+                    settings.base_url = urls[0]
                 log.info("genservice listening on %s", ", ".join(urls))
                 task_status.started(urls)
             await services.aclose()

@@ -1,0 +1,161 @@
+"""The actor runtime: ask/tell, batching, deadlines on the service clock, crash and restart
+limit, actors that finish, and replies to callers that went away."""
+
+import pytest
+import trio
+
+from service.actors.runtime import MAX_RESTARTS, Actor, Registry
+from service.clock import Clock
+from service.errors import ActorGone, AskTimeout, NotFound
+
+
+class Counter(Actor):
+    loads = 0
+    store: dict = {}
+
+    def __init__(self, key):
+        self.key = key
+
+    async def load(self):
+        Counter.loads += 1
+        self.n = Counter.store.get(self.key, 0)
+        self.batches = []
+
+    async def handle_batch(self, msgs):
+        self.batches.append(len(msgs))
+        out = []
+        for m in msgs:
+            if m == "boom":
+                raise RuntimeError("crash")
+            if m == "missing":
+                from service.actors.runtime import fail
+                out.append(fail(NotFound("nothing here")))
+                continue
+            if m == "slow":
+                await trio.sleep(100)
+            self.n += 1
+            Counter.store[self.key] = self.n
+            out.append((self.n, list(self.batches)))
+        return out
+
+
+@pytest.fixture
+async def registry(nursery):
+    Counter.loads = 0
+    Counter.store = {}
+    reg = Registry("counters", Counter, Clock(start=1000.0))
+    await nursery.start(reg.run)
+    return reg
+
+
+async def test_ask_and_tell(registry):
+    assert (await registry.ask("a", "inc"))[0] == 1
+    registry.tell("a", "inc")
+    assert (await registry.ask("a", "inc"))[0] == 3
+    assert (await registry.ask("b", "inc"))[0] == 1
+
+
+async def test_queued_messages_form_one_batch(registry):
+    results = []
+
+    async def one():
+        results.append(await registry.ask("a", "inc"))
+
+    async with trio.open_nursery() as n:
+        for _ in range(10):
+            n.start_soon(one)
+    assert max(batch for _, batches in results for batch in batches) > 1
+    assert sorted(r[0] for r in results) == list(range(1, 11))
+
+
+async def test_service_error_reply_is_raised(registry):
+    with pytest.raises(NotFound):
+        await registry.ask("a", "missing")
+    assert (await registry.ask("a", "inc"))[0] == 1
+
+
+async def test_crash_reloads_from_storage(registry):
+    await registry.ask("a", "inc")
+    with pytest.raises(ActorGone):
+        await registry.ask("a", "boom")
+    assert (await registry.ask("a", "inc"))[0] == 2  # reloaded state, not lost
+    assert Counter.loads == 2
+
+
+async def test_restart_limit_keeps_actor_down(registry):
+    for _ in range(MAX_RESTARTS + 1):
+        with pytest.raises(ActorGone):
+            await registry.ask("a", "boom")
+    with pytest.raises(ActorGone):
+        await registry.ask("a", "inc")
+    assert (await registry.ask("b", "inc"))[0] == 1  # the node keeps running
+
+
+async def test_ask_timeout(registry, autojump_clock):
+    with pytest.raises(AskTimeout):
+        await registry.ask("a", "slow", timeout=5)
+
+
+class Timer(Actor):
+    fired: list = []
+
+    def __init__(self, key, clock):
+        self.clock = clock
+        self.deadline = 2000.0
+
+    def next_deadline(self):
+        return self.deadline
+
+    async def on_deadline(self):
+        Timer.fired.append(self.clock.now())
+        self.deadline = None
+
+    async def handle(self, msg):
+        return msg
+
+
+async def test_deadline_fires_on_service_time(nursery, autojump_clock):
+    clock = Clock(start=1000.0)
+    Timer.fired = []
+    reg = Registry("timers", lambda k: Timer(k, clock), clock)
+    await nursery.start(reg.run)
+    await reg.ask("t", "hi")
+    await trio.sleep(999)
+    assert Timer.fired == []
+    await trio.sleep(1)
+    await trio.sleep(0.001)
+    assert Timer.fired and Timer.fired[0] == pytest.approx(2000.0)
+
+
+async def test_clock_advance_wakes_actor_at_once(nursery, autojump_clock):
+    clock = Clock(start=1000.0)
+    Timer.fired = []
+    reg = Registry("timers", lambda k: Timer(k, clock), clock)
+    await nursery.start(reg.run)
+    await reg.ask("t", "hi")
+    before = trio.current_time()
+    clock.advance(5000)
+    await trio.sleep(0.001)
+    assert len(Timer.fired) == 1 and trio.current_time() - before < 1
+
+
+class Once(Actor):
+    async def handle(self, msg):
+        self.done = True
+        return "ok"
+
+
+async def test_finished_actor_stops_and_respawns(nursery):
+    reg = Registry("once", lambda k: Once(), Clock(start=0.0))
+    await nursery.start(reg.run)
+    assert await reg.ask("x", 1) == "ok"
+    await trio.sleep(0.01)
+    assert reg.keys() == []
+    assert await reg.ask("x", 2) == "ok"
+
+
+async def test_reply_to_departed_caller_is_dropped(registry, autojump_clock):
+    with trio.move_on_after(1):
+        await registry.ask("a", "slow", timeout=50)
+    await trio.sleep(200)  # the actor replies to nobody, without raising
+    assert (await registry.ask("a", "inc"))[0] == 2
