@@ -77,6 +77,11 @@ def test_video_plan_by_model_route_with_url_input(cat):
     assert (p.price_uc, p.aspect_ratio, p.seed, p.inputs) == (20_000_000, "9:16", 7, {"start_frame": [IMG]})
 
 
+@pytest.mark.parametrize(("seed", "expected"), [(7, 7), (12.9, 12), (-3.0, -3), (None, None), ("7", None), (True, None)])
+def test_seed_is_passed_on_as_a_whole_number(cat, seed, expected):
+    assert plan(cat, {"prompt": "x", "seed": seed}, capability="image.generate").seed == expected
+
+
 def test_video_duration_defaults_and_accepts_whole_float(cat):
     assert plan(cat, CLIP, capability="video.generate").duration == 5
     assert plan(cat, {**CLIP, "duration": 5.0}, capability="video.generate").duration == 5

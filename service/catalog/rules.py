@@ -53,7 +53,7 @@ class Plan:
     price_uc: int
     tier: str
     inputs: dict[str, list[str]] = field(default_factory=dict)  # every model slot -> asset ids
-    seed: int | None = None
+    seed: int | None = None  # not a spec field; None = the job picks one
 
     @property
     def credits(self) -> str:
@@ -135,8 +135,17 @@ def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
     return Plan(
         capability=cap.id, model=m.id, backend=m.backend, resolution=resolution,
         duration=duration, aspect_ratio=aspect_ratio, prompt=prompt, price_uc=price,
-        tier=tier_label(resolution, duration), inputs=inputs, seed=body.get("seed"),
+        tier=tier_label(resolution, duration), inputs=inputs, seed=_seed(body.get("seed")),
     )
+
+
+def _seed(value: Any) -> int | None:
+    """Backends take a whole seed; a product's `number` input may send 12.5 (its whole part is used)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return None
+    return int(value)
 
 
 def _unknown(model_id: str, known: list[str]) -> Unprocessable:
