@@ -1,0 +1,85 @@
+"""A small closed-loop HTTP/1.1 load generator over raw trio sockets (keep-alive), light
+enough that the client does not dominate a 2-core machine. Used by the bench scripts."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import trio
+
+
+@dataclass
+class Result:
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+    statuses: dict[int, int]
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, p: float) -> float:
+        xs = sorted(self.latencies_ms)
+        return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+    def summary(self) -> dict:
+        return {"rps": round(self.rps, 1), "p50_ms": round(self.pct(0.50), 2), "p99_ms": round(self.pct(0.99), 2),
+                "requests": self.requests, "statuses": self.statuses}
+
+
+async def _read_response(stream, buf: bytearray) -> int:
+    while b"\r\n\r\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    length = 0
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v)
+    body = bytearray(rest)
+    while len(body) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        body += chunk
+    buf[:] = body[length:]
+    return status
+
+
+async def run(host: str, port: int, path: str, *, headers: dict | None = None, connections: int = 10,
+              total: int = 2000) -> Result:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    req = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    remaining = [total]
+
+    async def worker():
+        stream = await trio.open_tcp_stream(host, port)
+        buf = bytearray()
+        async with stream:
+            while remaining[0] > 0:
+                remaining[0] -= 1
+                t0 = time.perf_counter()
+                await stream.send_all(req)
+                status = await _read_response(stream, buf)
+                latencies.append((time.perf_counter() - t0) * 1000)
+                statuses[status] = statuses.get(status, 0) + 1
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as n:
+        for _ in range(connections):
+            n.start_soon(worker)
+    return Result(len(latencies), time.perf_counter() - t0, latencies, statuses)
+
+
+def median(xs):
+    return statistics.median(xs)
