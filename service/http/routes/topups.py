@@ -1,0 +1,147 @@
+"""Top-ups (spec "Billing": quote, list, create) plus the two routes payment providers
+use outside /v1: the built-in test provider's checkout page and Stripe's webhook.
+
+Decisions where the spec is open:
+- `GET /v1/billing/topups`: `limit` defaults to 50, clamped to 1..200; newest first.
+- `GET /v1/billing/topups/{id}`: one top-up of the organization (404 otherwise); additive.
+- `success_url` / `cancel_url`: absolute http(s) URLs (422 otherwise); they default to
+  `{base_url}/billing?topup=<id>&checkout=success|cancel` (the dashboard's Billing page).
+- `credits` must be a JSON integer (strict: "500" and 500.0 are 400s); out of range is 422.
+- The order of checks is body (400), range (422), provider configured (503
+  billing.not_configured), checkout start (503 request.service_unavailable, top-up
+  recorded `expired`, details.topup_id).
+- `POST /webhooks/stripe` (hidden from OpenAPI): 404 unless Stripe is the provider; 503
+  billing.not_configured without a webhook secret; 400 for a bad signature, a stale
+  timestamp or a body that is not an event (nothing changes); otherwise 200
+  `{received: true, result}` once the change is committed (result: the top-up's status,
+  `ignored` or `conflict`); 404 when a paid session names a top-up this node does not know
+  (Stripe retries).
+"""
+
+from __future__ import annotations
+
+import html
+from urllib.parse import urlsplit
+
+from pydantic import Field
+from quart import Blueprint, Response, request
+from quart_schema import hide
+
+from service.errors import BadRequest, NotFound, Unavailable, Unprocessable
+from service.http.auth import principal, requires, services
+from service.http.schemas import Body, Query, body, clamp, query
+from service.money import fmt
+from service.payments import InvalidWebhook, facade
+from service.storage import topups as sql
+
+bp = Blueprint("topups", __name__)
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+MAX_URL = 2048
+ROUTE_MISSING = "The requested resource was not found."
+
+
+class TopupCreate(Body):
+    credits: int = Field(description="Whole credits, between min_credits and max_credits of the quote.")
+    success_url: str | None = Field(default=None, description="Where the checkout returns after payment.")
+    cancel_url: str | None = Field(default=None, description="Where the checkout returns when abandoned.")
+
+
+class TopupList(Query):
+    limit: int | None = None
+
+
+def topup_view(row: dict) -> dict:
+    return {
+        "id": row["id"], "created_at": row["created_at"], "credits": fmt(row["credits_uc"]),
+        "amount_cents": row["amount_cents"], "currency": row["currency"], "status": row["status"],
+        "paid_at": row["paid_at"],
+    }
+
+
+def check_url(field: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or len(value) > MAX_URL:
+        raise Unprocessable(f"{field} must be an absolute http or https URL.", {"field": field})
+    return value.strip()
+
+
+@bp.get("/v1/billing/topups/quote")
+@requires("billing:read")
+async def get_quote():
+    return {"data": facade.quote(services()).view()}
+
+
+@bp.get("/v1/billing/topups")
+@requires("billing:read")
+@query(TopupList)
+async def list_topups(q: TopupList):
+    limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
+    rows = sql.list_for_org(services().store, principal().org_id, limit)
+    return {"data": [topup_view(r) for r in rows]}
+
+
+@bp.get("/v1/billing/topups/<topup_id>")
+@requires("billing:read")
+async def get_topup(topup_id: str):
+    row = sql.get_in_org(services().store, principal().org_id, topup_id)
+    if row is None:
+        raise NotFound("Top-up not found.")
+    return {"data": topup_view(row)}
+
+
+@bp.post("/v1/billing/topups")
+@requires("billing:write")
+@body(TopupCreate)
+async def create_topup(data: TopupCreate):
+    success_url = check_url("success_url", data.success_url)
+    cancel_url = check_url("cancel_url", data.cancel_url)
+    p = principal()
+    created = await facade.create_topup(services(), p.org_id, p.user_id, data.credits, success_url, cancel_url)
+    return {"data": {"topup": topup_view(created.topup), "checkout_url": created.checkout_url}}, 201
+
+
+# -- payment providers (outside /v1) ---------------------------------------------------------
+@bp.get("/checkout/test/<topup_id>")
+@hide
+async def test_checkout_page(topup_id: str):
+    """The built-in test provider's checkout: says what is being paid; no auth, no form."""
+    svc = services()
+    row = sql.get(svc.store, topup_id)
+    if row is None or row["provider"] != "test" or not svc.settings.test_mode:
+        raise NotFound(ROUTE_MISSING)
+    amount = f"{row['amount_cents'] // 100}.{row['amount_cents'] % 100:02d} {row['currency'].upper()}"
+    e = html.escape
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Test checkout</title></head>
+<body>
+<h1>Test checkout</h1>
+<p>Top-up <code>{e(row['id'])}</code>: <strong>{e(fmt(row['credits_uc']))} credits</strong>
+for <strong>{e(amount)}</strong>.</p>
+<p>Status: <strong>{e(row['status'])}</strong>.</p>
+<p>This is the built-in test payment provider; no money moves. An operator confirms the
+payment with <code>POST /operator/v1/topups/{e(row['id'])}/pay</code>.</p>
+</body></html>
+"""
+    return Response(page, 200, content_type="text/html; charset=utf-8")
+
+
+@bp.post("/webhooks/stripe")
+@hide
+async def stripe_webhook():
+    svc = services()
+    provider = svc.payments
+    if provider is None or provider.name != "stripe":
+        raise NotFound(ROUTE_MISSING)
+    if not getattr(provider, "webhook_secret", None):
+        raise Unavailable("Stripe webhooks are not configured on this node.", code="billing.not_configured")
+    raw = await request.get_data()
+    try:
+        event = provider.parse_webhook(raw, request.headers)
+    except InvalidWebhook as e:
+        raise BadRequest("The webhook could not be verified.", {"reason": str(e)}) from None
+    result = await facade.apply_event(svc, event)
+    return {"received": True, "result": result}
