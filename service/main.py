@@ -17,6 +17,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
+from service import crash
 from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
@@ -54,6 +55,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                 task_status=trio.TASK_STATUS_IGNORED) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.operator_token = ensure_operator_token(settings)
+    crash.configure(settings.crashpoint, settings.test_mode)
     apply_all(settings.db_path)
     store = Store(settings.db_path)
     shutdown = trio.Event() if shutdown is None else shutdown
