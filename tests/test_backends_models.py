@@ -156,7 +156,14 @@ def test_video_sizes(ratio, res, size):
 
 @pytest.mark.parametrize(
     "size, ratio",
-    [((1920, 1080), "16:9"), ((1000, 560), "16:9"), ((600, 800), "3:4"), ((512, 512), "1:1"), ((2520, 1080), "21:9"), ((1080, 1350), "4:5")],
+    [
+        ((1920, 1080), "16:9"),
+        ((1000, 560), "16:9"),
+        ((600, 800), "3:4"),
+        ((512, 512), "1:1"),
+        ((2520, 1080), "21:9"),
+        ((1080, 1350), "4:5"),
+    ],
 )
 def test_nearest_ratio(size, ratio):
     assert nearest_ratio(*size) == ratio
@@ -236,7 +243,8 @@ def test_upscale_a_video(tmp_path):
     src = write_mp4(tmp_path / "in.mp4", DISTINCT * 2, size=(64, 48), fps=12)
     req = request(tmp_path, backend="lanczos_upscale", resolution="2x", inputs={"media": [as_input(src)]})
     [out] = lanczos_upscale.run(req, NO_STOP)
-    assert (out.path.name, out.content_type, out.kind, out.width, out.height) == ("job1.mp4", "video/mp4", "video", 128, 96)
+    assert (out.path.name, out.content_type, out.kind) == ("job1.mp4", "video/mp4", "video")
+    assert (out.width, out.height) == (128, 96)
     assert out.duration_s == pytest.approx(1.0)
     assert probe(out.path)[0]["size"] == (128, 96)
 

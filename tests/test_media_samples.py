@@ -139,7 +139,7 @@ def jpeg_with_size(width: int, height: int) -> bytes:
 
 def fits_bytes() -> bytes:
     """The start of a FITS file: 80-character header cards padded to 2880 bytes."""
-    cards = ["SIMPLE  =                    T", "BITPIX  =                    8", "NAXIS   =                    0", "END"]
+    cards = [f"{'SIMPLE':8}= {'T':>20}", f"{'BITPIX':8}= {8:>20}", f"{'NAXIS':8}= {0:>20}", "END"]
     return "".join(c.ljust(80) for c in cards).ljust(2880).encode("ascii")
 
 

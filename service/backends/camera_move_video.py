@@ -70,7 +70,7 @@ def run(req: RenderRequest, stop: threading.Event) -> list[Output]:
     count = max(1, round(duration * FPS))
 
     rng = random.Random(hashlib.sha256(f"{req.seed}\x00{req.prompt}".encode()).digest())
-    req.work_dir.mkdir(parents=True, exist_ok=True)
+    Path(req.work_dir).mkdir(parents=True, exist_ok=True)
     path = Path(req.work_dir) / f"{req.job_id}.mp4"
     frames = _camera_move(source, width, height, count, rng, stop)
     w, h, seconds = encode_mp4(frames, path, width, height, FPS)

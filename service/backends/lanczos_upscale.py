@@ -24,7 +24,7 @@ def run(req: RenderRequest, stop: threading.Event) -> list[Output]:
         raise ValueError(f"unknown resolution {req.resolution!r}")
     factor = FACTORS[req.resolution]
     src = media[0]
-    req.work_dir.mkdir(parents=True, exist_ok=True)
+    Path(req.work_dir).mkdir(parents=True, exist_ok=True)
     if src.kind == "image":
         path = Path(req.work_dir) / f"{req.job_id}.png"
         width, height = upscale_image(src.path, path, factor)

@@ -42,7 +42,7 @@ def image_size(aspect_ratio: str | None, resolution: str) -> tuple[int, int]:
 def run(req: RenderRequest, stop: threading.Event) -> list[Output]:
     width, height = image_size(req.aspect_ratio, req.resolution)
     image = paint(req.prompt, req.seed, width, height)
-    req.work_dir.mkdir(parents=True, exist_ok=True)
+    Path(req.work_dir).mkdir(parents=True, exist_ok=True)
     path = Path(req.work_dir) / f"{req.job_id}.png"
     save_png(image, path)
     return [Output(path, "image/png", "image", width, height, None)]
@@ -89,7 +89,9 @@ def _sky(width: int, height: int, top: RGB, bottom: RGB, horizon: float) -> Imag
     mask = Image.new("L", (1, height), 255)
     mask.paste(ramp, (0, 0))
     mask = mask.resize((width, height))
-    return Image.composite(Image.new("RGB", (width, height), bottom), Image.new("RGB", (width, height), top), mask)
+    image = Image.new("RGB", (width, height), top)
+    image.paste(bottom, (0, 0, width, height), mask)
+    return image
 
 
 def _glow(image: Image.Image, rng: random.Random, colour: RGB, horizon: float) -> None:

@@ -113,10 +113,7 @@ def upscale_video(
         fps = stream.average_rate or stream.guessed_rate or Fraction(24)
         width = stream.codec_context.width * factor
         height = stream.codec_context.height * factor
-        frames = (
-            _unless_stopped(should_stop, f.to_image()).resize((width, height), LANCZOS)
-            for f in container.decode(stream)
-        )
+        frames = _upscaled_frames(container, stream, (width, height), should_stop)
         has_audio = bool(container.streams.audio)
         return encode_mp4(frames, dst, width, height, fps, audio_from=src if has_audio else None)
 
@@ -134,7 +131,8 @@ def encode_mp4(
 
     Odd dimensions are rounded down to even (yuv420p needs them) and frames
     of another size are fitted to it. With `audio_from`, that file's first
-    audio stream is copied in unchanged. Returns width, height, duration.
+    audio stream is copied in unchanged (its codec must be one MP4 holds,
+    as in any MP4 source). Returns width, height and video duration.
     """
     width, height = width - width % 2, height - height % 2
     if width < 2 or height < 2:
@@ -169,10 +167,11 @@ def encode_mp4(
     return width, height, float(count / rate)
 
 
-def _unless_stopped(should_stop: Callable[[], bool] | None, value):
-    if should_stop is not None and should_stop():
-        raise Stopped()
-    return value
+def _upscaled_frames(container, stream, size, should_stop) -> Iterator[Image.Image]:
+    for frame in container.decode(stream):
+        if should_stop is not None and should_stop():
+            raise Stopped()
+        yield frame.to_image().resize(size, LANCZOS)
 
 
 def _open_audio(path: str | Path | None):
