@@ -1,0 +1,215 @@
+"""Support tickets: one actor per organization, the owner of its tickets and their numbers.
+
+Every change follows `machines.TICKET` (open, triaging, awaiting_customer, resolved, closed):
+a customer reply reopens a ticket waiting on the customer (or resolved) and emits
+`support.ticket.state_changed`; a support reply emits `support.ticket.replied` and moves the
+ticket to `awaiting_customer` (with `state_changed` when it moved); an explicit move emits
+`state_changed` unless the state stays the same; a closed ticket takes nothing (409).
+Events go into the `events` outbox in the same transaction as the change; after the commit
+the actor tells the delivery actor (`wake`) so the webhooks go out at once.
+
+The actor stops when its mailbox is empty (`done`); the registry spawns it again on demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from service import machines
+from service.actors.runtime import Actor
+from service.clock import Clock
+from service.errors import Conflict, NotFound, Unprocessable
+from service.machines import TICKET, IllegalTransition
+from service.storage import accounts as accounts_sql
+from service.storage import support as sql
+from service.storage.db import Store
+from service.storage.events import emit
+
+TYPES = ("question", "bug", "access", "billing", "account")
+PRIORITIES = ("P1", "P2", "P3", "P4")
+STATES = ("open", "triaging", "awaiting_customer", "resolved", "closed")
+MAX_SUBJECT = 200
+MAX_BODY = 20_000
+
+
+@dataclass
+class OpenTicket:
+    org_id: str
+    user_id: str
+    subject_line: str
+    type: str
+    priority: str
+    body: str
+
+
+@dataclass
+class CustomerReply:
+    org_id: str
+    ticket_id: str
+    user_id: str
+    body: str
+
+
+@dataclass
+class SupportReply:
+    org_id: str
+    ticket_id: str
+    author: str
+    body: str
+
+
+@dataclass
+class SetState:
+    org_id: str
+    ticket_id: str
+    state: str
+
+
+def _text(value: str, field: str, limit: int) -> str:
+    value = (value or "").strip()
+    if not value:
+        raise Unprocessable(f"{field} is required.", {"field": field})
+    if len(value) > limit:
+        raise Unprocessable(f"{field} is longer than {limit} characters.", {"field": field, "max": limit})
+    return value
+
+
+def _not_found() -> NotFound:
+    return NotFound("Ticket not found.")
+
+
+def _closed(ticket: dict) -> Conflict:
+    return Conflict("The ticket is closed.", {"ticket_id": ticket["id"], "state": ticket["state"]})
+
+
+def _state_changed(conn, t: dict, new: str, now: str) -> None:
+    emit(conn, t["organization_id"], "support.ticket.state_changed",
+         {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
+          "state": new, "previous_state": t["state"]}, now)
+
+
+class TicketsActor(Actor):
+    def __init__(self, store: Store, clock: Clock, wake: Callable[[], None]) -> None:
+        self.store = store
+        self.clock = clock
+        self.wake = wake
+
+    async def handle(self, msg: Any) -> Any:
+        self.done = True  # nothing kept in memory: stop once the mailbox is empty
+        out = await getattr(self, "on_" + type(msg).__name__)(msg)
+        self.wake()
+        return out
+
+    async def on_OpenTicket(self, m: OpenTicket) -> dict:
+        subject = _text(m.subject_line, "subject_line", MAX_SUBJECT)
+        body = _text(m.body, "body", MAX_BODY)
+        if m.type not in TYPES:
+            raise Unprocessable(f"type must be one of {', '.join(TYPES)}.", {"type": m.type, "allowed": list(TYPES)})
+        if m.priority not in PRIORITIES:
+            raise Unprocessable(f"priority must be one of {', '.join(PRIORITIES)}.",
+                                {"priority": m.priority, "allowed": list(PRIORITIES)})
+        now = self.clock.iso_now()
+        ticket_id = sql.new_id()
+
+        def tx(conn):
+            user = accounts_sql.get_user(conn, m.org_id, m.user_id)
+            if user is None:
+                raise NotFound("Member not found.")
+            number = sql.next_number(conn, m.org_id)
+            sql.insert_ticket(conn, dict(id=ticket_id, organization_id=m.org_id, number=number,
+                                         subject_line=subject, type=m.type, priority=m.priority, state="open",
+                                         body=body, opened_by=m.user_id, opened_by_email=user["email"],
+                                         created_at=now, updated_at=now))
+            emit(conn, m.org_id, "support.ticket.opened",
+                 {"ticket_id": ticket_id, "ticket_number": number, "subject_line": subject,
+                  "type": m.type, "priority": m.priority, "state": "open"}, now)
+            return _detail(conn, m.org_id, ticket_id)
+
+        return await self.store.write(tx)
+
+    async def on_CustomerReply(self, m: CustomerReply) -> dict:
+        body = _text(m.body, "body", MAX_BODY)
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            t = sql.get_ticket(conn, m.org_id, m.ticket_id)
+            if t is None:
+                raise _not_found()
+            try:
+                new, effects = TICKET.apply(t["state"], "customer_reply")
+            except IllegalTransition:
+                raise _closed(t) from None
+            user = accounts_sql.get_user(conn, m.org_id, m.user_id)
+            sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], author_kind="customer",
+                                        author=user["email"] if user else m.user_id, user_id=m.user_id,
+                                        body=body, created_at=now))
+            if new != t["state"]:
+                sql.set_state(conn, t["id"], new, now)
+            else:
+                sql.touch(conn, t["id"], now)
+            if "state_changed" in effects:
+                _state_changed(conn, t, new, now)
+            return _detail(conn, m.org_id, t["id"])
+
+        return await self.store.write(tx)
+
+    async def on_SupportReply(self, m: SupportReply) -> dict:
+        body = _text(m.body, "body", MAX_BODY)
+        author = _text(m.author, "author", MAX_SUBJECT)
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            t = sql.get_ticket(conn, m.org_id, m.ticket_id)
+            if t is None:
+                raise _not_found()
+            try:
+                new, effects = TICKET.apply(t["state"], "support_reply")
+            except IllegalTransition:
+                raise _closed(t) from None
+            sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], author_kind="support",
+                                        author=author, user_id=None, body=body, created_at=now))
+            if new != t["state"]:
+                sql.set_state(conn, t["id"], new, now)
+            else:
+                sql.touch(conn, t["id"], now)
+            for effect in effects:
+                if effect == "replied":
+                    emit(conn, m.org_id, "support.ticket.replied",
+                         {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
+                          "author": author, "body": body, "recipient_email": t["opened_by_email"]}, now)
+                elif effect == "state_changed":
+                    _state_changed(conn, t, new, now)
+            return _detail(conn, m.org_id, t["id"])
+
+        return await self.store.write(tx)
+
+    async def on_SetState(self, m: SetState) -> dict:
+        if m.state not in STATES:
+            raise Unprocessable(f"state must be one of {', '.join(STATES)}.",
+                                {"state": m.state, "allowed": list(STATES)})
+        now = self.clock.iso_now()
+
+        def tx(conn):
+            t = sql.get_ticket(conn, m.org_id, m.ticket_id)
+            if t is None:
+                raise _not_found()
+            try:
+                new, effects = TICKET.transition_to(t["state"], m.state)
+            except IllegalTransition:
+                raise _closed(t) from None
+            if new != t["state"]:
+                sql.set_state(conn, t["id"], new, now)
+            if "state_changed" in effects:
+                _state_changed(conn, t, new, now)
+            return _detail(conn, m.org_id, t["id"])
+
+        return await self.store.write(tx)
+
+
+def _detail(conn, org_id: str, ticket_id: str) -> dict:
+    t = sql.get_ticket(conn, org_id, ticket_id)
+    return t | {"replies": sql.replies(conn, ticket_id)}
+
+
+assert set(STATES) == set(machines.TICKET.states)

@@ -1,0 +1,112 @@
+"""Support tickets (beyond the spec's endpoints; states and events as the spec's "Support
+ticket" and "Events"). Answers use `{data: ...}`.
+
+    GET  /v1/support/tickets               users:read   newest first; query `limit`, `state`
+    GET  /v1/support/tickets/{id}          users:read   the ticket with its `replies`
+    POST /v1/support/tickets               any valid key   201; emits support.ticket.opened
+    POST /v1/support/tickets/{id}/replies  any valid key   201; reopens a ticket awaiting the
+                                                        customer (support.ticket.state_changed)
+
+Permissions, decided here: tickets belong to the organization, so every member may read
+them (`users:read`, held by all four roles, like viewing members). Opening a ticket and
+replying need only a valid key of the organization: asking for help changes nothing in the
+account, and a `read_only` member is exactly who may need to ask for access. Support's side
+(replies as support, state changes) is the operator API (`operator_support`).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from quart import Blueprint
+
+from service.actors.tickets import PRIORITIES, STATES, TYPES, CustomerReply, OpenTicket
+from service.errors import BadRequest, NotFound
+from service.http.auth import principal, requires, services
+from service.http.schemas import Body, Query, body, clamp, query
+from service.storage import support as sql
+
+bp = Blueprint("support", __name__)
+
+DEFAULT_PAGE, MAX_PAGE = 50, 200
+
+
+class TicketOpen(Body):
+    subject_line: str
+    type: str = Field(default="question", description=f"One of {', '.join(TYPES)}.")
+    priority: str = Field(default="P3", description=f"One of {', '.join(PRIORITIES)}.")
+    body: str
+
+
+class ReplyCreate(Body):
+    body: str
+
+
+class TicketList(Query):
+    limit: int | None = None
+    state: str | None = Field(default=None, description=f"One of {', '.join(STATES)}.")
+
+
+def reply_view(row: dict) -> dict:
+    return {"id": row["id"], "author_kind": row["author_kind"], "author": row["author"],
+            "user_id": row["user_id"], "body": row["body"], "created_at": row["created_at"]}
+
+
+def ticket_view(row: dict) -> dict:
+    out = {
+        "id": row["id"], "organization_id": row["organization_id"], "number": row["number"],
+        "subject_line": row["subject_line"], "type": row["type"], "priority": row["priority"],
+        "state": row["state"], "body": row["body"], "opened_by": row["opened_by"],
+        "opened_by_email": row["opened_by_email"], "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+    if "replies" in row:
+        out["replies"] = [reply_view(r) for r in row["replies"]]
+    return out
+
+
+def check_state_filter(state: str | None) -> None:
+    if state is not None and state not in STATES:
+        raise BadRequest(f"state must be one of {', '.join(STATES)}.", {"state": state, "allowed": list(STATES)})
+
+
+async def ask(org_id: str, msg):
+    return await services().tickets.ask(org_id, msg)
+
+
+@bp.get("/v1/support/tickets")
+@requires("users:read")
+@query(TicketList)
+async def list_tickets(q: TicketList):
+    check_state_filter(q.state)
+    rows = sql.list_tickets(services().store, principal().org_id, clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE),
+                            q.state)
+    return {"data": [ticket_view(r) for r in rows]}
+
+
+@bp.get("/v1/support/tickets/<ticket_id>")
+@requires("users:read")
+async def get_ticket(ticket_id: str):
+    store = services().store
+    row = sql.get_ticket(store, principal().org_id, ticket_id)
+    if row is None:
+        raise NotFound("Ticket not found.")
+    return {"data": ticket_view(row | {"replies": sql.replies(store, ticket_id)})}
+
+
+@bp.post("/v1/support/tickets")
+@requires(None)
+@body(TicketOpen)
+async def open_ticket(data: TicketOpen):
+    p = principal()
+    row = await ask(p.org_id, OpenTicket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
+                                         data.body))
+    return {"data": ticket_view(row)}, 201
+
+
+@bp.post("/v1/support/tickets/<ticket_id>/replies")
+@requires(None)
+@body(ReplyCreate)
+async def reply(ticket_id: str, data: ReplyCreate):
+    p = principal()
+    row = await ask(p.org_id, CustomerReply(p.org_id, ticket_id, p.user_id, data.body))
+    return {"data": ticket_view(row)}, 201

@@ -1,0 +1,75 @@
+"""SQL of support tickets and replies. Write functions take the batch's connection (they run
+inside `Store.write`); read functions take the Store (or a connection)."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+
+TICKET_COLUMNS = ("id, organization_id, number, subject_line, type, priority, state, body, opened_by, "
+                  "opened_by_email, created_at, updated_at")
+REPLY_COLUMNS = "id, ticket_id, author_kind, author, user_id, body, created_at"
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def next_number(conn, org_id: str) -> int:
+    row = conn.execute("SELECT COALESCE(MAX(number), 0) + 1 AS n FROM support_tickets "
+                       "WHERE organization_id = ?", (org_id,)).fetchone()
+    return row["n"]
+
+
+def insert_ticket(conn, row: dict) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO support_tickets ({cols}) VALUES ({', '.join('?' * len(row))})",
+                 tuple(row.values()))
+
+
+def insert_reply(conn, row: dict) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO support_replies ({cols}) VALUES ({', '.join('?' * len(row))})",
+                 tuple(row.values()))
+
+
+def set_state(conn, ticket_id: str, state: str, now: str) -> None:
+    conn.execute("UPDATE support_tickets SET state = ?, updated_at = ? WHERE id = ?", (state, now, ticket_id))
+
+
+def touch(conn, ticket_id: str, now: str) -> None:
+    conn.execute("UPDATE support_tickets SET updated_at = ? WHERE id = ?", (now, ticket_id))
+
+
+def get_ticket(conn_or_store, org_id: str | None, ticket_id: str) -> dict | None:
+    """A ticket by id, within the organization (any organization when `org_id` is None)."""
+    if org_id is None:
+        return _one(conn_or_store, f"SELECT {TICKET_COLUMNS} FROM support_tickets WHERE id = ?", (ticket_id,))
+    return _one(conn_or_store, f"SELECT {TICKET_COLUMNS} FROM support_tickets WHERE id = ? "
+                "AND organization_id = ?", (ticket_id, org_id))
+
+
+def list_tickets(store, org_id: str | None, limit: int, state: str | None = None) -> list[dict]:
+    where, params = [], []
+    if org_id is not None:
+        where.append("organization_id = ?")
+        params.append(org_id)
+    if state is not None:
+        where.append("state = ?")
+        params.append(state)
+    clause = ("WHERE " + " AND ".join(where)) if where else ""
+    return store.all(f"SELECT {TICKET_COLUMNS} FROM support_tickets {clause} "
+                     "ORDER BY created_at DESC, rowid DESC LIMIT ?", (*params, limit))
+
+
+def replies(conn_or_store, ticket_id: str) -> list[dict]:
+    sql = f"SELECT {REPLY_COLUMNS} FROM support_replies WHERE ticket_id = ? ORDER BY seq"
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, (ticket_id,)).fetchall()
+    return conn_or_store.all(sql, (ticket_id,))
+
+
+def _one(conn_or_store, sql: str, params: tuple) -> dict | None:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchone()
+    return conn_or_store.one(sql, params)
