@@ -15,6 +15,10 @@ Replies:
   repeating a grant_id returns the original lot (a top-up paid twice adds one lot).
 - SettingsPut -> dict settings (re-arms the low-balance warning and checks at once).
 - Snapshot -> dict of the actor's memory (tests and the benchmark compare it to the DB).
+- Sync -> {available_uc, held_uc} once every message before it and every due lot expiry is
+  committed (the ledger route and the test clock use it).
+- Stop -> None; the actor stops once its mailbox is empty and the next message spawns a
+  fresh one loaded from SQLite (tests and the benchmark use it as a restart).
 """
 
 from __future__ import annotations
@@ -59,4 +63,14 @@ class SettingsPut:
 
 @dataclass(frozen=True)
 class Snapshot:
+    pass
+
+
+@dataclass(frozen=True)
+class Sync:
+    pass
+
+
+@dataclass(frozen=True)
+class Stop:
     pass

@@ -1,0 +1,146 @@
+"""Billing: balance, ledger, holds, usage and low-balance settings (spec "Billing").
+
+Reads go straight to SQLite (the balance actor commits before it replies) and are computed
+at read time relative to the service clock; the one write, PUT settings, asks the
+organization's balance actor. Credits are shown with two decimal places.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal, InvalidOperation
+
+from pydantic import Field
+from quart import Blueprint, request
+
+from service.actors.balance import MAX_UC
+from service.actors.billing_messages import SettingsPut, Sync
+from service.clock import iso, parse_iso
+from service.errors import BadRequest, Unprocessable
+from service.http.auth import principal, requires, services
+from service.http.schemas import Body, Query, body, clamp, query
+from service.money import UC
+from service.storage import billing as sql
+
+bp = Blueprint("billing", __name__)
+
+HOLD_STATUSES = ("held", "captured", "released")
+PAGE_DEFAULT, PAGE_MAX = 100, 500
+
+
+class LedgerQuery(Query):
+    project_id: str | None = Field(default=None, description="Project id (UUID); excludes grants and expiries.")
+    since: str | None = Field(default=None, description="ISO 8601 with offset; entries at or after.")
+    until: str | None = Field(default=None, description="ISO 8601 with offset; entries before.")
+    limit: int | None = Field(default=None, description="Default 100, clamped to 1..500.")
+    offset: int | None = Field(default=None, description="Default 0.")
+
+
+class HoldsQuery(Query):
+    status: str | None = Field(default=None, description="held, captured or released; omit for all.")
+    limit: int | None = Field(default=None, description="Default 100, clamped to 1..500.")
+
+
+class UsageQuery(Query):
+    since: str | None = Field(default=None, description="ISO 8601 with offset; jobs finished at or after.")
+
+
+class SettingsBody(Body):
+    low_balance_threshold: int | float | str | None = Field(
+        description="Credits (number or decimal string, zero or more); null turns the warning off.")
+
+
+def timestamp_param(name: str, value: str | None) -> str | None:
+    """A query timestamp as the stored ISO form (UTC, microseconds), or 400."""
+    if value is None:
+        return None
+    try:
+        return iso(parse_iso(value))
+    except (ValueError, OverflowError, OSError):
+        raise BadRequest(f"{name} must be an ISO 8601 timestamp with an offset.", {name: value}) from None
+
+
+def org_id() -> str:
+    return principal().org_id
+
+
+@bp.get("/v1/billing/balance")
+@requires("billing:read")
+async def get_balance():
+    svc = services()
+    return {"data": sql.balance(svc.store, org_id(), svc.clock.now())}
+
+
+@bp.get("/v1/billing/ledger")
+@requires("billing:read")
+@query(LedgerQuery)
+async def get_ledger(q: LedgerQuery):
+    if q.project_id is not None:
+        try:
+            uuid.UUID(q.project_id)
+        except ValueError:
+            raise BadRequest("project_id must be a UUID.", {"project_id": q.project_id}) from None
+    since = timestamp_param("since", q.since)
+    until = timestamp_param("until", q.until)
+    limit = clamp(q.limit, PAGE_DEFAULT, 1, PAGE_MAX)
+    offset = max(0, q.offset or 0)
+    svc = services()
+    await svc.balances.ask(org_id(), Sync())  # every due lot expiry is in the ledger before we read it
+    rows, total = sql.ledger(svc.store, org_id(), project_id=q.project_id, since=since, until=until,
+                             limit=limit, offset=offset)
+    return {"data": rows, "total": total}
+
+
+@bp.get("/v1/billing/holds")
+@requires("billing:read")
+@query(HoldsQuery)
+async def get_holds(q: HoldsQuery):
+    if q.status is not None and q.status not in HOLD_STATUSES:
+        raise BadRequest("status must be one of held, captured, released.", {"status": q.status})
+    limit = clamp(q.limit, PAGE_DEFAULT, 1, PAGE_MAX)
+    return {"data": sql.list_holds(services().store, org_id(), q.status, limit)}
+
+
+@bp.get("/v1/billing/usage")
+@requires("billing:read")
+@query(UsageQuery)
+async def get_usage(q: UsageQuery):
+    return {"data": sql.usage(services().store, org_id(), timestamp_param("since", q.since))}
+
+
+@bp.get("/v1/billing/settings")
+@requires("billing:read")
+async def get_settings():
+    return {"data": sql.settings(services().store, org_id())}
+
+
+def threshold_uc(raw: bytes) -> int | None:
+    """The threshold exactly as sent: JSON numbers are re-read as decimals, never floats."""
+    value = json.loads(raw.decode("utf-8"), parse_float=Decimal)["low_balance_threshold"]
+    if value is None:
+        return None
+    message = "low_balance_threshold must be a number of credits."
+    try:
+        d = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)
+    except InvalidOperation:
+        raise Unprocessable(message, {"field": "low_balance_threshold"}) from None
+    if not d.is_finite():
+        raise Unprocessable(message, {"field": "low_balance_threshold"})
+    if d < 0:
+        raise Unprocessable("low_balance_threshold cannot be negative.", {"field": "low_balance_threshold"})
+    uc = d * UC
+    if uc != uc.to_integral_value() or uc % (UC // 100):
+        raise Unprocessable("low_balance_threshold takes at most two decimal places.",
+                            {"field": "low_balance_threshold"})
+    if uc > MAX_UC:
+        raise Unprocessable("low_balance_threshold is too large.", {"field": "low_balance_threshold"})
+    return int(uc)
+
+
+@bp.put("/v1/billing/settings")
+@requires("billing:write")
+@body(SettingsBody)
+async def put_settings(data: SettingsBody):
+    uc = threshold_uc(await request.get_data(cache=True))
+    return {"data": await services().balances.ask(org_id(), SettingsPut(uc))}

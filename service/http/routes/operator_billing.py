@@ -1,0 +1,95 @@
+"""Operator routes of credits (operations.md): grants, and the test clock (test mode only)."""
+
+from __future__ import annotations
+
+import re
+from functools import wraps
+
+import trio
+from pydantic import Field
+from quart import Blueprint
+
+from service.actors.billing_messages import Grant, Sync
+from service.clock import parse_iso
+from service.errors import NotFound, Unprocessable
+from service.http.auth import services
+from service.http.routes.operator import operator
+from service.http.schemas import Body, body
+from service.money import to_uc
+from service.actors.balance import MAX_UC
+from service.storage import billing as sql
+
+bp = Blueprint("operator_billing", __name__)
+
+SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+LOT_FIELDS = ("id", "source", "amount", "remaining", "expires_at", "reason", "created_at")
+
+
+def test_only(func):
+    """Outside test mode the route answers exactly like an unknown route (404)."""
+
+    @wraps(func)
+    async def wrapper(*args, **kwargs):
+        if not services().settings.test_mode:
+            raise NotFound("The requested resource was not found.")
+        return await func(*args, **kwargs)
+
+    return wrapper
+
+
+class GrantBody(Body):
+    credits: str | int = Field(description="Decimal string of credits, more than zero, at most two places.")
+    source: str = "promo"
+    expires_at: str | None = Field(default=None, description="Timestamp with an offset, or null for no expiry.")
+    reason: str | None = None
+
+
+class ClockBody(Body):
+    advance_seconds: int | float = Field(description="Seconds to move the service clock forward.")
+
+
+@bp.post("/operator/v1/organizations/<org_id>/grants")
+@operator
+@body(GrantBody)
+async def grant(org_id: str, data: GrantBody):
+    try:
+        uc = to_uc(data.credits)
+    except ValueError:
+        uc = 0
+    if uc <= 0 or uc > MAX_UC:
+        raise Unprocessable("credits must be a decimal number of credits above zero with at most two places.",
+                            {"credits": data.credits})
+    if not SOURCE_RE.match(data.source):
+        raise Unprocessable("source must be 1 to 64 lowercase letters, digits, '_' or '-'.",
+                            {"source": data.source})
+    expires = None
+    if data.expires_at is not None:
+        try:
+            expires = parse_iso(data.expires_at)
+        except (ValueError, OverflowError):
+            raise Unprocessable("expires_at must be an ISO 8601 timestamp with an offset.",
+                                {"expires_at": data.expires_at}) from None
+    svc = services()
+    if not sql.org_exists(svc.store, org_id):
+        raise NotFound("Organization not found.")
+    lot = await svc.balances.ask(org_id, Grant(grant_id=sql.new_id(), amount_uc=uc, source=data.source,
+                                               expires_at=expires, reason=data.reason))
+    return {"data": {k: lot[k] for k in LOT_FIELDS}}, 201
+
+
+@bp.post("/operator/v1/test/clock")
+@test_only
+@operator
+@body(ClockBody)
+async def advance_clock(data: ClockBody):
+    if data.advance_seconds < 0:
+        raise Unprocessable("advance_seconds cannot be negative.", {"advance_seconds": data.advance_seconds})
+    svc = services()
+    svc.clock.advance(data.advance_seconds)
+    # Every balance actor has written its due lot expiries before we answer.
+    balances = svc.balances
+    keys = set(balances.keys()) | set(sql.org_ids_due(svc.store, svc.clock.now()))
+    async with trio.open_nursery() as nursery:
+        for key in keys:
+            nursery.start_soon(balances.ask, key, Sync())
+    return {"data": {"now": svc.clock.iso_now()}}
