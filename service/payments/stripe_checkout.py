@@ -98,7 +98,10 @@ class StripeProvider(PaymentProvider):
             raise InvalidWebhook(str(e).split("\n")[0]) from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON, or not an event
             raise InvalidWebhook(f"the body is not a Stripe event: {type(e).__name__}") from None
-        return interpret(event.to_dict())
+        data = event.to_dict()
+        if data.get("object") != "event" or not isinstance(data.get("type"), str):
+            raise InvalidWebhook("the body is not a Stripe event")
+        return interpret(data)
 
     async def aclose(self) -> None:
         await self.http_client.close_async()
