@@ -1,0 +1,638 @@
+"""Generation jobs: one actor per job, a per-model slot line, renders off the actor loop.
+
+Interfaces
+==========
+
+`services.generation` is a `Generation` (this module); `services.jobs` its `JobRegistry`
+(key = job id). The HTTP routes and the products engine use the facade, never the rows:
+
+    plan = gen.plan(org_id, project_id, capability="image.generate", model=None, body={...})
+        The submit rules in the spec's order (model -> availability -> prompt -> aspect_ratio
+        -> resolution -> duration -> quality -> inputs -> price); raises 404/422/503 as
+        `service.errors` exceptions. The project must already be resolved (404/409 first).
+    resp = await gen.submit(plan, org_id=..., project_id=..., source="api",
+                            webhook_url=None, workflow_run_id=None, notify=None)
+        Places the hold (402 InsufficientCredits creates nothing: no job row, no hold),
+        persists the job `queued`, answers the 202 body `{status, request_id, status_url,
+        cancel_url, credits_estimate}`.
+    status = gen.status(job_id, org_id=None)        bare status object, or None
+    status = await gen.cancel(org_id, job_id)       spec's cancel rules; 404 NotFound
+    await gen.watch(job_id, notify)                 see below
+
+For a product step (products engineer), submit with `source="workflow"`,
+`workflow_run_id=run_id` and `notify=callback`. `notify(status_object)` is called exactly
+once per registration, synchronously inside the job actor, with the final status object
+(completed, failed, nsfw or canceled) right after that status is committed; it must not
+block: make it `lambda st: services.runs.tell(run_id, StepJobEnded(key, st))` (asks flow
+run -> job -> balance; a job only ever *tells* the run). Watchers live in memory: after a
+restart the run actor re-registers with `await gen.watch(job_id, notify)`, which calls
+`notify` at once when the job is already final, so no ending is missed. To stop a step,
+`await gen.cancel(org_id, job_id)` (the hold is released; a render already running ends
+later with its output discarded). Holds of workflow jobs carry `workflow_run_id`.
+
+Job lifecycle (machines.JOB)
+============================
+
+- Submit: PlaceHold(hold_id, price, job_id, workflow_run_id, project_id) through the
+  balance actor *first* (it carries the job id); then the job row (and the idempotency
+  row, if any) in one transaction. If that write fails, the hold is released.
+- The job asks `ModelSlots` for a render slot of its model (fair FIFO, `concurrency` per
+  model from the catalog). When granted: queued -> rendering (committed), and a render
+  task in the registry's background nursery runs `backends.render` (worker thread) and
+  reports `RenderDone` back as a message, so Cancel is handled at once.
+- Completion: output files are hashed (worker thread), placed content-addressed under
+  DATA_DIR/assets/, then one transaction writes the asset rows, the final status,
+  `credits.actual`, `finished_at` and the job-webhook outbox row; then the hold is
+  captured (completed) or released (failed, nsfw, canceled) and `hold_settled` recorded.
+  A settle that fails is retried every few seconds and again at the next start.
+- Cancel: queued -> canceled (hold released, no webhook); rendering -> canceled at once
+  (hold released; the render task is cancelled and its output discarded; the webhook row
+  waits until the render has ended, then is sent with the canceled status); final ->
+  unchanged. The actor finishes (`done`) once final, settled and no render is left.
+- Recovery (`Generation.recover`, a `services.recoveries` step): every queued or rendering
+  job continues (rendering ones first, then queued, oldest first, through the same slot
+  line; built-in models re-render); a job whose backend is not runnable here fails with
+  failure message 5 and releases its hold; final jobs with an unsettled hold are settled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import trio
+
+from service.actors import job_views as views
+from service.actors.billing_messages import Capture, PlaceHold, Release
+from service.actors.job_slots import ModelSlots
+from service.actors.job_uploads import UploadsActor
+from service.actors.job_webhooks import JobWebhooks
+from service.actors.runtime import Actor, Registry
+from service.assets.files import FileStore, hash_file
+from service.assets.signing import UrlSigner, load_secret
+from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, runnable
+from service.catalog.assets import AssetInfo
+from service.catalog.rules import Plan, plan_submit
+from service.errors import ActorGone, AskTimeout, InsufficientCredits, NotFound, ServiceError, Unprocessable
+from service.machines import JOB
+from service.storage import generation as sql
+
+log = logging.getLogger(__name__)
+
+FINAL = views.FINAL
+SETTLE_RETRY_S = 5.0
+IDEMPOTENCY_TTL_S = 24 * 3600.0
+Notify = Callable[[dict], None]
+
+
+# -- messages ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submit:
+    org_id: str
+    project_id: str
+    plan: Plan
+    source: str = "api"
+    workflow_run_id: str | None = None
+    webhook_url: str | None = None
+    notify: Notify | None = None
+    idempotency: dict | None = None  # {organization_id, key, request_hash}
+
+
+@dataclass(frozen=True)
+class Cancel:
+    org_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Watch:
+    notify: Notify
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue after a load (start, crash reload): render, settle, or finish."""
+
+
+@dataclass(frozen=True)
+class SlotGranted:
+    pass
+
+
+@dataclass(frozen=True)
+class RenderDone:
+    token: Any
+    outcome: Completed | Failed | Flagged | None  # None: the render was cancelled
+    hashed: list = field(default_factory=list)  # [(Output, sha256, size)] for Completed
+
+
+class RenderHandle:
+    """A running (or finished but not yet reported) render of one job."""
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+
+
+# -- the registry -----------------------------------------------------------------------------
+class JobRegistry(Registry):
+    """The job actors, plus a background nursery for render tasks and side tasks (the
+    webhook dispatcher). `renders[job_id]` is the job's render until the actor has taken
+    its `RenderDone`, so an actor reloaded after a crash adopts it instead of starting
+    another."""
+
+    def __init__(self, factory, clock) -> None:
+        super().__init__("jobs", factory, clock)
+        self.renders: dict[str, RenderHandle] = {}
+        self.side_tasks: list[Callable] = []
+        self.background: trio.Nursery | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as bg:
+            self.background = bg
+            await bg.start(Registry.run, self)
+            for task in self.side_tasks:
+                await bg.start(task)
+            task_status.started()
+
+
+async def _render_task(gen: Generation, job_id: str, handle: RenderHandle, req: RenderRequest) -> None:
+    outcome: Completed | Failed | Flagged | None = None
+    hashed: list = []
+    try:
+        with handle.scope:
+            outcome = await render(req)
+            if isinstance(outcome, Completed):
+                hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
+    except Exception:  # noqa: BLE001 - reported as failure 5
+        log.exception("job %s: render task failed", job_id)
+        outcome, hashed = Failed(MSG_INTERNAL), []
+    if handle.scope.cancelled_caught:
+        outcome, hashed = None, []
+    gen.jobs.tell(job_id, RenderDone(handle, outcome, hashed))
+
+
+def _hash_outputs(outputs) -> list:
+    out = []
+    for o in outputs:
+        sha, size = hash_file(o.path)
+        out.append((o, sha, size))
+    return out
+
+
+# -- the actor --------------------------------------------------------------------------------
+class JobActor(Actor):
+    def __init__(self, gen: Generation) -> None:
+        self.gen = gen
+        self.job: dict | None = None
+        self.watchers: list[Notify] = []
+        self.retry_at: float | None = None
+
+    # state helpers
+    @property
+    def job_id(self) -> str:
+        return self.key  # type: ignore[return-value]
+
+    def _final(self) -> bool:
+        return self.job is not None and self.job["status"] in FINAL
+
+    def _maybe_done(self) -> None:
+        if self.job is None or (self._final() and self.job["hold_settled"] and self.job_id not in self.gen.jobs.renders):
+            self.done = True
+
+    def next_deadline(self) -> float | None:
+        return self.retry_at
+
+    async def on_deadline(self) -> None:
+        self.retry_at = None
+        await self._settle()
+        self._maybe_done()
+
+    async def load(self) -> None:
+        self.job = sql.get_job(self.gen.store, self.job_id)
+        if self.job is None:
+            return
+        if self._final() and self.job["hold_settled"] and self.job_id not in self.gen.jobs.renders:
+            self.done = True
+        else:
+            self.gen.jobs.tell(self.job_id, Resume())
+
+    async def handle(self, msg: Any) -> Any:
+        if isinstance(msg, Submit):
+            return await self._submit(msg)
+        if isinstance(msg, Cancel):
+            return await self._cancel(msg)
+        if isinstance(msg, SlotGranted):
+            if self.job is not None and self.job["status"] == "queued" and self.gen.slots.holds(
+                    self.job["model"], self.job_id):
+                await self._start()
+            return None
+        if isinstance(msg, RenderDone):
+            await self._render_done(msg)
+            return None
+        if isinstance(msg, Resume):
+            await self._resume()
+            return None
+        if isinstance(msg, Watch):
+            return self._watch(msg.notify)
+        raise TypeError(f"job actor: unknown message {type(msg).__name__}")
+
+    # submit ---------------------------------------------------------------------------------
+    async def _submit(self, msg: Submit) -> dict:
+        gen = self.gen
+        if self.job is not None:  # the same job id twice: the job exists
+            return views.submit_response(self.job, gen.base_url)
+        p = msg.plan
+        hold_id = str(uuid.uuid4())
+        try:
+            await gen.balances().ask(msg.org_id, PlaceHold(
+                hold_id, p.price_uc, job_id=self.job_id, workflow_run_id=msg.workflow_run_id,
+                project_id=msg.project_id, description=f"{p.capability} on {p.model} ({p.tier})"))
+        except InsufficientCredits:
+            self.done = True
+            raise
+        except BaseException:
+            self.done = True
+            await self._release_quietly(msg.org_id, hold_id)  # an ask that timed out may have placed it
+            raise
+        now = gen.clock.iso_now()
+        row = {
+            "id": self.job_id, "organization_id": msg.org_id, "project_id": msg.project_id,
+            "capability": p.capability, "model": p.model, "backend": p.backend, "source": msg.source,
+            "workflow_run_id": msg.workflow_run_id, "status": "queued", "prompt": p.prompt,
+            "params": json.dumps({"resolution": p.resolution, "duration": p.duration,
+                                  "aspect_ratio": p.aspect_ratio, "inputs": p.inputs, "seed": p.seed,
+                                  "tier": p.tier}, separators=(",", ":")),
+            "price_uc": p.price_uc, "actual_uc": None, "hold_id": hold_id, "hold_settled": 0,
+            "webhook_url": msg.webhook_url, "error": None, "created_at": now, "started_at": None,
+            "finished_at": None,
+        }
+        response = views.submit_response(row, gen.base_url)
+        idem = msg.idempotency
+
+        def tx(conn):
+            sql.insert_job(conn, row)
+            if idem is not None:
+                sql.put_idempotency(conn, {**idem, "job_id": row["id"], "response": json.dumps(response),
+                                           "created_at": gen.clock.now()},
+                                    older_than=gen.clock.now() - IDEMPOTENCY_TTL_S)
+
+        try:
+            await gen.store.write(tx)
+        except BaseException:
+            self.done = True
+            with trio.CancelScope(shield=True):
+                await self._release_quietly(msg.org_id, hold_id)
+            raise
+        self.job = row
+        if msg.notify is not None:
+            self.watchers.append(msg.notify)
+        if gen.slots.acquire(p.model, self.job_id):
+            gen.jobs.tell(self.job_id, SlotGranted())
+        return response
+
+    async def _release_quietly(self, org_id: str, hold_id: str) -> None:
+        try:
+            await self.gen.balances().ask(org_id, Release(hold_id), timeout=5.0)
+        except Exception as e:  # noqa: BLE001 - best effort; unknown hold is fine
+            log.info("hold %s: release after a failed submit: %r", hold_id, e)
+
+    # rendering ------------------------------------------------------------------------------
+    async def _resume(self) -> None:
+        job = self.job
+        if job is None:
+            self.done = True
+            return
+        if self._final():
+            if not job["hold_settled"]:
+                await self._settle()
+            self._maybe_done()
+            return
+        if not runnable(job["backend"]):
+            log.error("job %s: backend %s is not runnable here; failing it", self.job_id, job["backend"])
+            self.gen.slots.release(job["model"], self.job_id)
+            await self._finish("fail", error=MSG_INTERNAL)
+            return
+        if self.gen.slots.acquire(job["model"], self.job_id):
+            await self._start()
+
+    async def _start(self) -> None:
+        gen, job = self.gen, self.job
+        assert job is not None
+        if job["status"] == "queued":
+            new, _effects = JOB.apply("queued", "start")
+            now = gen.clock.iso_now()
+            await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"status": new, "started_at": now}))
+            job.update(status=new, started_at=now)
+        if self.job_id in gen.jobs.renders:
+            return  # a render of this job is already running (actor reloaded): adopt it
+        try:
+            req = self._render_request()
+        except Exception:  # noqa: BLE001 - e.g. an input file is missing
+            log.exception("job %s: cannot build the render request", self.job_id)
+            gen.slots.release(job["model"], self.job_id)
+            await self._finish("fail", error=MSG_INTERNAL)
+            return
+        handle = RenderHandle()
+        gen.jobs.renders[self.job_id] = handle
+        assert gen.jobs.background is not None
+        gen.jobs.background.start_soon(_render_task, gen, self.job_id, handle, req)
+
+    def _render_request(self) -> RenderRequest:
+        gen, job = self.gen, self.job
+        assert job is not None
+        params = sql.params_of(job)
+        slots: dict[str, list[str]] = params.get("inputs") or {}
+        rows = {r["id"]: r for r in sql.assets_in_org(gen.store, job["organization_id"],
+                                                      [i for ids in slots.values() for i in ids])}
+        inputs = {}
+        for name, ids in slots.items():
+            files = []
+            for i in ids:
+                r = rows[i]
+                path = gen.files.path(r["sha256"])
+                if not path.is_file():
+                    raise FileNotFoundError(f"input asset {i}: {path} is missing")
+                files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"]))
+            inputs[name] = files
+        seed = params.get("seed")
+        if seed is None:
+            seed = uuid.UUID(self.job_id).int % (2 ** 31)
+        duration = params.get("duration")
+        return RenderRequest(
+            job_id=self.job_id, capability=job["capability"], model=job["model"], backend=job["backend"],
+            prompt=job["prompt"], seed=int(seed), aspect_ratio=params.get("aspect_ratio"),
+            resolution=params["resolution"], duration=None if duration is None else float(duration),
+            inputs=inputs, work_dir=gen.files.work_dir(self.job_id), test_mode=gen.settings.test_mode,
+        )
+
+    async def _render_done(self, msg: RenderDone) -> None:
+        gen, job = self.gen, self.job
+        if job is None or gen.jobs.renders.get(self.job_id) is not msg.token:
+            return  # stale report
+        del gen.jobs.renders[self.job_id]
+        gen.slots.release(job["model"], self.job_id)
+        try:
+            if job["status"] == "canceled":
+                JOB.apply("canceled", "render_ended")  # -> webhook: the waiting row may go now
+                if await gen.store.write(lambda c: sql.release_waiting_webhook(c, self.job_id)):
+                    gen.webhooks.wake()
+            elif job["status"] == "rendering":
+                await self._render_outcome(msg)
+        finally:
+            await trio.to_thread.run_sync(gen.files.discard_work, self.job_id)
+            self._maybe_done()
+
+    async def _render_outcome(self, msg: RenderDone) -> None:
+        outcome = msg.outcome
+        if isinstance(outcome, Completed) and msg.hashed:
+            try:
+                await trio.to_thread.run_sync(self._place, msg.hashed)
+            except Exception:  # noqa: BLE001
+                log.exception("job %s: storing outputs failed", self.job_id)
+                await self._finish("fail", error=MSG_INTERNAL)
+                return
+            await self._finish("finish", outputs=msg.hashed)
+        elif isinstance(outcome, Failed):
+            await self._finish("fail", error=outcome.message)
+        elif isinstance(outcome, Flagged):
+            await self._finish("flag")
+        else:
+            log.error("job %s: render ended without an outcome", self.job_id)
+            await self._finish("fail", error=MSG_INTERNAL)
+
+    def _place(self, hashed: list) -> None:
+        for output, sha, _size in hashed:
+            self.gen.files.place(output.path, sha)
+
+    # final states ---------------------------------------------------------------------------
+    async def _finish(self, event: str, *, error: str | None = None, outputs: list = ()) -> None:
+        gen, job = self.gen, self.job
+        assert job is not None
+        old = job["status"]
+        new, effects = JOB.apply(old, event)
+        now = gen.clock.iso_now()
+        fields: dict = {"status": new, "finished_at": now}
+        if event == "finish":
+            fields["actual_uc"] = job["price_uc"]
+        if error is not None:
+            fields["error"] = error
+        final = {**job, **fields}
+        assets = [
+            {"id": str(uuid.uuid4()), "organization_id": job["organization_id"], "project_id": job["project_id"],
+             "job_id": self.job_id, "position": i, "source": "generation", "kind": o.kind,
+             "content_type": o.content_type, "width": o.width, "height": o.height, "duration_s": o.duration_s,
+             "size_bytes": size, "sha256": sha, "created_at": now}
+            for i, (o, sha, size) in enumerate(outputs)
+        ]
+        status = views.status_object(final, assets, gen.base_url)
+        hook = None
+        url = job["webhook_url"]
+        if url and ("webhook" in effects or "discard_render" in effects):
+            rendering = "discard_render" in effects and self.job_id in gen.jobs.renders
+            state = "skipped" if not url.lower().startswith("https://") else ("waiting" if rendering else "pending")
+            hook = {"id": str(uuid.uuid4()), "job_id": self.job_id, "url": url,
+                    "body": json.dumps(status, separators=(",", ":")), "state": state, "created_at": now}
+            if state == "skipped":
+                hook.update(error="not an https URL; job webhooks only call https", error_class="insecure_url")
+
+        def tx(conn):
+            sql.update_job(conn, self.job_id, fields)
+            for a in assets:
+                sql.insert_asset(conn, a)
+            if hook is not None:
+                sql.insert_webhook(conn, hook)
+
+        await gen.store.write(tx)
+        self.job = final
+        await self._settle()
+        if hook is not None and hook["state"] == "pending":
+            gen.webhooks.wake()
+        watchers, self.watchers = self.watchers, []
+        for notify in watchers:
+            self._notify(notify, status)
+
+    async def _settle(self) -> None:
+        """Capture (completed) or release (any other final status) the hold, once."""
+        gen, job = self.gen, self.job
+        assert job is not None
+        if job["hold_settled"]:
+            return
+        msg = Capture(job["hold_id"]) if job["status"] == "completed" else Release(job["hold_id"])
+        try:
+            await gen.balances().ask(job["organization_id"], msg)
+        except (ActorGone, AskTimeout) as e:
+            log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job["hold_id"], e)
+            self.retry_at = gen.clock.now() + SETTLE_RETRY_S
+            return
+        except ServiceError as e:
+            log.error("job %s: hold %s refused %s: %r", self.job_id, job["hold_id"], type(msg).__name__, e)
+        except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
+            log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job["hold_id"])
+            self.retry_at = gen.clock.now() + SETTLE_RETRY_S
+            return
+        await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"hold_settled": 1}))
+        job["hold_settled"] = 1
+        self.retry_at = None
+
+    # cancel and watch -----------------------------------------------------------------------
+    async def _cancel(self, msg: Cancel) -> dict:
+        gen, job = self.gen, self.job
+        if job is None or (msg.org_id is not None and job["organization_id"] != msg.org_id):
+            if job is None:
+                self.done = True
+            raise NotFound("Generation request not found.")
+        status = job["status"]
+        if status == "queued":
+            gen.slots.release(job["model"], self.job_id)
+            await self._finish("cancel")
+        elif status == "rendering":
+            handle = gen.jobs.renders.get(self.job_id)
+            if handle is not None:
+                handle.scope.cancel()  # RenderDone follows; the slot is held until then
+                await self._finish("cancel")
+            else:  # waiting for a slot after a restart: nothing runs, the render has "ended"
+                gen.slots.release(job["model"], self.job_id)
+                await self._finish("cancel")  # its webhook row goes out at once
+        self._maybe_done()
+        return gen.status(self.job_id)  # type: ignore[return-value]
+
+    def _watch(self, notify: Notify) -> None:
+        if self._final():
+            self._notify(notify, self.gen.status(self.job_id))
+        elif self.job is not None:
+            self.watchers.append(notify)
+        else:
+            self.done = True
+            raise NotFound("Generation request not found.")
+
+    def _notify(self, notify: Notify, status: dict | None) -> None:
+        try:
+            notify(status)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001
+            log.exception("job %s: a watcher failed", self.job_id)
+
+
+# -- the facade -------------------------------------------------------------------------------
+class Generation:
+    """The node's generation part: catalog, job registry, slots, files, signer, webhooks,
+    and the uploads registry (service.actors.job_uploads)."""
+
+    def __init__(self, services) -> None:
+        self.services = services
+        self.settings = services.settings
+        self.store = services.store
+        self.clock = services.clock
+        self.catalog = services.catalog
+        self.base_url = services.settings.public_base_url
+        self.files = FileStore(services.settings.data_dir)
+        self.signer = UrlSigner(load_secret(services.settings.data_dir), self.base_url, services.clock)
+        self.jobs = JobRegistry(lambda key: JobActor(self), services.clock)
+        self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), services.clock)
+        self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
+        self.webhooks = JobWebhooks(services.store, services.clock, lambda: services.sender)
+        self.jobs.side_tasks.append(self.webhooks.run)
+        self._idem_locks: dict[tuple[str, str], list] = {}
+
+    def balances(self) -> Registry:
+        return self.services.balances
+
+    def _capacity(self, model_id: str) -> int:
+        m = self.catalog.model(model_id)
+        return m.concurrency if m is not None else 1
+
+    # reads ----------------------------------------------------------------------------------
+    def status(self, job_id: str, org_id: str | None = None) -> dict | None:
+        job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
+        if job is None:
+            return None
+        outputs = sql.assets_of_jobs(self.store, [job_id])[job_id]
+        return views.status_object(job, outputs, self.base_url)
+
+    def list_statuses(self, project_id: str, limit: int) -> list[dict]:
+        jobs = sql.list_jobs(self.store, project_id, limit)
+        outputs = sql.assets_of_jobs(self.store, [j["id"] for j in jobs])
+        return [views.status_object(j, outputs[j["id"]], self.base_url) for j in jobs]
+
+    def resolve_inputs(self, org_id: str) -> Callable[[list[str]], dict[str, AssetInfo]]:
+        def resolve(ids: list[str]) -> dict[str, AssetInfo]:
+            return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"])
+                    for r in sql.assets_in_org(self.store, org_id, ids)}
+        return resolve
+
+    # writes ---------------------------------------------------------------------------------
+    def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
+             body: dict) -> Plan:
+        return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=runnable,
+                           resolve_inputs=self.resolve_inputs(org_id), project_id=project_id,
+                           base_url=self.base_url)
+
+    async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
+                     webhook_url: str | None = None, workflow_run_id: str | None = None,
+                     notify: Notify | None = None, idempotency: dict | None = None) -> dict:
+        job_id = str(uuid.uuid4())
+        return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
+                                                  webhook_url, notify, idempotency))
+
+    async def idempotent(self, org_id: str, key: str, request_hash: str, make: Callable) -> dict:
+        """Run `await make(idempotency_row)` once per (organization, key) within 24 h.
+
+        The same key with the same request hash returns the first 202 body (no second job or
+        hold); with another hash: 422. Concurrent requests with one key are serialised.
+        """
+        slot = self._idem_locks.setdefault((org_id, key), [trio.Lock(), 0])
+        slot[1] += 1
+        try:
+            async with slot[0]:
+                row = sql.get_idempotency(self.store, org_id, key)
+                if row is not None and row["created_at"] >= self.clock.now() - IDEMPOTENCY_TTL_S:
+                    if row["request_hash"] != request_hash:
+                        raise Unprocessable(
+                            "Idempotency-Key was already used with a different request; use a new key.",
+                            {"header": "Idempotency-Key", "request_id": row["job_id"]})
+                    return json.loads(row["response"])
+                return await make({"organization_id": org_id, "key": key, "request_hash": request_hash})
+        finally:
+            slot[1] -= 1
+            if slot[1] == 0:
+                self._idem_locks.pop((org_id, key), None)
+
+    async def cancel(self, org_id: str, job_id: str) -> dict:
+        job = sql.job_in_org(self.store, org_id, job_id)
+        if job is None:
+            raise NotFound("Generation request not found.")
+        if job["status"] in FINAL:
+            return self.status(job_id)  # type: ignore[return-value]
+        return await self.jobs.ask(job_id, Cancel(org_id))
+
+    async def watch(self, job_id: str, notify: Notify) -> None:
+        await self.jobs.ask(job_id, Watch(notify))
+
+    # start ----------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """At start, before HTTP: finish interrupted uploads, clear render scratch space,
+        recover the webhook outbox, continue every open job, settle every open hold."""
+        files = self.files
+        await trio.to_thread.run_sync(files.clear_work)
+        parts = [p.name.removesuffix(".part") for p in files.tmp.iterdir()]
+        shas = {r["id"]: r["sha256"] for r in sql.assets_by_ids(self.store, parts)} if parts else {}
+        placed, dropped = await trio.to_thread.run_sync(files.recover_uploads, shas.get)
+        if placed or dropped:
+            log.info("uploads: %d finished, %d dropped after a stop", placed, dropped)
+        await self.store.write(lambda c: sql.purge_idempotency(c, self.clock.now() - IDEMPOTENCY_TTL_S))
+        await self.webhooks.recover()
+        for hold in sql.orphan_holds(self.store):
+            log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])
+            try:
+                await self.balances().ask(hold["organization_id"], Release(hold["id"]))
+            except ServiceError as e:
+                log.error("hold %s: release failed: %r", hold["id"], e)
+        rows = sql.jobs_to_recover(self.store)
+        for job in rows:
+            if job["status"] in ("queued", "rendering"):
+                self.slots.acquire(job["model"], job["id"])  # the line keeps this order
+        for job in rows:
+            self.jobs.get(job["id"])  # the actor loads and resumes itself
+        if rows:
+            log.info("generation: %d jobs resumed or settled after a stop", len(rows))

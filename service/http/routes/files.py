@@ -1,0 +1,43 @@
+"""Signed asset URLs: `GET /files/<asset_id>?exp=<epoch>&sig=<hex>`, no API key.
+
+A URL that is expired, altered (id, exp or sig), malformed, or whose `exp` lies more than
+900 s ahead is refused with 403 `auth.forbidden` ("This link is invalid or has expired.");
+a valid link to an asset that is gone is 404. The file is served with the asset's content
+type, `X-Content-Type-Options: nosniff`, `Content-Disposition: inline`, a private cache
+lifetime no longer than the link's, and Range support.
+"""
+
+from __future__ import annotations
+
+import math
+
+from quart import Blueprint, request, send_file
+from quart_schema import hide
+
+from service.errors import Forbidden, NotFound
+from service.http.auth import services
+from service.storage import generation as sql
+
+bp = Blueprint("files", __name__)
+
+BUFFER = 256 * 1024
+
+
+@bp.get("/files/<asset_id>")
+@hide
+async def signed_file(asset_id: str):
+    gen = services().generation
+    if not gen.signer.check(asset_id, request.args.get("exp"), request.args.get("sig")):
+        raise Forbidden("This link is invalid or has expired.")
+    row = sql.get_asset(services().store, asset_id)
+    path = gen.files.path(row["sha256"]) if row is not None else None
+    if path is None or not path.is_file():
+        raise NotFound("Asset not found.")
+    response = await send_file(path, mimetype=row["content_type"], conditional=True, add_etags=True)
+    response.response.buffer_size = BUFFER
+    remaining = max(0, math.floor(int(request.args["exp"]) - gen.clock.now()))
+    response.headers.pop("Expires", None)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Content-Disposition"] = "inline"
+    response.headers["Cache-Control"] = f"private, max-age={remaining}"
+    return response

@@ -1,0 +1,176 @@
+"""Generation: capabilities, models, submit (both routes), estimate, requests, status, cancel.
+
+Submit, status and cancel answer bare objects; the rest `{data: ...}`. A submit is checked
+in the spec's fixed order: project -> model -> availability -> prompt -> aspect_ratio ->
+resolution -> duration -> quality -> inputs -> price -> credits (402, nothing created).
+
+Beyond the spec: an optional `Idempotency-Key` header on both submit routes (see
+`IDEMPOTENCY_DOC`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+from quart import Blueprint, request
+from quart_schema import document_headers
+
+from service.backends import runnable
+from service.catalog.catalog import tier_label
+from service.catalog.rules import estimate
+from service.errors import BadRequest, NotFound
+from service.http.auth import principal, requires, resolve_project, services
+from service.http.schemas import Body, Query, body, clamp, query
+
+bp = Blueprint("generation", __name__)
+
+IDEMPOTENCY_DOC = (
+    "Optional. A client-chosen key (1 to 255 visible ASCII characters) that makes a submit safe "
+    "to retry: within 24 hours, repeating the same key with the same request (route, body and "
+    "X-Service-Project header) returns the original 202 answer and creates no second job and no "
+    "second credit hold. The same key with a different request answers 422 "
+    "request.validation_failed. Keys are per organization. Without the header every submit "
+    "creates a new job."
+)
+
+
+class IdempotencyHeaders(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    idempotency_key: str | None = Field(default=None, alias="Idempotency-Key", description=IDEMPOTENCY_DOC)
+
+
+class SubmitBody(Body):
+    prompt: str | None = Field(default=None, description="Required non-empty when the capability's "
+                               "prompt_required is true.")
+    aspect_ratio: str | None = None
+    model: str | None = Field(default=None, description="Model id; default: the capability's first "
+                              "available model.")
+    resolution: str | None = None
+    duration: int | float | None = Field(default=None, description="Seconds; one the model lists.")
+    quality: str | None = Field(default=None, description="No model takes it today (422).")
+    inputs: dict[str, list[str]] | None = Field(default=None, description="Slot name -> asset ids or "
+                                                "asset URLs returned by this API, of the job's project.")
+    webhook_url: str | None = Field(default=None, description="Job webhook; only https URLs are called.")
+    project_id: str | None = Field(default=None, description="Project id or slug.")
+    seed: int | None = Field(default=None, ge=0, le=2 ** 31 - 1, description="Optional render seed.")
+
+
+class EstimateBody(SubmitBody):
+    capability: str | None = Field(default=None, description="Capability id; or give `model`.")
+
+
+class ListQuery(Query):
+    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    project_id: str | None = Field(default=None, description="Project id or slug (else "
+                                   "X-Service-Project, else the default project).")
+
+
+def gen():
+    return services().generation
+
+
+@bp.get("/v1/generation/capabilities")
+@requires("generation:read")
+async def capabilities():
+    return {"data": gen().catalog.capabilities_view(runnable)}
+
+
+@bp.get("/v1/generation/models")
+@requires("generation:read")
+async def models():
+    return {"data": gen().catalog.models_view(runnable)}
+
+
+def _idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not all(33 <= ord(ch) <= 126 for ch in key):
+        raise BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.",
+                         {"header": "Idempotency-Key"})
+    return key
+
+
+async def _submit(data: SubmitBody, *, capability: str | None = None, model: str | None = None):
+    p = principal()
+    g = gen()
+    fields = data.model_dump(exclude_unset=True)
+
+    async def make(idempotency: dict | None) -> dict:
+        project = resolve_project(data.project_id, write=True)
+        plan = g.plan(p.org_id, project["id"], capability=capability, model=model, body=fields)
+        return await g.submit(plan, org_id=p.org_id, project_id=project["id"], source="api",
+                              webhook_url=data.webhook_url, idempotency=idempotency)
+
+    key = _idempotency_key()
+    if key is None:
+        return await make(None), 202
+    route = f"capabilities/{capability}" if capability is not None else f"models/{model}"
+    canonical = json.dumps({"route": route, "body": fields,
+                            "project": request.headers.get("X-Service-Project")},
+                           sort_keys=True, separators=(",", ":"))
+    request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+    return await g.idempotent(p.org_id, key, request_hash, make), 202
+
+
+@bp.post("/v1/generation/capabilities/<capability>")
+@requires("generation:write")
+@document_headers(IdempotencyHeaders)
+@body(SubmitBody)
+async def submit_capability(capability: str, data: SubmitBody):
+    """Submit a job to a capability (its first available model unless `model` is given).
+
+    202 with `{status, request_id, status_url, cancel_url, credits_estimate}`. Optional
+    header Idempotency-Key: same key and same request within 24 h returns the first answer
+    and creates nothing new; same key with another request is a 422.
+    """
+    return await _submit(data, capability=capability)
+
+
+@bp.post("/v1/generation/models/<model>")
+@requires("generation:write")
+@document_headers(IdempotencyHeaders)
+@body(SubmitBody)
+async def submit_model(model: str, data: SubmitBody):
+    """Submit a job to a model. Same body, answer and Idempotency-Key rules as the
+    capability route."""
+    return await _submit(data, model=model)
+
+
+@bp.post("/v1/generation/estimate")
+@requires("generation:read")
+@body(EstimateBody)
+async def estimate_route(data: EstimateBody):
+    """The submit's price without creating anything: the submit body plus `capability` or
+    `model`; answers `{data: {capability, model, resolution, duration, credits, tier}}`."""
+    resolve_project(data.project_id)
+    out = estimate(gen().catalog, capability=data.capability, model=None,
+                   body=data.model_dump(exclude_unset=True), runnable=runnable)
+    out["tier"] = tier_label(out["resolution"], out["duration"])
+    return {"data": out}
+
+
+@bp.get("/v1/generation/requests")
+@requires("generation:read")
+@query(ListQuery)
+async def list_requests(q: ListQuery):
+    project = resolve_project(q.project_id)
+    return {"data": gen().list_statuses(project["id"], clamp(q.limit, 50, 1, 200))}
+
+
+@bp.get("/v1/generation/requests/<job_id>/status")
+@requires("generation:read")
+async def request_status(job_id: str):
+    status = gen().status(job_id, principal().org_id)
+    if status is None:
+        raise NotFound("Generation request not found.")
+    return status
+
+
+@bp.post("/v1/generation/requests/<job_id>/cancel")
+@requires("generation:write")
+async def cancel_request(job_id: str):
+    return await gen().cancel(principal().org_id, job_id)

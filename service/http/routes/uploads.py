@@ -1,0 +1,265 @@
+"""`POST /v1/generation/uploads`: one file in, one asset out (201 `{data: asset}`).
+
+Multipart rules (multipart/form-data with a boundary, else 400 request.bad_request):
+- `file` (required, exactly one): a file part (with a `filename`); its part Content-Type is
+  the declared type. Accepted: PNG, JPEG, WebP, MP4, MP3, WAV, decided by the bytes
+  (service.media.inspect). Over 50 MiB: 422 "File exceeds 50 MiB.". A body over 51 MiB:
+  413 request.bad_request, and the connection is closed.
+- `project_id` (optional text field, at most 200 characters): project id or slug; else the
+  X-Service-Project header, else the default project. Unknown 404; archived 409.
+- Any other part, a second `file`, a `file` sent as a plain field or a `project_id` sent
+  as a file: 400 request.validation_failed with `details.errors[] = {message, key,
+  source: "body"}` ("Object contains unknown field", "Field required", ...).
+- Order of checks: multipart shape (400) -> project (404/409) -> size (422) -> type (422).
+
+The body is read as it arrives (never buffered whole): the file part streams into
+`DATA_DIR/assets/tmp/<asset_id>.part` while it is hashed; the rest of the body is always
+drained, even after an error, so the connection stays usable. The asset is committed by the
+uploads actor, which then moves the file into its content-addressed place; a failed upload
+leaves no file and no row. Route time limit: 120 s (408).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+
+import trio
+from quart import Blueprint, request
+from quart_schema import document_request
+from pydantic import BaseModel, ConfigDict, Field
+from quart_schema.validation import DataSource
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.sansio.multipart import Data, Epilogue, Field as FieldEvent, File, MultipartDecoder, NeedData
+
+from service.actors.job_uploads import CommitUpload
+from service.actors.job_views import asset_record
+from service.errors import BadRequest, Unprocessable
+from service.http.app import UPLOAD_BODY_LIMIT
+from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, services
+from service.http.errors import envelope
+from service.http.schemas import ValidationFailed
+from service.media.inspect import inspect_file
+
+bp = Blueprint("uploads", __name__)
+
+MiB = 1024 * 1024
+MAX_FILE = 50 * MiB
+FILE_TOO_BIG = "File exceeds 50 MiB."
+SLICE = 1 * MiB          # the parser is fed at most this much at a time
+THREAD_WRITE = 256 * 1024  # file data at least this big is written and hashed in a thread
+MAX_FIELD = 200
+
+
+class UploadForm(BaseModel):
+    """multipart/form-data (documentation only; the route parses the stream itself)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: bytes = Field(description="The file (PNG, JPEG, WebP, MP4, MP3 or WAV; at most 50 MiB).",
+                        json_schema_extra={"format": "binary"})
+    project_id: str | None = Field(default=None, description="Project id or slug.")
+
+
+class TooLarge(Exception):
+    pass
+
+
+class Received:
+    """What the multipart stream held."""
+
+    def __init__(self, temp: Path) -> None:
+        self.temp = temp
+        self.fields: dict[str, str] = {}
+        self.errors: list[dict] = []
+        self.file_seen = False
+        self.declared_type: str | None = None
+        self.size = 0
+        self.sha = hashlib.sha256()
+        self.too_big = False
+        self.malformed = False
+        self.complete = False
+        self._part: str | None = None  # "file", a field name, or None (skip)
+        self._buf = bytearray()
+        self._fh = None
+
+    def error(self, key: str, message: str) -> None:
+        self.errors.append({"message": message, "key": key, "source": "body"})
+
+    async def feed(self, decoder: MultipartDecoder) -> None:
+        while True:
+            event = decoder.next_event()
+            if isinstance(event, NeedData):
+                return
+            if isinstance(event, File):
+                self._end_part()
+                if event.name == "file" and not self.file_seen:
+                    self.file_seen = True
+                    self.declared_type = event.headers.get("content-type")
+                    self._fh = open(self.temp, "wb")  # noqa: SIM115 - closed in _end_part / close
+                    self._part = "file"
+                else:
+                    self._reject(event.name, as_file=True)
+            elif isinstance(event, FieldEvent):
+                self._end_part()
+                if event.name == "project_id" and "project_id" not in self.fields:
+                    self._part, self._buf = "project_id", bytearray()
+                else:
+                    self._reject(event.name, as_file=False)
+            elif isinstance(event, Data):
+                await self._data(event.data)
+                if not event.more_data:
+                    self._end_part()
+            elif isinstance(event, Epilogue):
+                self._end_part()
+                self.complete = True
+                return
+
+    def _reject(self, name: str | None, *, as_file: bool) -> None:
+        self._part = None
+        if name == "file":
+            self.error("file", "Only one file may be sent." if self.file_seen and as_file
+                       else "file must be a file part.")
+        elif name == "project_id":
+            self.error("project_id", "project_id must be a text field." if as_file
+                       else "project_id may be given once.")
+        else:
+            self.error(name or "", "Object contains unknown field")
+
+    async def _data(self, data: bytes) -> None:
+        if self._part == "file":
+            if self.too_big:
+                return
+            if self.size + len(data) > MAX_FILE:
+                self.too_big = True
+                return
+            self.size += len(data)
+            if len(data) >= THREAD_WRITE:
+                await trio.to_thread.run_sync(self._write, data)
+            else:
+                self._write(data)
+        elif self._part is not None:
+            self._buf.extend(data)
+            if len(self._buf) > MAX_FIELD * 4:
+                self.error(self._part, f"{self._part} must be at most {MAX_FIELD} characters.")
+                self._part = None
+
+    def _write(self, data: bytes) -> None:
+        self._fh.write(data)
+        self.sha.update(data)
+
+    def _end_part(self) -> None:
+        if self._part == "file":
+            self.close()
+        elif self._part is not None:
+            try:
+                text = self._buf.decode("utf-8")
+            except UnicodeDecodeError:
+                self.error(self._part, f"{self._part} must be UTF-8 text.")
+            else:
+                if len(text) > MAX_FIELD:
+                    self.error(self._part, f"{self._part} must be at most {MAX_FIELD} characters.")
+                else:
+                    self.fields[self._part] = text
+        self._part = None
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+async def receive(boundary: str, temp: Path) -> Received:
+    """Read the whole body, parsing what can be parsed; raises TooLarge past 51 MiB."""
+    got = Received(temp)
+    decoder = MultipartDecoder(boundary.encode("latin-1"))
+    total = 0
+    try:
+        async for chunk in request.body:
+            total += len(chunk)
+            if total > UPLOAD_BODY_LIMIT:
+                raise TooLarge()
+            if got.malformed or got.complete:
+                continue  # keep draining
+            try:
+                for start in range(0, len(chunk), SLICE):
+                    decoder.receive_data(chunk[start:start + SLICE])
+                    await got.feed(decoder)
+            except ValueError:
+                got.malformed = True
+        if not got.malformed and not got.complete:
+            try:
+                decoder.receive_data(None)
+                await got.feed(decoder)
+            except ValueError:
+                got.malformed = True
+    except RequestEntityTooLarge:
+        raise TooLarge() from None
+    finally:
+        got.close()
+    if not got.complete:
+        got.malformed = True
+    return got
+
+
+async def _drain() -> None:
+    total = 0
+    try:
+        async for chunk in request.body:
+            total += len(chunk)
+            if total > UPLOAD_BODY_LIMIT:
+                raise TooLarge()
+    except RequestEntityTooLarge:
+        raise TooLarge() from None
+
+
+def _too_large():
+    resp, status = envelope(413, "request.bad_request", "The request body is too large.",
+                            {"max_bytes": UPLOAD_BODY_LIMIT})
+    resp.headers["Connection"] = "close"
+    return resp, status
+
+
+@bp.post("/v1/generation/uploads")
+@requires("generation:write", limit=UPLOAD_LIMIT)
+@document_request(UploadForm, source=DataSource.FORM_MULTIPART)
+async def upload():
+    """Upload one file as an asset: multipart/form-data with the file in `file` and an
+    optional `project_id` field. 201 `{data: asset}`."""
+    p = principal()
+    gen = services().generation
+    boundary = request.mimetype_params.get("boundary")
+    try:
+        if request.mimetype != "multipart/form-data" or not boundary:
+            await _drain()
+            raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
+        asset_id = str(uuid.uuid4())
+        temp = gen.files.upload_temp(asset_id)
+        handed_over = False
+        try:
+            got = await receive(boundary, temp)
+            if got.malformed:
+                raise BadRequest("The request body is not valid multipart/form-data.")
+            if not got.file_seen and not any(e["key"] == "file" for e in got.errors):
+                got.error("file", "Field required")
+            if got.errors:
+                raise ValidationFailed("The request failed validation.", {"errors": got.errors})
+            project = resolve_project(got.fields.get("project_id") or None, write=True)
+            if got.too_big:
+                raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
+            info = await trio.to_thread.run_sync(inspect_file, temp, got.declared_type)
+            row = {
+                "id": asset_id, "organization_id": p.org_id, "project_id": project["id"], "job_id": None,
+                "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
+                "width": info.width, "height": info.height, "duration_s": info.duration_s,
+                "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": gen.clock.iso_now(),
+            }
+            handed_over = True  # from here on the uploads actor owns the temp file
+            row = await gen.uploads.ask(p.org_id, CommitUpload(row, temp), timeout=60.0)
+        finally:
+            if not handed_over:
+                temp.unlink(missing_ok=True)
+    except TooLarge:
+        return _too_large()
+    return {"data": asset_record(row, gen.base_url)}, 201

@@ -1,0 +1,195 @@
+"""SQL of generation jobs, assets, the job-webhook outbox and idempotency keys.
+
+Write functions take the batch's connection (they run inside `Store.write`); read
+functions take the Store (or a connection, where noted). Lists are newest first; ties on
+`created_at` fall back to insertion order (rowid).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Iterable
+
+JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, source, workflow_run_id, "
+               "status, prompt, params, price_uc, actual_uc, hold_id, hold_settled, webhook_url, error, "
+               "created_at, started_at, finished_at")
+ASSET_COLUMNS = ("id, organization_id, project_id, job_id, position, source, kind, content_type, width, "
+                 "height, duration_s, size_bytes, sha256, created_at")
+OPEN = ("queued", "rendering")
+
+
+def _one(conn_or_store, sql: str, params: tuple | list) -> dict | None:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchone()
+    return conn_or_store.one(sql, params)
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+
+def _update(conn: sqlite3.Connection, table: str, key: str, value, fields: dict) -> int:
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    return conn.execute(f"UPDATE {table} SET {sets} WHERE {key} = ?", (*fields.values(), value)).rowcount
+
+
+# -- jobs ------------------------------------------------------------------------------------
+def insert_job(conn: sqlite3.Connection, row: dict) -> None:
+    row = dict(row)
+    if not isinstance(row.get("params"), str):
+        row["params"] = json.dumps(row["params"], separators=(",", ":"))
+    _insert(conn, "jobs", row)
+
+
+def update_job(conn: sqlite3.Connection, job_id: str, fields: dict) -> None:
+    _update(conn, "jobs", "id", job_id, fields)
+
+
+def get_job(conn_or_store, job_id: str) -> dict | None:
+    return _one(conn_or_store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+
+
+def job_in_org(store, org_id: str, job_id: str) -> dict | None:
+    return _one(store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND organization_id = ?",
+                (job_id, org_id))
+
+
+def list_jobs(store, project_id: str, limit: int) -> list[dict]:
+    return store.all(f"SELECT {JOB_COLUMNS} FROM jobs WHERE project_id = ? "
+                     "ORDER BY created_at DESC, rowid DESC LIMIT ?", (project_id, limit))
+
+
+def jobs_of_run(store, workflow_run_id: str) -> list[dict]:
+    return store.all(f"SELECT {JOB_COLUMNS} FROM jobs WHERE workflow_run_id = ? ORDER BY rowid",
+                     (workflow_run_id,))
+
+
+def jobs_to_recover(store) -> list[dict]:
+    """Open jobs (rendering first, then queued, each oldest first) and final jobs whose hold
+    is not settled yet."""
+    return store.all(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN ('queued', 'rendering') OR hold_settled = 0 "
+        "ORDER BY CASE status WHEN 'rendering' THEN 0 WHEN 'queued' THEN 1 ELSE 2 END, created_at, rowid")
+
+
+def params_of(job: dict) -> dict:
+    return json.loads(job["params"]) if isinstance(job["params"], str) else job["params"]
+
+
+# -- assets ----------------------------------------------------------------------------------
+def insert_asset(conn: sqlite3.Connection, row: dict) -> None:
+    _insert(conn, "assets", row)
+
+
+def get_asset(conn_or_store, asset_id: str) -> dict | None:
+    return _one(conn_or_store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ?", (asset_id,))
+
+
+def asset_in_org(store, org_id: str, asset_id: str) -> dict | None:
+    return _one(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ? AND organization_id = ?",
+                (asset_id, org_id))
+
+
+def list_assets(store, project_id: str, limit: int) -> list[dict]:
+    return store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE project_id = ? "
+                     "ORDER BY created_at DESC, rowid DESC LIMIT ?", (project_id, limit))
+
+
+def assets_in_org(store, org_id: str, ids: Iterable[str]) -> list[dict]:
+    ids = list(ids)
+    if not ids:
+        return []
+    marks = ", ".join("?" * len(ids))
+    return store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE organization_id = ? AND id IN ({marks})",
+                     (org_id, *ids))
+
+
+def assets_by_ids(store, ids: Iterable[str]) -> list[dict]:
+    ids = list(ids)
+    if not ids:
+        return []
+    marks = ", ".join("?" * len(ids))
+    return store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE id IN ({marks})", ids)
+
+
+def assets_of_jobs(store, job_ids: Iterable[str]) -> dict[str, list[dict]]:
+    """Outputs per job, in output order."""
+    ids = list(job_ids)
+    out: dict[str, list[dict]] = {i: [] for i in ids}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ", ".join("?" * len(part))
+        for row in store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE job_id IN ({marks}) "
+                             "ORDER BY job_id, position", part):
+            out[row["job_id"]].append(row)
+    return out
+
+
+def sha_referenced(store, sha256: str) -> bool:
+    return store.one("SELECT 1 AS x FROM assets WHERE sha256 = ? LIMIT 1", (sha256,)) is not None
+
+
+def orphan_holds(store) -> list[dict]:
+    """Holds still `held` for a job id that has no job row: the node stopped between placing
+    the hold and committing the job (the hold is placed first). Reads the billing table."""
+    try:
+        return store.all("SELECT h.id, h.organization_id FROM credit_holds h WHERE h.status = 'held' "
+                         "AND h.job_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = h.job_id)")
+    except sqlite3.OperationalError:  # billing not installed on this node
+        return []
+
+
+# -- job webhooks (outbox) -------------------------------------------------------------------
+def insert_webhook(conn: sqlite3.Connection, row: dict) -> None:
+    _insert(conn, "job_webhooks", row)
+
+
+def update_webhook(conn: sqlite3.Connection, webhook_id: str, fields: dict) -> None:
+    _update(conn, "job_webhooks", "id", webhook_id, fields)
+
+
+def webhook_of_job(conn_or_store, job_id: str) -> dict | None:
+    return _one(conn_or_store, "SELECT * FROM job_webhooks WHERE job_id = ?", (job_id,))
+
+
+def release_waiting_webhook(conn: sqlite3.Connection, job_id: str) -> int:
+    """The render of a job canceled while rendering has ended: its webhook may go."""
+    return conn.execute("UPDATE job_webhooks SET state = 'pending' WHERE job_id = ? AND state = 'waiting'",
+                        (job_id,)).rowcount
+
+
+def pending_webhooks(store, limit: int) -> list[dict]:
+    return store.all("SELECT * FROM job_webhooks WHERE state = 'pending' ORDER BY created_at, rowid LIMIT ?",
+                     (limit,))
+
+
+def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
+    """At start: `sending` -> `unknown` (may have arrived; never re-sent); `waiting` ->
+    `pending` (no render survives a restart, so every waiting render has ended)."""
+    unknown = conn.execute(
+        "UPDATE job_webhooks SET state = 'unknown', sent_at = COALESCE(sent_at, ?), "
+        "error = 'node stopped during delivery; outcome unknown', error_class = 'unknown' "
+        "WHERE state = 'sending'", (now_iso,)).rowcount
+    released = conn.execute("UPDATE job_webhooks SET state = 'pending' WHERE state = 'waiting'").rowcount
+    return unknown, released
+
+
+# -- idempotency keys ------------------------------------------------------------------------
+def get_idempotency(store, org_id: str, key: str) -> dict | None:
+    return store.one("SELECT * FROM idempotency_keys WHERE organization_id = ? AND key = ?", (org_id, key))
+
+
+def put_idempotency(conn: sqlite3.Connection, row: dict, *, older_than: float) -> None:
+    """Insert the key's row, replacing one that expired (created before `older_than`).
+
+    A live row with the same key makes this raise sqlite3.IntegrityError.
+    """
+    conn.execute("DELETE FROM idempotency_keys WHERE organization_id = ? AND key = ? AND created_at < ?",
+                 (row["organization_id"], row["key"], older_than))
+    _insert(conn, "idempotency_keys", row)
+
+
+def purge_idempotency(conn: sqlite3.Connection, older_than: float) -> int:
+    return conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?", (older_than,)).rowcount
