@@ -9,7 +9,8 @@
     paid + confirm         -> paid           a repeat: no second lot
     pending + expire       -> expired        Expire (checkout abandoned)
 
-The lot is granted after `paid` is committed and recorded (`lot_id`) after the grant. The
+The lot is granted after `paid` is committed (crash point `payment_verified` sits between
+the two) and recorded (`lot_id`) after the grant. The
 grant is idempotent on the top-up id, so a confirmation that was cut short (crash, balance
 actor busy or down) is completed by the next confirmation of the same top-up, by the
 actor's own retry timer (backoff up to 10 minutes), and after a restart by `recover`.
@@ -29,6 +30,7 @@ from typing import Any
 from service.actors.billing_messages import Grant
 from service.actors.runtime import Actor
 from service.clock import parse_iso
+from service.crash import crashpoint
 from service.errors import Conflict, NotFound, ServiceError
 from service.machines import NEW, TOPUP, IllegalTransition
 from service.money import fmt
@@ -127,6 +129,7 @@ class TopupActor(Actor):
         if row["status"] == "pending":
             paid_at = self.clock.iso_now()
             await self.store.write(lambda conn: sql.set_paid(conn, row["id"], paid_at))
+            crashpoint("payment_verified")  # paid is committed, the lot is not: recovery grants it
             row = sql.get(self.store, row["id"])
         if "add_lot" in effects or row["lot_id"] is None:  # the second case completes a cut-short add_lot
             try:
