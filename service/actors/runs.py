@@ -1,0 +1,713 @@
+"""Product runs: one actor per run (registry `services.runs`, key = run id), and the
+`Products` facade the HTTP routes use (`services.products`).
+
+Interfaces
+==========
+
+    view  = await products.start(org_id, user_id, slug, inputs, project, idempotency_key=None,
+                                 request_hash=None)
+        Checks, in this order: product known (404), inputs (422, input name in
+        `details.input`), product available for those inputs (503
+        `request.service_unavailable`, details `product`, `reasons`), the balance covers the
+        whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
+        nothing reserved). Then the run actor persists the run `queued` with every step
+        `pending` and answers the ProductRun (HTTP 202). With an Idempotency-Key: the same
+        key and the same request within 24 h answer the first 202 body and start nothing;
+        another request under that key is 422.
+    view  = await products.cancel(org_id, run_id)     spec's cancel rules; 404 NotFound
+    view  = products.get(org_id, run_id)              any project of the organization
+    views = products.list_runs(project_id, limit, product=None)
+    (the merged feed of GET /v1/runs is `service.actors.run_feed`)
+
+The run (machines.RUN / machines.STEP)
+======================================
+
+- The run keeps the product version it started with (`product_by_version`) to the end.
+- Advance: the steps whose `needs` are all completed start together (`ready_steps`). The
+  first start moves the run `queued` -> `running`. Starting steps are committed `running`
+  first (a capability step with the id its job will get), then started:
+  - a capability step is an ordinary generation job, `source` `workflow`, with the run's
+    id as `workflow_run_id`, submitted through the job registry under the step's
+    `request_id`; the job's submit places its hold. A refusal at that moment (402 when the
+    balance was used up meanwhile, or a 422/503 of the submit rules) fails the step and the
+    run. The job tells the run when it ends (`StepJobEnded`).
+  - an op step (free local processing) runs in a worker thread in the registry's background
+    nursery and reports `OpDone`; its output is stored as an asset of the run's project
+    (`source` `workflow`, no job) in the same transaction as the step's completion.
+- A step's `outputs` are committed as soon as it completes. When every step is completed
+  the run is `completed` with `outputs` (output name -> asset ids) and `credits.actual`
+  (Σ what the step jobs were charged).
+- A failing step fails the run: `error` = "<step key>: <reason>", where the reason is the
+  job's failure message (flagged content and a job canceled outside the run have their
+  own messages below; a refused hold says how many credits were missing). Unfinished steps
+  become `canceled`; their in-flight jobs are canceled (holds released) and op tasks
+  stopped. A step job that turns out to have completed before its cancel arrived is
+  recorded `completed` (it stays charged, as completed steps do).
+- Cancel: the same for a `canceled` run; a finished run is returned unchanged.
+- `credits.actual` is written when the run ends in any final state (what its completed
+  steps were charged; 0.00 when none completed).
+
+Restart: a run actor loads its run and, when the run is not final, resumes (a deadline of
+"now"): each running capability step re-watches its job (a job already final notifies at
+once, from its stored status); a step whose job was never created is submitted again under
+its `request_id`; running op steps start again; then the run advances. At start-up the
+recovery step wakes every open run and cancels step jobs still open under a final run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from service.actors import run_views
+from service.actors.run_feed import cursor_key
+from service.actors.runtime import Actor, Registry
+from service.assets.signing import load_secret
+from service.backends import MSG_INTERNAL
+from service.catalog import products as catalog_products
+from service.crash import crashpoint
+from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
+                            Unprocessable)
+from service.machines import RUN, STEP
+from service.money import fmt, to_uc
+from service.storage import billing as billing_sql
+from service.storage import generation as gen_sql
+from service.storage import products as sql
+
+log = logging.getLogger(__name__)
+
+IDEMPOTENCY_TTL_S = 24 * 3600.0
+MSG_FLAGGED = "Generation was flagged by the content filter. Credits were released."
+MSG_JOB_CANCELED = "The step's generation job was canceled. Credits were released."
+MSG_VERSION_GONE = "The product version this run started with is no longer defined."
+STEP_FINAL = ("completed", "failed", "canceled")
+
+
+def insufficient_message(e: InsufficientCredits) -> str:
+    d = e.details or {}
+    return (f"Not enough credits to start this step (required {d.get('required')}, "
+            f"available {d.get('available')}).")
+
+
+# -- messages ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Create:
+    run: dict
+    steps: list
+    idempotency: dict | None = None  # {organization_id, key, request_hash}
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    pass
+
+
+@dataclass(frozen=True)
+class Advance:
+    pass
+
+
+@dataclass(frozen=True)
+class StepJobEnded:
+    key: str
+    job_id: str
+    status: dict
+
+
+@dataclass(frozen=True)
+class OpDone:
+    key: str
+    token: Any
+    asset: dict | None  # the asset row to insert (created_at filled by the actor)
+    error: str | None
+
+
+class KeyTaken(Exception):
+    """A concurrent run start with the same Idempotency-Key committed first."""
+
+
+class OpHandle:
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+
+
+# -- the registry -----------------------------------------------------------------------------
+class RunRegistry(Registry):
+    """The run actors plus a background nursery for op tasks. `ops[(run_id, key)]` is a
+    running op until its actor has taken the `OpDone`."""
+
+    def __init__(self, factory, clock) -> None:
+        super().__init__("runs", factory, clock)
+        self.ops: dict[tuple[str, str], OpHandle] = {}
+        self.background: trio.Nursery | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as bg:
+            self.background = bg
+            await bg.start(Registry.run, self)
+            task_status.started()
+
+
+# -- op steps (worker thread) -------------------------------------------------------------------
+AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
+
+
+def run_op(files, work: Path, op: str, args: dict, src: dict) -> dict:
+    """Run one op on the input asset row `src`; place the PNG it makes; the asset fields.
+
+    extract_frame(video, at: first|middle|last) -> media.ops.extract_frame(path, at_s, dst)
+    resize_image(image, max_side)               -> media.ops.resize_image(src, dst, w=h=max_side)
+    """
+    from service.assets.files import hash_file
+    from service.media import ops
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        path = files.path(src["sha256"])
+        dst = work / "out.png"
+        if op == "extract_frame":
+            duration = float(src["duration_s"] or 0.0)
+            width, height = ops.extract_frame(path, duration * AT[args["at"]], dst)
+        elif op == "resize_image":
+            side = int(args["max_side"])
+            width, height = ops.resize_image(path, dst, side, side)
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        sha, size = hash_file(dst)
+        files.place(dst, sha)
+        return {"kind": "image", "content_type": "image/png", "width": width, "height": height,
+                "duration_s": None, "size_bytes": size, "sha256": sha}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def _op_task(products: Products, run: dict, key: str, handle: OpHandle, op: str, args: dict,
+                   src: dict) -> None:
+    asset = error = None
+    work = products.files.work / f"run-{run['id']}-{key}"
+    try:
+        with handle.scope:
+            fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args, src,
+                                                   abandon_on_cancel=True)
+            asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
+                     "project_id": run["project_id"], "job_id": None, "position": 0, "source": "workflow",
+                     **fields}
+    except Exception:  # noqa: BLE001 - reported as failure 5
+        log.exception("run %s: op step %s (%s) failed", run["id"], key, op)
+        asset, error = None, MSG_INTERNAL
+    if handle.scope.cancelled_caught:
+        asset, error = None, None
+    products.runs.tell(run["id"], OpDone(key, handle, asset, error))
+
+
+# -- the actor --------------------------------------------------------------------------------
+class RunActor(Actor):
+    def __init__(self, products: Products) -> None:
+        self.p = products
+        self.run: dict | None = None
+        self.steps: dict[str, dict] = {}
+        self.product = None
+        self.values: dict = {}
+        self.resume_due = False
+
+    @property
+    def run_id(self) -> str:
+        return self.key  # type: ignore[return-value]
+
+    def _final(self) -> bool:
+        return self.run is not None and RUN.is_final(self.run["status"])
+
+    def _maybe_done(self) -> None:
+        if self.run is None or (self._final() and not any(k[0] == self.run_id for k in self.p.runs.ops)):
+            self.done = True
+
+    # loading and resuming -------------------------------------------------------------------
+    async def load(self) -> None:
+        run = sql.get_run(self.p.store, self.run_id)
+        self.run = run
+        if run is None:
+            return
+        self.steps = {s["key"]: s for s in sql.steps_of(self.p.store, self.run_id)}
+        self.values = json.loads(run["run_values"])
+        self.product = catalog_products.product_by_version(run["product"], run["product_version"])
+        if self._final():
+            self._maybe_done()
+        else:
+            self.resume_due = True
+
+    def next_deadline(self) -> float | None:
+        return 0.0 if self.resume_due else None
+
+    async def on_deadline(self) -> None:
+        self.resume_due = False
+        await self._resume()
+
+    async def _resume(self) -> None:
+        if self.run is None or self._final():
+            self._maybe_done()
+            return
+        if self.product is None:
+            first = next((k for k, s in self.steps.items() if s["status"] not in STEP_FINAL), None)
+            await self._fail(first or "run", MSG_VERSION_GONE)
+            return
+        for key, step in list(self.steps.items()):
+            if self._final():
+                return
+            if step["status"] != "running":
+                continue
+            if step["capability"] is not None:
+                if gen_sql.get_job(self.p.store, step["request_id"]) is None:
+                    await self._submit(key)  # stopped between the step's commit and its job's
+                else:
+                    await self._watch(key)
+            elif (self.run_id, key) not in self.p.runs.ops:
+                self._start_op(key)
+        await self._advance()
+
+    # messages -------------------------------------------------------------------------------
+    async def handle(self, msg: Any) -> Any:
+        if isinstance(msg, StepJobEnded):
+            await self._job_ended(msg)
+            return None
+        if isinstance(msg, OpDone):
+            await self._op_done(msg)
+            return None
+        if isinstance(msg, Advance):
+            await self._advance()
+            return None
+        if isinstance(msg, CancelRun):
+            return await self._cancel()
+        if isinstance(msg, Create):
+            return await self._create(msg)
+        raise TypeError(f"run actor: unknown message {type(msg).__name__}")
+
+    async def _create(self, msg: Create) -> dict:
+        if self.run is not None:  # the same run id twice: the run exists
+            return self.p.view_of(self.run, list(self.steps.values()))
+        run, steps = dict(msg.run), [dict(s) for s in msg.steps]
+        view = self.p.view_of(run, steps)
+        idem = msg.idempotency
+        now = self.p.clock.now()
+
+        def tx(conn):
+            sql.insert_run(conn, run, steps)
+            if idem is not None:
+                sql.put_run_key(conn, {**idem, "run_id": run["id"], "response": json.dumps(view),
+                                       "created_at": now}, older_than=now - IDEMPOTENCY_TTL_S)
+
+        try:
+            await self.p.store.write(tx)
+        except Exception as e:
+            self.done = True
+            if idem is not None and "UNIQUE" in str(e).upper():
+                raise KeyTaken() from e
+            raise
+        self.run = run
+        self.steps = {s["key"]: s for s in steps}
+        self.values = json.loads(run["run_values"])
+        self.product = catalog_products.product_by_version(run["product"], run["product_version"])
+        self.p.runs.tell(self.run_id, Advance())
+        return view
+
+    # advancing ------------------------------------------------------------------------------
+    def _outputs_by_step(self) -> dict[str, list[str]]:
+        return {k: json.loads(s["outputs"]) if isinstance(s["outputs"], str) else list(s["outputs"])
+                for k, s in self.steps.items() if s["status"] == "completed"}
+
+    async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra=None) -> None:
+        def tx(conn):
+            if extra is not None:
+                extra(conn)
+            for key, f in step_fields.items():
+                sql.update_step(conn, self.run_id, key, f)
+            if run_fields:
+                sql.update_run(conn, self.run_id, run_fields)
+
+        await self.p.store.write(tx)
+        for key, f in step_fields.items():
+            self.steps[key].update(f)
+        self.run.update(run_fields)  # type: ignore[union-attr]
+
+    async def _advance(self) -> None:
+        if self.run is None or self._final() or self.product is None:
+            self._maybe_done()
+            return
+        if all(s["status"] == "completed" for s in self.steps.values()):
+            await self._complete()
+            return
+        done = {k for k, s in self.steps.items() if s["status"] == "completed"}
+        started = {k for k, s in self.steps.items() if s["status"] != "pending"}
+        ready = [s.key for s in catalog_products.ready_steps(self.product, done, started)]
+        if not ready:
+            return
+        now = self.p.clock.iso_now()
+        run_fields: dict = {}
+        if self.run["status"] == "queued":
+            run_fields = {"status": RUN.apply("queued", "start")[0], "started_at": now}
+        step_fields: dict[str, dict] = {}
+        for key in ready:
+            new, _ = STEP.apply(self.steps[key]["status"], "start")
+            f = {"status": new, "started_at": now}
+            if self.steps[key]["capability"] is not None:
+                f["request_id"] = str(uuid.uuid4())
+            step_fields[key] = f
+        await self._write(run_fields, step_fields)
+        for key in ready:
+            if self._final():
+                break
+            if self.steps[key]["capability"] is not None:
+                await self._submit(key)
+            else:
+                self._start_op(key)
+
+    async def _submit(self, key: str) -> None:
+        from service.actors.jobs import Submit
+
+        step = self.steps[key]
+        run = self.run
+        assert run is not None and self.product is not None
+        gen = self.p.generation
+        job_id = step["request_id"]
+        definition = self.product.step(key)
+        body = catalog_products.step_body(definition, self.values, self._outputs_by_step())
+        try:
+            plan = gen.plan(run["organization_id"], run["project_id"], capability=definition.capability,
+                            body=body)
+            await gen.jobs.ask(job_id, Submit(org_id=run["organization_id"], project_id=run["project_id"],
+                                              plan=plan, source="workflow", workflow_run_id=self.run_id,
+                                              notify=self.p.notifier(self.run_id, key, job_id)))
+        except InsufficientCredits as e:
+            await self._fail(key, insufficient_message(e))
+        except ApiError as e:
+            await self._fail(key, e.message)
+        except (AskTimeout, ActorGone) as e:
+            if gen_sql.get_job(self.p.store, job_id) is not None:
+                await self._watch(key)
+            else:
+                log.warning("run %s: step %s: submit failed: %r", self.run_id, key, e)
+                await self._fail(key, MSG_INTERNAL)
+
+    async def _watch(self, key: str) -> None:
+        job_id = self.steps[key]["request_id"]
+        try:
+            await self.p.generation.watch(job_id, self.p.notifier(self.run_id, key, job_id))
+        except NotFound:
+            await self._fail(key, MSG_INTERNAL)
+
+    def _start_op(self, key: str) -> None:
+        run = self.run
+        assert run is not None and self.product is not None
+        definition = self.product.step(key)
+        args = catalog_products.step_body(definition, self.values, self._outputs_by_step())
+        ids = args.get("video") or args.get("image") or []
+        src = gen_sql.get_asset(self.p.store, ids[0]) if ids else None
+        handle = OpHandle()
+        self.p.runs.ops[(self.run_id, key)] = handle
+        if src is None:
+            self.p.runs.tell(self.run_id, OpDone(key, handle, None, MSG_INTERNAL))
+            return
+        assert self.p.runs.background is not None
+        self.p.runs.background.start_soon(_op_task, self.p, run, key, handle, definition.op, args, src)
+
+    # step endings ---------------------------------------------------------------------------
+    async def _job_ended(self, msg: StepJobEnded) -> None:
+        step = self.steps.get(msg.key)
+        if (self.run is None or self._final() or step is None or step["status"] != "running"
+                or step["request_id"] != msg.job_id):
+            self._maybe_done()
+            return  # late or repeated news (a re-registered watcher)
+        st = msg.status or {}
+        status = st.get("status")
+        if status == "completed":
+            await self._step_completed(msg.key, [o["id"] for o in st.get("outputs", [])], _actual_uc(st))
+        elif status == "failed":
+            await self._fail(msg.key, st.get("error") or MSG_INTERNAL)
+        elif status == "nsfw":
+            await self._fail(msg.key, st.get("error") or MSG_FLAGGED)
+        elif status == "canceled":
+            await self._fail(msg.key, MSG_JOB_CANCELED)
+
+    async def _op_done(self, msg: OpDone) -> None:
+        ops = self.p.runs.ops
+        if ops.get((self.run_id, msg.key)) is not msg.token:
+            return  # stale report
+        del ops[(self.run_id, msg.key)]
+        step = self.steps.get(msg.key)
+        if self.run is None or self._final() or step is None or step["status"] != "running":
+            self._maybe_done()
+            return
+        if msg.error is not None or msg.asset is None:
+            await self._fail(msg.key, msg.error or MSG_INTERNAL)
+            return
+        asset = {**msg.asset, "created_at": self.p.clock.iso_now()}
+        await self._step_completed(msg.key, [asset["id"]], 0,
+                                   extra=lambda conn: gen_sql.insert_asset(conn, asset))
+
+    async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra=None) -> None:
+        new, _ = STEP.apply(self.steps[key]["status"], "finish")
+        await self._write({}, {key: {"status": new, "outputs": outputs, "cost_uc": cost_uc,
+                                     "finished_at": self.p.clock.iso_now()}}, extra)
+        crashpoint("step_finished")
+        await self._advance()
+
+    async def _complete(self) -> None:
+        assert self.run is not None and self.product is not None
+        new, _ = RUN.apply(self.run["status"], "all_done")
+        outputs = catalog_products.run_outputs(self.product, self._outputs_by_step())
+        await self._write({"status": new, "outputs": outputs, "actual_uc": self._spent(),
+                           "finished_at": self.p.clock.iso_now()}, {})
+        self._maybe_done()
+
+    def _spent(self) -> int:
+        return sum(s["cost_uc"] or 0 for s in self.steps.values() if s["status"] == "completed")
+
+    # failure and cancel ---------------------------------------------------------------------
+    async def _end(self, event: str, failed_key: str | None, reason: str | None) -> None:
+        """Fail (`step_failed`) or cancel the run: unfinished steps canceled, jobs canceled."""
+        run = self.run
+        assert run is not None
+        new, _ = RUN.apply(run["status"], event)
+        now = self.p.clock.iso_now()
+        step_fields: dict[str, dict] = {}
+        in_flight: list[str] = []
+        for key, s in self.steps.items():
+            if s["status"] in STEP_FINAL:
+                continue
+            if key == failed_key:
+                step_fields[key] = {"status": STEP.apply(s["status"], "fail")[0], "error": reason,
+                                    "finished_at": now}
+                continue
+            if s["status"] == "running":
+                in_flight.append(key)
+            step_fields[key] = {"status": STEP.apply(s["status"], "cancel")[0], "finished_at": now}
+        run_fields = {"status": new, "finished_at": now}
+        if failed_key is not None:
+            run_fields["error"] = f"{failed_key}: {reason}"
+        spent = sum(s["cost_uc"] or 0 for k, s in self.steps.items() if s["status"] == "completed")
+        run_fields["actual_uc"] = spent
+        await self._write(run_fields, step_fields)
+        late: dict[str, dict] = {}
+        for key in in_flight:
+            s = self.steps[key]
+            if s["capability"] is None:
+                handle = self.p.runs.ops.get((self.run_id, key))
+                if handle is not None:
+                    handle.scope.cancel()
+                continue
+            st = await self._cancel_job(s["request_id"])
+            if st is not None and st.get("status") == "completed":
+                late[key] = {"status": "completed", "outputs": [o["id"] for o in st.get("outputs", [])],
+                             "cost_uc": _actual_uc(st), "finished_at": st.get("finished_at") or now}
+        if late:
+            spent += sum(f["cost_uc"] for f in late.values())
+            await self._write({"actual_uc": spent}, late)
+        self._maybe_done()
+
+    async def _cancel_job(self, job_id: str | None) -> dict | None:
+        if job_id is None or self.run is None:
+            return None
+        try:
+            return await self.p.generation.cancel(self.run["organization_id"], job_id)
+        except NotFound:
+            return None  # never created (a refused submit)
+        except ServiceError as e:
+            log.error("run %s: canceling job %s failed: %r", self.run_id, job_id, e)
+            return None
+
+    async def _fail(self, key: str, reason: str) -> None:
+        if self.run is None or self._final():
+            return
+        await self._end("step_failed", key, reason)
+
+    async def _cancel(self) -> dict:
+        if self.run is None:
+            self.done = True
+            raise NotFound("Run not found.")
+        if not self._final():
+            await self._end("cancel", None, None)
+        return self.p.view_of(self.run, list(self.steps.values()))
+
+
+def _actual_uc(status: dict) -> int:
+    actual = (status.get("credits") or {}).get("actual")
+    return to_uc(actual) if actual is not None else 0
+
+
+# -- the facade -------------------------------------------------------------------------------
+class Products:
+    """The node's product part: the run registry and what the HTTP routes call."""
+
+    def __init__(self, services) -> None:
+        self.services = services
+        self.store = services.store
+        self.clock = services.clock
+        self.base_url = services.settings.public_base_url
+        self.runs = RunRegistry(lambda key: RunActor(self), services.clock)
+        self.cursor_key = cursor_key(load_secret(services.settings.data_dir))
+        self._locks: dict[tuple[str, str], list] = {}
+
+    @property
+    def generation(self):
+        return self.services.generation
+
+    @property
+    def files(self):
+        return self.services.generation.files
+
+    @property
+    def catalog(self):
+        return self.services.catalog
+
+    def notifier(self, run_id: str, key: str, job_id: str):
+        runs = self.runs
+
+        def notify(status: dict) -> None:
+            runs.tell(run_id, StepJobEnded(key, job_id, status))
+
+        return notify
+
+    # views ----------------------------------------------------------------------------------
+    def view_of(self, run: dict, steps: list[dict]) -> dict:
+        ids = run_views.asset_ids_of(run, steps)
+        assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}
+        return run_views.run_view(run, steps, assets, self.base_url)
+
+    def views_of(self, runs: list[dict]) -> list[dict]:
+        """Many runs at once (three queries)."""
+        if not runs:
+            return []
+        steps = sql.steps_of_runs(self.store, [r["id"] for r in runs])
+        ids: list[str] = []
+        for r in runs:
+            ids.extend(run_views.asset_ids_of(r, steps[r["id"]]))
+        assets: dict[str, dict] = {}
+        if ids:
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                marks = ", ".join("?" * len(part))
+                for row in self.store.all(f"SELECT {gen_sql.ASSET_COLUMNS} FROM assets WHERE id IN ({marks})",
+                                          part):
+                    assets[row["id"]] = row
+        return [run_views.run_view(r, steps[r["id"]], assets, self.base_url) for r in runs]
+
+    def get(self, org_id: str, run_id: str) -> dict:
+        run = sql.run_in_org(self.store, org_id, run_id)
+        if run is None:
+            raise NotFound("Run not found.")
+        return self.view_of(run, sql.steps_of(self.store, run_id))
+
+    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[dict]:
+        return self.views_of(sql.list_runs(self.store, project_id, limit, product))
+
+    # products -------------------------------------------------------------------------------
+    def runnable(self, backend: str) -> bool:
+        from service.backends import runnable
+        return runnable(backend)
+
+    def product_or_404(self, slug: str):
+        p = catalog_products.product(slug)
+        if p is None:
+            raise NotFound("Product not found.", {"product": slug})
+        return p
+
+    def product_view(self, p, values=None) -> dict:
+        return catalog_products.product_view(p, self.catalog, self.runnable, values)
+
+    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict:
+        return catalog_products.validate_run_inputs(
+            p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
+
+    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict:
+        p = self.product_or_404(slug)
+        values = self.values_for(p, org_id, project_id, inputs)
+        return self.product_view(p, values)
+
+    # runs -----------------------------------------------------------------------------------
+    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict,
+                    idempotency_key: str | None = None, request_hash: str | None = None) -> dict:
+        if idempotency_key is None:
+            return await self._start(org_id, user_id, slug, inputs, project, None)
+        if request_hash is None:
+            request_hash = hashlib.sha256(json.dumps(
+                {"product": slug, "project_id": project["id"], "inputs": inputs},
+                sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        lock_key = (org_id, idempotency_key)
+        slot = self._locks.setdefault(lock_key, [trio.Lock(), 0])
+        slot[1] += 1
+        try:
+            async with slot[0]:
+                for _ in range(2):
+                    row = sql.get_run_key(self.store, org_id, idempotency_key)
+                    if row is not None and row["created_at"] >= self.clock.now() - IDEMPOTENCY_TTL_S:
+                        if row["request_hash"] != request_hash:
+                            raise Unprocessable(
+                                "Idempotency-Key was already used with a different request; use a new key.",
+                                {"header": "Idempotency-Key", "run_id": row["run_id"]})
+                        return json.loads(row["response"])
+                    try:
+                        return await self._start(org_id, user_id, slug, inputs, project, {
+                            "organization_id": org_id, "key": idempotency_key, "request_hash": request_hash})
+                    except KeyTaken:
+                        continue  # another node task won the key: answer as it did
+                raise Unprocessable("Idempotency-Key is in use; retry.", {"header": "Idempotency-Key"})
+        finally:
+            slot[1] -= 1
+            if slot[1] == 0:
+                self._locks.pop(lock_key, None)
+
+    async def _start(self, org_id, user_id, slug, inputs, project, idempotency) -> dict:
+        p = self.product_or_404(slug)
+        values = self.values_for(p, org_id, project["id"], inputs)
+        estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
+        available_uc = to_uc(billing_sql.balance(self.store, org_id, self.clock.now())["available"])
+        if available_uc < estimate_uc:
+            raise InsufficientCredits("Not enough credits to start this run.",
+                                      {"required": fmt(estimate_uc), "available": fmt(available_uc)})
+        run_id = str(uuid.uuid4())
+        now = self.clock.iso_now()
+        run = {
+            "id": run_id, "organization_id": org_id, "project_id": project["id"], "product": p.slug,
+            "product_version": p.version, "status": "queued", "inputs": json.dumps(inputs),
+            "run_values": json.dumps(values), "outputs": None, "estimate_uc": estimate_uc, "actual_uc": None,
+            "error": None, "created_by": user_id, "created_at": now, "started_at": None, "finished_at": None,
+        }
+        steps = [
+            {"run_id": run_id, "key": s.key, "position": i, "capability": s.capability, "op": s.op,
+             "model": s.model, "status": "pending", "request_id": None, "outputs": "[]", "cost_uc": None,
+             "error": None, "started_at": None, "finished_at": None}
+            for i, s in enumerate(p.steps)
+        ]
+        return await self.runs.ask(run_id, Create(run, steps, idempotency))
+
+    async def cancel(self, org_id: str, run_id: str) -> dict:
+        run = sql.run_in_org(self.store, org_id, run_id)
+        if run is None:
+            raise NotFound("Run not found.")
+        if RUN.is_final(run["status"]):
+            return self.view_of(run, sql.steps_of(self.store, run_id))
+        return await self.runs.ask(run_id, CancelRun())
+
+    # start ----------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """At start, after the job recovery: purge old idempotency keys, wake every open run
+        (it resumes itself), cancel step jobs still open under a run that is final."""
+        await self.store.write(lambda c: sql.purge_run_keys(c, self.clock.now() - IDEMPOTENCY_TTL_S))
+        open_ids = sql.open_run_ids(self.store)
+        for run_id in open_ids:
+            self.runs.get(run_id)
+        for job in sql.open_jobs_of_final_runs(self.store):
+            log.info("job %s is open under final run %s; canceling it", job["id"], job["workflow_run_id"])
+            try:
+                await self.generation.cancel(job["organization_id"], job["id"])
+            except ServiceError as e:
+                log.error("job %s: cancel failed: %r", job["id"], e)
+        if open_ids:
+            log.info("products: %d runs resumed after a stop", len(open_ids))

@@ -1,0 +1,82 @@
+"""Product runs: one run, the project's runs, cancel, and the merged `GET /v1/runs` feed.
+
+Decisions where the spec is open:
+- `GET /v1/workflows/runs/{id}` and its cancel find the run in any project of the
+  organization (as job status reads do); another organization's run is 404.
+- `GET /v1/workflows/runs`: `limit` default 50, clamped to 1..200; `product` filters by
+  slug (an unknown slug gives an empty list); newest first; the resolved project
+  (`project_id` query, else X-Service-Project, else the default project).
+- `GET /v1/runs`: `limit` default 50, clamped to 1..200; `project` (id or slug; else
+  X-Service-Project, else the default project; unknown -> 404); `source` one of `api`,
+  `studio`, `workflow` (anything else 400 `request.bad_request`); `cursor` signed, a
+  cursor the endpoint did not produce is 422 "Invalid cursor". Row shapes: `{type: "job",
+  id, ...job status object}` and `{type: "run", id, source: "workflow", ...ProductRun}`
+  (see service/actors/run_views.py).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from quart import Blueprint
+
+from service.actors import run_feed
+from service.http.auth import principal, requires, resolve_project, services
+from service.http.schemas import Query, clamp, query
+
+bp = Blueprint("runs", __name__)
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+
+
+class RunsQuery(Query):
+    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    product: str | None = Field(default=None, description="Product slug.")
+    project_id: str | None = Field(default=None, description="Project id or slug (else "
+                                   "X-Service-Project, else the default project).")
+
+
+class FeedQuery(Query):
+    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    source: Literal["api", "studio", "workflow"] | None = Field(
+        default=None, description="api or studio: standalone jobs submitted that way; workflow: product runs "
+                                  "only. Omit for everything.")
+    cursor: str | None = Field(default=None, description="The previous page's next_cursor.")
+    project: str | None = Field(default=None, description="Project id or slug; default: the default project.")
+
+
+def products():
+    return services().products
+
+
+@bp.get("/v1/workflows/runs/<run_id>")
+@requires("generation:read")
+async def get_run(run_id: str):
+    return {"data": products().get(principal().org_id, run_id)}
+
+
+@bp.get("/v1/workflows/runs")
+@requires("generation:read")
+@query(RunsQuery)
+async def list_runs(q: RunsQuery):
+    project = resolve_project(q.project_id)
+    limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
+    return {"data": products().list_runs(project["id"], limit, q.product)}
+
+
+@bp.post("/v1/workflows/runs/<run_id>/cancel")
+@requires("generation:write")
+async def cancel_run(run_id: str):
+    return {"data": await products().cancel(principal().org_id, run_id)}
+
+
+@bp.get("/v1/runs")
+@requires("generation:read")
+@query(FeedQuery)
+async def runs_feed(q: FeedQuery):
+    """Standalone jobs and product runs of a project, newest first, cursor-paged."""
+    project = resolve_project(q.project)
+    limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
+    return {"data": run_feed.page(products(), project["id"], q.source, limit, q.cursor)}

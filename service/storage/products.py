@@ -1,0 +1,205 @@
+"""SQL of product runs, their steps, run-start idempotency keys, and the merged runs feed.
+
+Write functions take the batch's connection (they run inside `Store.write`); read
+functions take the Store (or a connection, where noted). Lists are newest first; ties on
+`created_at` fall back to the id (a total order the feed's cursor relies on).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any, Iterable
+
+RUN_COLUMNS = ("id, organization_id, project_id, product, product_version, status, inputs, run_values, "
+               "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at")
+STEP_COLUMNS = ("run_id, key, position, capability, op, model, status, request_id, outputs, cost_uc, error, "
+                "started_at, finished_at")
+OPEN = ("queued", "running")
+
+
+def _one(conn_or_store, sql: str, params: tuple | list) -> dict | None:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchone()
+    return conn_or_store.one(sql, params)
+
+
+def _all(conn_or_store, sql: str, params: tuple | list) -> list[dict]:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchall()
+    return conn_or_store.all(sql, params)
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+# -- runs and steps --------------------------------------------------------------------------
+def insert_run(conn: sqlite3.Connection, run: dict, steps: Iterable[dict]) -> None:
+    row = dict(run)
+    for k in ("inputs", "run_values", "outputs"):
+        if row.get(k) is not None and not isinstance(row[k], str):
+            row[k] = _json(row[k])
+    _insert(conn, "product_runs", row)
+    for s in steps:
+        s = dict(s)
+        if not isinstance(s.get("outputs", "[]"), str):
+            s["outputs"] = _json(s["outputs"])
+        _insert(conn, "product_run_steps", s)
+
+
+def update_run(conn: sqlite3.Connection, run_id: str, fields: dict) -> None:
+    fields = {k: (_json(v) if k in ("outputs", "inputs", "run_values") and v is not None
+                  and not isinstance(v, str) else v) for k, v in fields.items()}
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    conn.execute(f"UPDATE product_runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
+
+
+def update_step(conn: sqlite3.Connection, run_id: str, key: str, fields: dict) -> None:
+    fields = {k: (_json(v) if k == "outputs" and not isinstance(v, str) else v) for k, v in fields.items()}
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    conn.execute(f"UPDATE product_run_steps SET {sets} WHERE run_id = ? AND key = ?",
+                 (*fields.values(), run_id, key))
+
+
+def get_run(conn_or_store, run_id: str) -> dict | None:
+    return _one(conn_or_store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ?", (run_id,))
+
+
+def run_in_org(store, org_id: str, run_id: str) -> dict | None:
+    return _one(store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ? AND organization_id = ?",
+                (run_id, org_id))
+
+
+def steps_of(conn_or_store, run_id: str) -> list[dict]:
+    return _all(conn_or_store, f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id = ? ORDER BY position",
+                (run_id,))
+
+
+def steps_of_runs(store, run_ids: Iterable[str]) -> dict[str, list[dict]]:
+    ids = list(run_ids)
+    out: dict[str, list[dict]] = {i: [] for i in ids}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ", ".join("?" * len(part))
+        for row in store.all(f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id IN ({marks}) "
+                             "ORDER BY run_id, position", part):
+            out[row["run_id"]].append(row)
+    return out
+
+
+def runs_by_ids(store, run_ids: Iterable[str]) -> dict[str, dict]:
+    ids = list(run_ids)
+    out: dict[str, dict] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ", ".join("?" * len(part))
+        for row in store.all(f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id IN ({marks})", part):
+            out[row["id"]] = row
+    return out
+
+
+def list_runs(store, project_id: str, limit: int, product: str | None = None) -> list[dict]:
+    if product is None:
+        return store.all(f"SELECT {RUN_COLUMNS} FROM product_runs WHERE project_id = ? "
+                         "ORDER BY created_at DESC, id DESC LIMIT ?", (project_id, limit))
+    return store.all(f"SELECT {RUN_COLUMNS} FROM product_runs WHERE project_id = ? AND product = ? "
+                     "ORDER BY created_at DESC, id DESC LIMIT ?", (project_id, product, limit))
+
+
+def open_run_ids(store) -> list[str]:
+    """Runs not final, oldest first (recovery)."""
+    return [r["id"] for r in store.all("SELECT id FROM product_runs WHERE status IN ('queued', 'running') "
+                                       "ORDER BY created_at, id")]
+
+
+def open_jobs_of_final_runs(store) -> list[dict]:
+    """Step jobs still queued or rendering under a run that is already final (a stop came
+    between the run's final commit and the cancel of its jobs)."""
+    return store.all("SELECT j.id, j.organization_id, j.workflow_run_id FROM jobs j "
+                     "JOIN product_runs r ON r.id = j.workflow_run_id "
+                     "WHERE j.status IN ('queued', 'rendering') AND r.status NOT IN ('queued', 'running')")
+
+
+def jobs_by_ids(store, job_ids: Iterable[str]) -> dict[str, dict]:
+    from service.storage.generation import JOB_COLUMNS
+
+    ids = list(job_ids)
+    out: dict[str, dict] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ", ".join("?" * len(part))
+        for row in store.all(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({marks})", part):
+            out[row["id"]] = row
+    return out
+
+
+def loads(text: str | None, default: Any = None) -> Any:
+    return default if text is None else json.loads(text)
+
+
+# -- run-start idempotency keys ----------------------------------------------------------------
+def get_run_key(store, org_id: str, key: str) -> dict | None:
+    return store.one("SELECT * FROM product_run_keys WHERE organization_id = ? AND key = ?", (org_id, key))
+
+
+def put_run_key(conn: sqlite3.Connection, row: dict, *, older_than: float) -> None:
+    """Insert the key's row, replacing one that expired (created before `older_than`).
+
+    A live row with the same key makes this raise sqlite3.IntegrityError.
+    """
+    conn.execute("DELETE FROM product_run_keys WHERE organization_id = ? AND key = ? AND created_at < ?",
+                 (row["organization_id"], row["key"], older_than))
+    _insert(conn, "product_run_keys", row)
+
+
+def purge_run_keys(conn: sqlite3.Connection, older_than: float) -> int:
+    return conn.execute("DELETE FROM product_run_keys WHERE created_at < ?", (older_than,)).rowcount
+
+
+# -- the merged feed of GET /v1/runs ------------------------------------------------------------
+# Rows: standalone jobs (workflow_run_id IS NULL) and product runs of one project, ordered by
+# (created_at, type, id) descending. The cursor is the last row's (created_at, type, id).
+def _feed_parts(project_id: str, source: str | None) -> tuple[list[str], list[Any]]:
+    parts: list[str] = []
+    params: list[Any] = []
+    if source in (None, "api", "studio"):
+        sql = ("SELECT 'job' AS type, id, created_at FROM jobs "
+               "WHERE project_id = ? AND workflow_run_id IS NULL")
+        params.append(project_id)
+        if source is not None:
+            sql += " AND source = ?"
+            params.append(source)
+        parts.append(sql)
+    if source in (None, "workflow"):
+        parts.append("SELECT 'run' AS type, id, created_at FROM product_runs WHERE project_id = ?")
+        params.append(project_id)
+    return parts, params
+
+
+def feed(store, project_id: str, source: str | None, limit: int,
+         after: tuple[str, str, str] | None) -> tuple[list[dict], int]:
+    """One page of `{type, id, created_at}` rows after the cursor position, and the total
+    number of rows matching `source` (all pages), read in one snapshot."""
+    parts, params = _feed_parts(project_id, source)
+    union = " UNION ALL ".join(parts)
+    page_sql = f"SELECT type, id, created_at FROM ({union})"
+    page_params = list(params)
+    if after is not None:
+        page_sql += " WHERE (created_at, type, id) < (?, ?, ?)"
+        page_params.extend(after)
+    page_sql += " ORDER BY created_at DESC, type DESC, id DESC LIMIT ?"
+    page_params.append(limit)
+    reader = store.reader
+    reader.execute("BEGIN")
+    try:
+        total = reader.execute(f"SELECT COUNT(*) AS n FROM ({union})", params).fetchone()["n"]
+        rows = reader.execute(page_sql, page_params).fetchall()
+    finally:
+        reader.execute("COMMIT")
+    return rows, total
