@@ -33,7 +33,7 @@ from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import Conflict, NotFound, ServiceError
 from service.machines import NEW, TOPUP, IllegalTransition
-from service.money import fmt
+from service.money import UC, fmt
 from service.payments.base import Checkout, TopupDraft
 from service.payments.pricing import DAY
 from service.storage import topups as sql
@@ -107,7 +107,7 @@ class TopupActor(Actor):
         d = m.draft
         row = {
             "id": d.id, "organization_id": d.organization_id, "created_by": m.created_by,
-            "credits_uc": d.credits * 1_000_000, "amount_cents": d.amount_cents, "currency": d.currency,
+            "credits_uc": d.credits * UC, "amount_cents": d.amount_cents, "currency": d.currency,
             "usd_per_credit": m.usd_per_credit, "expiry_days": m.expiry_days, "status": status,
             "provider": m.provider,
             "provider_ref": m.checkout.provider_ref if m.checkout else None,
