@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -165,7 +166,7 @@ class BalanceActor(Actor):
         return order[0].expires_at if order else None
 
     async def on_deadline(self) -> None:
-        if not await self._run_batch([]):
+        if await self._run_batch([]) is None:
             await trio.sleep(0.1)  # the write failed and state was reloaded: do not spin on a broken DB
 
     async def handle_batch(self, msgs: list[Any]) -> list[Any]:
@@ -439,7 +440,9 @@ class BalanceActor(Actor):
             raise Unprocessable("grant_id is required.", {"grant_id": m.grant_id})
         exp_iso = exp = None
         if m.expires_at is not None:
-            exp_iso = iso(m.expires_at)   # stored to the microsecond; the deadline is exactly that
+            # Stored to the microsecond (rounded down, so advancing the clock by exactly the
+            # lifetime expires it); the deadline is exactly the stored value.
+            exp_iso = iso(math.floor(m.expires_at * 1_000_000) / 1_000_000)
             exp = parse_iso(exp_iso)
         lot = Lot(sql.new_id(), m.grant_id, m.source, m.amount_uc, m.amount_uc, 0, 0, exp, exp_iso, None, m.reason,
                   self._now_iso)

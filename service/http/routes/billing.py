@@ -129,12 +129,12 @@ def threshold_uc(raw: bytes) -> int | None:
         raise Unprocessable(message, {"field": "low_balance_threshold"})
     if d < 0:
         raise Unprocessable("low_balance_threshold cannot be negative.", {"field": "low_balance_threshold"})
+    if d > Decimal(MAX_UC) / UC:
+        raise Unprocessable("low_balance_threshold is too large.", {"field": "low_balance_threshold"})
     uc = d * UC
     if uc != uc.to_integral_value() or uc % (UC // 100):
         raise Unprocessable("low_balance_threshold takes at most two decimal places.",
                             {"field": "low_balance_threshold"})
-    if uc > MAX_UC:
-        raise Unprocessable("low_balance_threshold is too large.", {"field": "low_balance_threshold"})
     return int(uc)
 
 
