@@ -4,7 +4,7 @@ Everything listens on 127.0.0.1, port 0. The URL path picks the behaviour:
 
     /ok                 200 with a short body
     /status/{code}      that status
-    /hang               read the request, never answer
+    /hang               read the request, never answer (ends when the client leaves)
     /drip               200 headers, then 1 body byte per second
     /slow-headers       status line, then one header byte every 0.2 s, forever
     /reset              read the request, then RST
@@ -14,6 +14,7 @@ Everything listens on 127.0.0.1, port 0. The URL path picks the behaviour:
     /garbage            non-HTTP bytes, then close
     /chunked-forever    200, chunked body that never ends
     /http10             HTTP/1.0 answer without Content-Length
+    /cookie             200 that sets a cookie
 
 Four listeners share those behaviours: plain HTTP, HTTPS with a certificate
 for localhost/127.0.0.1/::1 from `fs.ca`, HTTPS with a `fs.ca` certificate
@@ -178,7 +179,11 @@ async def _send(stream, record: Recorded, data: bytes) -> None:
 
 
 def _head(status: int, headers: dict[str, str], version: str = "HTTP/1.1") -> bytes:
-    lines = [f"{version} {status} {http.HTTPStatus(status).phrase}"]
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Whatever"
+    lines = [f"{version} {status} {phrase}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
@@ -202,7 +207,8 @@ async def _behave(stream, record: Recorded) -> None:
     elif path.startswith("/status/"):
         await _simple(stream, record, int(path.rsplit("/", 1)[1]), b"status")
     elif path == "/hang":
-        await trio.sleep_forever()
+        while await stream.receive_some(CHUNK):
+            pass
     elif path == "/drip":
         await _send(stream, record, _head(200, {"Content-Length": "1000"}))
         while True:
@@ -235,6 +241,8 @@ async def _behave(stream, record: Recorded) -> None:
         chunk = b"%x\r\n%s\r\n" % (CHUNK, b"c" * CHUNK)
         while True:
             await _send(stream, record, chunk)
+    elif path == "/cookie":
+        await _simple(stream, record, 200, b"", {"Set-Cookie": "session=secret; Path=/"})
     elif path == "/http10":
         await _send(stream, record, _head(200, {}, version="HTTP/1.0") + b"old school")
         await stream.aclose()

@@ -103,6 +103,7 @@ class Sender:
         """
         request_headers = {"User-Agent": self._user_agent, "Connection": "close"}
         request_headers.update(headers)
+        request_headers["Content-Length"] = str(len(body))
         async with httpcore.AsyncConnectionPool(
             ssl_context=self._ssl_context,
             network_backend=backend,
@@ -115,7 +116,7 @@ class Sender:
                 "POST",
                 target,
                 headers=list(request_headers.items()),
-                content=body,
+                content=_Body(body),
             ) as response:
                 progress.status = response.status
                 await _read_some(response, backend)
@@ -123,6 +124,32 @@ class Sender:
 
 class _Progress:
     status: int | None = None
+
+
+class _Body:
+    """The request body for httpcore, as a plain iterator rather than bytes.
+
+    Given bytes, httpcore wraps them in an async generator; when the server
+    hangs up mid-send that generator is left half-run and trio warns when it
+    is collected. An iterator object has nothing to finalize.
+    """
+
+    def __init__(self, data: bytes):
+        self._data = data
+
+    def __aiter__(self):
+        return _Once(self._data)
+
+
+class _Once:
+    def __init__(self, data: bytes):
+        self._data: bytes | None = data or None
+
+    async def __anext__(self) -> bytes:
+        if self._data is None:
+            raise StopAsyncIteration
+        data, self._data = self._data, None
+        return data
 
 
 async def _read_some(response: httpcore.Response, backend: GuardedBackend) -> None:
