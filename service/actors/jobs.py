@@ -15,6 +15,10 @@ Interfaces
         Places the hold (402 InsufficientCredits creates nothing: no job row, no hold),
         persists the job `queued`, answers the 202 body `{status, request_id, status_url,
         cancel_url, credits_estimate}`.
+        `job_id=` lets the caller choose the id (a product step records it first); a Submit
+        for an id that already has a job answers that job's 202 body and creates nothing,
+        so a step may re-send it after an AskTimeout. (Equivalent: `await
+        gen.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id, ...))`.)
     status = gen.status(job_id, org_id=None)        bare status object, or None
     status = await gen.cancel(org_id, job_id)       spec's cancel rules; 404 NotFound
     await gen.watch(job_id, notify)                 see below
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -145,6 +150,7 @@ class JobRegistry(Registry):
     def __init__(self, factory, clock) -> None:
         super().__init__("jobs", factory, clock)
         self.renders: dict[str, RenderHandle] = {}
+        self.watchers: dict[str, list[Notify]] = {}  # job id -> notify callbacks (survive reloads)
         self.side_tasks: list[Callable] = []
         self.background: trio.Nursery | None = None
 
@@ -162,7 +168,7 @@ async def _render_task(gen: Generation, job_id: str, handle: RenderHandle, req: 
     hashed: list = []
     try:
         with handle.scope:
-            outcome = await render(req)
+            outcome = await render(req, limiter=gen.render_limiter)
             if isinstance(outcome, Completed):
                 hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
     except Exception:  # noqa: BLE001 - reported as failure 5
@@ -186,7 +192,6 @@ class JobActor(Actor):
     def __init__(self, gen: Generation) -> None:
         self.gen = gen
         self.job: dict | None = None
-        self.watchers: list[Notify] = []
         self.retry_at: float | None = None
 
     # state helpers
@@ -287,7 +292,7 @@ class JobActor(Actor):
             raise
         self.job = row
         if msg.notify is not None:
-            self.watchers.append(msg.notify)
+            gen.jobs.watchers.setdefault(self.job_id, []).append(msg.notify)
         if gen.slots.acquire(p.model, self.job_id):
             gen.jobs.tell(self.job_id, SlotGranted())
         return response
@@ -449,8 +454,7 @@ class JobActor(Actor):
         await self._settle()
         if hook is not None and hook["state"] == "pending":
             gen.webhooks.wake()
-        watchers, self.watchers = self.watchers, []
-        for notify in watchers:
+        for notify in gen.jobs.watchers.pop(self.job_id, []):
             self._notify(notify, status)
 
     async def _settle(self) -> None:
@@ -502,7 +506,7 @@ class JobActor(Actor):
         if self._final():
             self._notify(notify, self.gen.status(self.job_id))
         elif self.job is not None:
-            self.watchers.append(notify)
+            self.gen.jobs.watchers.setdefault(self.job_id, []).append(notify)
         else:
             self.done = True
             raise NotFound("Generation request not found.")
@@ -534,6 +538,8 @@ class Generation:
         self.webhooks = JobWebhooks(services.store, services.clock, lambda: services.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
         self._idem_locks: dict[tuple[str, str], list] = {}
+        # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
+        self.render_limiter = trio.CapacityLimiter(os.cpu_count() or 1)
 
     def balances(self) -> Registry:
         return self.services.balances
@@ -570,8 +576,9 @@ class Generation:
 
     async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
                      webhook_url: str | None = None, workflow_run_id: str | None = None,
-                     notify: Notify | None = None, idempotency: dict | None = None) -> dict:
-        job_id = str(uuid.uuid4())
+                     notify: Notify | None = None, idempotency: dict | None = None,
+                     job_id: str | None = None) -> dict:
+        job_id = job_id or str(uuid.uuid4())
         return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
                                                   webhook_url, notify, idempotency))
 
