@@ -9,7 +9,7 @@ every request byte for byte (arrival time in trio time). The path picks the answ
     /hang            never answers
     /gate/{name}     waits until `release(name)`, then 200
 
-`running_node(tmp_path, rx)` starts a node (real time, threaded writer) that trusts the
+`running_node(tmp_path, rx)` starts a node (real time; inline writer unless asked) that trusts the
 receiver's CA and may call loopback, and stops its actors before closing storage, so a
 second node can open the same data directory (restart tests).
 """
@@ -30,10 +30,14 @@ from conftest import start_node
 
 @dataclass
 class Hit:
-    path: str
+    target: str  # path and query as sent
     headers: dict[str, str]  # lower-case names
     body: bytes
     at: float  # trio.current_time() when the whole request had arrived
+
+    @property
+    def path(self) -> str:
+        return self.target.partition("?")[0]
 
     @property
     def json(self) -> dict:
@@ -77,8 +81,10 @@ class Receiver:
             request = await _read(stream)
             if request is None:
                 return
-            path, headers, body = request
-            self.hits.append(Hit(path, headers, body, trio.current_time()))
+            target, headers, body = request
+            hit = Hit(target, headers, body, trio.current_time())
+            path = hit.path
+            self.hits.append(hit)
             self._arrived.set()
             self._arrived = trio.Event()
             status = 200
@@ -131,11 +137,11 @@ async def receiver(tmp_path):
 
 
 @asynccontextmanager
-async def running_node(tmp_path, rx: Receiver, *, inline: bool = False, **overrides):
+async def running_node(tmp_path, rx: Receiver, *, inline: bool = True, **overrides):
     """A node that trusts `rx`; its actors stop (and storage closes) when the block ends."""
     async with trio.open_nursery() as nursery:
-        node = await start_node(nursery, tmp_path, inline=inline, test_mode=True,
-                                webhook_allow_private=True, webhook_ca_file=rx.ca_file, **overrides)
+        settings = dict(test_mode=True, webhook_allow_private=True, webhook_ca_file=rx.ca_file) | overrides
+        node = await start_node(nursery, tmp_path, inline=inline, **settings)
         try:
             yield node
         finally:

@@ -50,3 +50,10 @@ def m001_webhooks(db: Database) -> None:
         CREATE INDEX webhook_deliveries_hook ON webhook_deliveries(webhook_id, seq);
         """
     )
+
+
+@migrations()
+def m002_active_since(db: Database) -> None:
+    """A webhook receives only events committed after it was created or last resumed: the
+    outbox's highest `seq` at that moment is kept here and fan-out compares against it."""
+    db.executescript("ALTER TABLE webhooks ADD COLUMN active_since_seq INTEGER NOT NULL DEFAULT 0;")

@@ -30,8 +30,13 @@ def body_text(event: str, data_json: str) -> str:
 
 
 # -- webhooks ----------------------------------------------------------------------------------
+def last_event_seq(conn) -> int:
+    return conn.execute("SELECT COALESCE(MAX(seq), 0) AS s FROM events").fetchone()["s"]
+
+
 def insert_webhook(conn, row: dict) -> None:
-    row = dict(row, events=json.dumps(row["events"]))
+    """A new webhook receives the events committed after it (not those still in the outbox)."""
+    row = dict(row, events=json.dumps(row["events"]), active_since_seq=last_event_seq(conn))
     cols = ", ".join(row)
     conn.execute(f"INSERT INTO webhooks ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
 
@@ -60,7 +65,13 @@ def list_webhooks(store, org_id: str, limit: int, offset: int) -> tuple[list[dic
 
 
 def update_webhook(conn, webhook_id: str, fields: dict) -> None:
+    """Resuming a paused webhook starts it at the current end of the outbox: events committed
+    while it was paused are not delivered later."""
     fields = dict(fields)
+    if fields.get("is_active"):
+        was = conn.execute("SELECT is_active FROM webhooks WHERE id = ?", (webhook_id,)).fetchone()
+        if was is not None and not was["is_active"]:
+            fields["active_since_seq"] = last_event_seq(conn)
     if "events" in fields:
         fields["events"] = json.dumps(fields["events"])
     sets = ", ".join(f"{k} = ?" for k in fields)
@@ -92,14 +103,15 @@ def fan_out(conn, now: str, limit: int = FAN_OUT_BATCH) -> tuple[int, list[dict]
         org = ev["organization_id"]
         hooks = hooks_of.get(org)
         if hooks is None:
-            hooks = conn.execute("SELECT id, events FROM webhooks WHERE organization_id = ? AND is_active = 1 "
+            hooks = conn.execute("SELECT id, events, active_since_seq FROM webhooks "
+                                 "WHERE organization_id = ? AND is_active = 1 "
                                  "AND deleted_at IS NULL ORDER BY created_at, rowid", (org,)).fetchall()
             for h in hooks:
                 h["events"] = set(json.loads(h["events"]))
             hooks_of[org] = hooks
         body = None
         for h in hooks:
-            if ev["event"] not in h["events"]:
+            if ev["event"] not in h["events"] or ev["seq"] <= h["active_since_seq"]:
                 continue
             if body is None:
                 body = body_text(ev["event"], ev["data"])
