@@ -454,3 +454,24 @@ async def test_delivery_works_with_either_writer(tmp_path, inline):
         await node.add_member(org["organization_id"], "member")
         [hit] = await rx.wait_for(1)
         assert hit.json["event"] == "member.joined"
+
+
+async def test_billing_credits_low_carries_the_spec_fields(tmp_path):
+    from decimal import Decimal
+
+    async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
+        org = await node.create_org()  # approved: 200 signup credits
+        key = org["api_key"]
+        hook = await make_hook(node, key, rx.url("/ok"), ["billing.credits_low"])
+        r = await node.call("PUT", "/v1/billing/settings", key, json={"low_balance_threshold": "500"})
+        assert r.status_code == 200, await r.get_data(as_text=True)
+        [hit] = await rx.wait_for(1)
+        body = verify(hit, hook["secret"])
+        assert body["event"] == "billing.credits_low"
+        data = body["data"]
+        assert set(data) == {"available", "threshold", "organization_id"}
+        assert data["organization_id"] == org["organization_id"]
+        assert isinstance(data["available"], str) and isinstance(data["threshold"], str)
+        assert (Decimal(data["available"]), Decimal(data["threshold"])) == (Decimal(200), Decimal(500))
+        await quiet()
+        assert len(rx.hits) == 1  # once per crossing
