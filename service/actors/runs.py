@@ -377,23 +377,39 @@ class RunActor(Actor):
         gen = self.p.generation
         job_id = step["request_id"]
         definition = self.product.step(key)
-        body = catalog_products.step_body(definition, self.values, self._outputs_by_step())
+        notify = self.p.notifier(self.run_id, key, job_id)
         try:
+            body = catalog_products.step_body(definition, self.values, self._outputs_by_step())
             plan = gen.plan(run["organization_id"], run["project_id"], capability=definition.capability,
                             body=body)
+        except ApiError as e:
+            await self._fail(key, e.message)
+            return
+        except Exception:  # noqa: BLE001 - a bug must not wedge the run in a reload loop
+            log.exception("run %s: step %s: planning its job failed", self.run_id, key)
+            await self._fail(key, MSG_INTERNAL)
+            return
+        try:
+            # Submit under the step's own job id (chosen and committed before), so a restart
+            # can tell whether the job was created; a repeated id answers the existing job.
             await gen.jobs.ask(job_id, Submit(org_id=run["organization_id"], project_id=run["project_id"],
                                               plan=plan, source="workflow", workflow_run_id=self.run_id,
-                                              notify=self.p.notifier(self.run_id, key, job_id)))
+                                              notify=notify))
         except InsufficientCredits as e:
             await self._fail(key, insufficient_message(e))
         except ApiError as e:
             await self._fail(key, e.message)
         except (AskTimeout, ActorGone) as e:
-            if gen_sql.get_job(self.p.store, job_id) is not None:
-                await self._watch(key)
-            else:
-                log.warning("run %s: step %s: submit failed: %r", self.run_id, key, e)
+            # The job may have been created after all: a Watch queues behind the Submit in the
+            # job's mailbox, so it finds the job if the submit went through.
+            log.warning("run %s: step %s: submit did not answer (%r); watching", self.run_id, key, e)
+            try:
+                await gen.watch(job_id, notify)
+            except NotFound:
                 await self._fail(key, MSG_INTERNAL)
+            except (AskTimeout, ActorGone):
+                await self._fail(key, MSG_INTERNAL)
+                await self._cancel_job(job_id)
 
     async def _watch(self, key: str) -> None:
         job_id = self.steps[key]["request_id"]
@@ -406,11 +422,15 @@ class RunActor(Actor):
         run = self.run
         assert run is not None and self.product is not None
         definition = self.product.step(key)
-        args = catalog_products.step_body(definition, self.values, self._outputs_by_step())
-        ids = args.get("video") or args.get("image") or []
-        src = gen_sql.get_asset(self.p.store, ids[0]) if ids else None
         handle = OpHandle()
         self.p.runs.ops[(self.run_id, key)] = handle
+        try:
+            args = catalog_products.step_body(definition, self.values, self._outputs_by_step())
+            ids = args.get("video") or args.get("image") or []
+            src = gen_sql.get_asset(self.p.store, ids[0]) if ids else None
+        except Exception:  # noqa: BLE001 - reported as the step's failure
+            log.exception("run %s: op step %s: bad arguments", self.run_id, key)
+            src = None
         if src is None:
             self.p.runs.tell(self.run_id, OpDone(key, handle, None, MSG_INTERNAL))
             return
