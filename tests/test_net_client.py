@@ -40,11 +40,17 @@ async def sender(ca_file):
     await s.aclose()
 
 
-@pytest.fixture
-async def guarded(ca_file):
-    s = Sender(allow_private=False, ca_file=ca_file)
-    yield s
-    await s.aclose()
+# A Sender holds no per-run state, so these two are shared by the many
+# vector tests (building an SSL context costs ~20-40 ms each time).
+@pytest.fixture(scope="module")
+def guarded():
+    return Sender(allow_private=False, ca_file=None)
+
+
+@pytest.fixture(scope="module")
+def open_sender():
+    """allow_private on, no extra CA: for tests that need no fault server."""
+    return Sender(allow_private=True, ca_file=None)
 
 
 async def timed_post(sender: Sender, url: str, timeout: float = TIMEOUT, body=b"{}", headers=None):
@@ -131,10 +137,13 @@ async def test_ok_sends_body_and_headers_as_given(fs, sender):
 
 async def test_custom_user_agent(fs, ca_file):
     s = Sender(allow_private=True, ca_file=ca_file, user_agent="genservice-hooks/1")
-    outcome, _ = await timed_post(s, fs.http_url("/ok"))
+    first, _ = await timed_post(s, fs.http_url("/ok"))
+    second, _ = await timed_post(s, fs.http_url("/ok"), headers={"user-agent": "caller/2"})
     await s.aclose()
-    assert outcome.is_delivered
-    assert fs.requests[0].header("User-Agent") == "genservice-hooks/1"
+    assert first.is_delivered and second.is_delivered
+    assert [[v for k, v in r.headers if k.lower() == "user-agent"] for r in fs.requests] == [
+        ["genservice-hooks/1"], ["caller/2"]
+    ]
 
 
 # (path, delivered, status, error_class, error text, waits the whole timeout)
@@ -185,6 +194,28 @@ async def test_unknown_host_is_a_connection_error(sender):
     trio.socket.set_custom_hostname_resolver(Resolver({}))
     outcome, _ = await timed_post(sender, "https://nowhere.example/hook")
     assert (outcome.error_class, outcome.error) == ("connection", "could not resolve host")
+
+
+async def test_hanging_dns_is_bounded_by_the_timeout(sender):
+    class Stuck(Resolver):
+        async def getaddrinfo(self, *args, **kwargs):
+            await trio.sleep_forever()
+
+    trio.socket.set_custom_hostname_resolver(Stuck({}))
+    outcome, elapsed = await timed_post(sender, "https://slow-dns.example/hook")
+    assert (outcome.error_class, outcome.error) == ("timeout", "timed out after 1 s")
+    assert TIMEOUT - 0.05 <= elapsed <= TIMEOUT + SLACK
+
+
+async def test_caller_cannot_break_message_framing(fs, sender):
+    headers = {"content-length": "999", "Transfer-Encoding": "chunked", "X-Ok": "1"}
+    outcome, _ = await timed_post(sender, fs.http_url("/ok"), body=b"12345", headers=headers)
+    assert outcome.is_delivered, outcome
+    [seen] = fs.requests
+    assert seen.body == b"12345"
+    assert [v for k, v in seen.headers if k.lower() == "content-length"] == ["5"]
+    assert seen.header("Transfer-Encoding") is None
+    assert seen.header("X-Ok") == "1"
 
 
 @pytest.mark.parametrize("path", ["/huge", "/chunked-forever"])
@@ -359,7 +390,7 @@ async def test_ssrf_vector_refused_without_a_connection(guarded, can, spy, host,
 
 
 @pytest.mark.parametrize("host", [h for h in SSRF_HOSTS if h not in UNPARSEABLE])
-async def test_ssrf_vector_connects_when_private_is_allowed(sender, can, host):
+async def test_ssrf_vector_connects_when_private_is_allowed(open_sender, can, host):
     """Positive control: with the switch on, each vector gets exactly one connection.
 
     Every connect is redirected to the canary, so non-loopback vectors never
@@ -367,17 +398,17 @@ async def test_ssrf_vector_connects_when_private_is_allowed(sender, can, host):
     """
     spy = SocketSpy(redirect_to=("127.0.0.1", can.port))
     trio.socket.set_custom_socket_factory(spy)
-    outcome, _ = await timed_post(sender, f"http://{host}:{can.port}/hook")
+    outcome, _ = await timed_post(open_sender, f"http://{host}:{can.port}/hook")
     assert outcome.error_class in ("connection", "timeout")  # the canary just hangs up
     assert len(spy.connects) == 1
     assert can.connections == 1
 
 
 @pytest.mark.parametrize("host", LOOPBACK)
-async def test_loopback_vector_really_reaches_the_canary_when_allowed(sender, can, host):
+async def test_loopback_vector_really_reaches_the_canary_when_allowed(open_sender, can, host):
     if ":" in host and not can.has_ipv6:
         pytest.skip("no IPv6 loopback")
-    await timed_post(sender, f"http://{host}:{can.port}/hook")
+    await timed_post(open_sender, f"http://{host}:{can.port}/hook")
     assert can.connections == 1
 
 

@@ -25,6 +25,7 @@ from service.net.backend import AddressNotAllowed, GuardedBackend
 from service.net.urls import parse_url
 
 BODY_CAP = 64 * 1024  # response bytes read before the connection is dropped
+_FRAMING = {"content-length", "transfer-encoding"}  # set by us from the body, never by callers
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,15 @@ class Sender:
         trouble while reading the body (timeout, reset) no longer changes the
         outcome.
         """
-        request_headers = {"User-Agent": self._user_agent, "Connection": "close"}
-        request_headers.update(headers)
+        given = {name.lower() for name in headers}
+        request_headers = {
+            name: value
+            for name, value in (("User-Agent", self._user_agent), ("Connection", "close"))
+            if name.lower() not in given
+        }
+        for name, value in headers.items():
+            if name.lower() not in _FRAMING:
+                request_headers[name] = value
         request_headers["Content-Length"] = str(len(body))
         async with httpcore.AsyncConnectionPool(
             ssl_context=self._ssl_context,
