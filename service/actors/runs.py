@@ -369,8 +369,6 @@ class RunActor(Actor):
                 self._start_op(key)
 
     async def _submit(self, key: str) -> None:
-        from service.actors.jobs import Submit
-
         step = self.steps[key]
         run = self.run
         assert run is not None and self.product is not None
@@ -392,9 +390,8 @@ class RunActor(Actor):
         try:
             # Submit under the step's own job id (chosen and committed before), so a restart
             # can tell whether the job was created; a repeated id answers the existing job.
-            await gen.jobs.ask(job_id, Submit(org_id=run["organization_id"], project_id=run["project_id"],
-                                              plan=plan, source="workflow", workflow_run_id=self.run_id,
-                                              notify=notify))
+            await gen.submit(plan, org_id=run["organization_id"], project_id=run["project_id"],
+                             source="workflow", workflow_run_id=self.run_id, notify=notify, job_id=job_id)
         except InsufficientCredits as e:
             await self._fail(key, insufficient_message(e))
         except ApiError as e:
@@ -719,7 +716,8 @@ class Products:
     async def recover(self) -> None:
         """At start, after the job recovery: purge old idempotency keys, wake every open run
         (it resumes itself), cancel step jobs still open under a run that is final."""
-        await self.store.write(lambda c: sql.purge_run_keys(c, self.clock.now() - IDEMPOTENCY_TTL_S))
+        cutoff = self.clock.now() - IDEMPOTENCY_TTL_S  # not inside the write: it may run in a thread
+        await self.store.write(lambda c: sql.purge_run_keys(c, cutoff))
         open_ids = sql.open_run_ids(self.store)
         for run_id in open_ids:
             self.runs.get(run_id)
