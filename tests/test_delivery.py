@@ -475,3 +475,20 @@ async def test_billing_credits_low_carries_the_spec_fields(tmp_path):
         assert (Decimal(data["available"]), Decimal(data["threshold"])) == (Decimal(200), Decimal(500))
         await quiet()
         assert len(rx.hits) == 1  # once per crossing
+
+
+async def test_events_during_shutdown_stay_pending_for_the_next_start(tmp_path):
+    async with receiver(tmp_path) as rx:
+        async with running_node(tmp_path, rx) as node:
+            org = await node.create_org()
+            hook = await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
+            await node.services.aclose()  # what serve() does once HTTP has drained
+            await node.add_member(org["organization_id"], "member")
+            await quiet()
+            assert rx.hits == []
+            assert [s["status"] for s in statuses(node, hook["id"])] in ([], ["pending"])
+        async with running_node(tmp_path, rx) as node:
+            [hit] = await rx.wait_for(1)
+            await quiet()
+            assert len(rx.hits) == 1 and hit.json["event"] == "member.joined"
+            assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]

@@ -227,6 +227,12 @@ class Wake:
 
 
 @dataclass
+class Unsent:
+    """The node's sender was closed (shutdown) before this delivery could go: back to pending."""
+    delivery_id: str
+
+
+@dataclass
 class Sent:
     delivery_id: str
     outcome: Any  # service.net.client.Outcome
@@ -277,6 +283,9 @@ class DeliveryActor(Actor):
             if isinstance(m, Wake):
                 wake = True
                 continue
+            if isinstance(m, Unsent):
+                await self.store.write(lambda conn, i=m.delivery_id: sql.unsend(conn, i))
+                continue
             try:
                 replies[i] = await getattr(self, "on_" + type(m).__name__)(m)
             except ServiceError as e:
@@ -298,7 +307,7 @@ class DeliveryActor(Actor):
                 return
 
     async def _pump(self) -> None:
-        while True:
+        while not self.registry.stopping:
             ids = self.queue.take()
             if not ids:
                 return
@@ -399,6 +408,7 @@ class DeliveryRegistry(Registry):
 
     def __init__(self, services) -> None:
         self.services = services
+        self.stopping = False
         super().__init__("delivery", lambda key: DeliveryActor(self), services.clock)
 
     def spawn(self, fn, *args) -> None:
@@ -414,6 +424,10 @@ class DeliveryRegistry(Registry):
         """Recovery step: start the actor now (its `load` re-queues pending deliveries)."""
         self.wake()
 
+    async def stop_sending(self) -> None:
+        """Closer: the node is shutting down; start no more sends (pending ones stay pending)."""
+        self.stopping = True
+
     async def ask_actor(self, msg: Any, timeout: float = 10.0) -> Any:
         return await self.ask(KEY, msg, timeout)
 
@@ -428,9 +442,13 @@ class DeliveryRegistry(Registry):
             "X-Service-Delivery": row["id"],
             "X-Service-Event": row["event"],
         }
+        sender = self.services.sender
         try:
-            outcome = await self.services.sender.post(row["url"], body, headers, timeout=TIMEOUT)
+            outcome = await sender.post(row["url"], body, headers, timeout=TIMEOUT)
         except Exception:  # noqa: BLE001 - a bug in one send must not stop the others
+            if self.stopping or getattr(sender, "_closed", False):
+                self.tell(KEY, Unsent(row["id"]))  # shutting down: it goes out after the restart
+                return
             log.exception("webhook delivery %s failed unexpectedly", row["id"])
             outcome = Outcome(False, None, "internal error while sending", "connection", 0)
         self.tell(KEY, Sent(row["id"], outcome, reply))

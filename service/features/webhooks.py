@@ -10,3 +10,4 @@ def attach(services) -> None:
     services.webhook_delivery = registry
     services.registries.append(registry)
     services.recoveries.append(registry.start_actor)
+    services.closers.append(registry.stop_sending)

@@ -168,6 +168,12 @@ def record_outcomes(conn, outcomes: list[tuple[str, str, object]]) -> None:
           o.duration_ms, did) for did, at, o in outcomes])
 
 
+def unsend(conn, delivery_id: str) -> None:
+    """A send that never started (the node's sender closed at shutdown) is pending again."""
+    conn.execute("UPDATE webhook_deliveries SET status = 'pending', sent_at = NULL "
+                 "WHERE id = ? AND status = 'sending'", (delivery_id,))
+
+
 def recover(conn, now: str) -> list[dict]:
     """After a restart: a `sending` delivery may or may not have reached its receiver, so it is
     recorded `unknown` and never re-sent; `pending` ones are returned to be sent (oldest first)."""
