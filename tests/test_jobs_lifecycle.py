@@ -277,3 +277,27 @@ async def test_video_job_renders_an_mp4(node, org):
     v = st["video"]
     assert (v["content_type"], v["width"], v["height"], v["duration_s"]) == ("video/mp4", 854, 480, 5.0)
     assert st["credits"]["actual"] == "10.00"
+
+
+async def test_with_the_threaded_writer_as_in_production(tmp_path):
+    """The store's writer runs write functions in a worker thread outside tests: nothing of
+    generation may read the trio clock inside a write function."""
+    async with running_node(tmp_path, test_mode=True, inline=False) as n1:
+        org = await n1.create_org()
+        key = org["api_key"]
+        rid = (await submit(n1, key, {"prompt": "t", "webhook_url": "http://example.com/h"},
+                            headers={"Idempotency-Key": "threaded"}))["request_id"]
+        assert (await wait_status(n1, key, rid))["status"] == "completed"
+        frame = await upload_ok(n1, key, image_bytes("PNG"))
+        slow = (await submit(n1, key, {"prompt": "[[delay:30]]"}))["request_id"]
+        await wait_status(n1, key, slow, wanted=("rendering",))
+    async with running_node(tmp_path, test_mode=True, inline=False) as n2:
+        again = await submit(n2, key, {"prompt": "t", "webhook_url": "http://example.com/h"},
+                             headers={"Idempotency-Key": "threaded"})
+        assert again["request_id"] == rid
+        await wait_status(n2, key, slow, wanted=("rendering",))
+        r = await n2.call("POST", f"/v1/generation/requests/{slow}/cancel", key)
+        assert (await r.get_json())["status"] == "canceled"
+        await wait_hold(n2, key, slow, "released")
+        r = await n2.call("GET", f"/v1/generation/assets/{frame['id']}", key)
+        assert r.status_code == 200

@@ -46,7 +46,8 @@ class JobWebhooks:
         self._wake.set()
 
     async def recover(self) -> None:
-        unknown, released = await self.store.write(lambda c: sql.recover_webhooks(c, self.clock.iso_now()))
+        now = self.clock.iso_now()  # write functions may run in the writer thread: no clock there
+        unknown, released = await self.store.write(lambda c: sql.recover_webhooks(c, now))
         if unknown or released:
             log.info("job webhooks: %d in flight at stop recorded unknown, %d released", unknown, released)
         self._ready.set()
@@ -61,9 +62,9 @@ class JobWebhooks:
                 rows = [r for r in sql.pending_webhooks(self.store, 200) if r["id"] not in self._inflight]
                 for row in rows:
                     await self._limiter.acquire_on_behalf_of(row["id"])
+                    fields = {"state": "sending", "sent_at": self.clock.iso_now()}
                     try:
-                        await self.store.write(lambda c, i=row["id"]: sql.update_webhook(
-                            c, i, {"state": "sending", "sent_at": self.clock.iso_now()}))
+                        await self.store.write(lambda c, i=row["id"], f=fields: sql.update_webhook(c, i, f))
                     except BaseException:
                         self._limiter.release_on_behalf_of(row["id"])
                         raise

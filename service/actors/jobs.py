@@ -275,13 +275,14 @@ class JobActor(Actor):
         }
         response = views.submit_response(row, gen.base_url)
         idem = msg.idempotency
+        now_s = gen.clock.now()  # write functions may run in the writer thread: no clock there
 
         def tx(conn):
             sql.insert_job(conn, row)
             if idem is not None:
                 sql.put_idempotency(conn, {**idem, "job_id": row["id"], "response": json.dumps(response),
-                                           "created_at": gen.clock.now()},
-                                    older_than=gen.clock.now() - IDEMPOTENCY_TTL_S)
+                                           "created_at": now_s},
+                                    older_than=now_s - IDEMPOTENCY_TTL_S)
 
         try:
             await gen.store.write(tx)
@@ -627,7 +628,8 @@ class Generation:
         placed, dropped = await trio.to_thread.run_sync(files.recover_uploads, shas.get)
         if placed or dropped:
             log.info("uploads: %d finished, %d dropped after a stop", placed, dropped)
-        await self.store.write(lambda c: sql.purge_idempotency(c, self.clock.now() - IDEMPOTENCY_TTL_S))
+        cutoff = self.clock.now() - IDEMPOTENCY_TTL_S
+        await self.store.write(lambda c: sql.purge_idempotency(c, cutoff))
         await self.webhooks.recover()
         for hold in sql.orphan_holds(self.store):
             log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])
