@@ -68,4 +68,5 @@ async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = Tr
 async def node(nursery, tmp_path) -> Node:
     n = await start_node(nursery, tmp_path, test_mode=True)
     yield n
+    await n.services.aclose()
     n.store.close()
