@@ -301,3 +301,24 @@ async def test_with_the_threaded_writer_as_in_production(tmp_path):
         await wait_hold(n2, key, slow, "released")
         r = await n2.call("GET", f"/v1/generation/assets/{frame['id']}", key)
         assert r.status_code == 200
+
+
+async def test_a_failed_job_write_releases_the_hold_and_creates_nothing(node, org, monkeypatch):
+    key = org["api_key"]
+
+    def broken(conn, row):
+        raise RuntimeError("disk says no")
+
+    monkeypatch.setattr(gsql, "insert_job", broken)
+    r = await node.call("POST", "/v1/generation/capabilities/image.generate", key, json={"prompt": "x"})
+    assert r.status_code == 500
+    assert (await r.get_json())["error"]["code"] == "request.internal_error"
+    hs = await holds(node, key)
+    assert [h["status"] for h in hs] == ["released"]
+    assert node.store.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
+    assert (await balance(node, key))["available"] == "200.00"
+    await trio.sleep(0.01)
+    assert node.services.generation.jobs.keys() == []
+    monkeypatch.undo()
+    rid = (await submit(node, key, {"prompt": "fine"}))["request_id"]
+    assert (await wait_status(node, key, rid))["status"] == "completed"

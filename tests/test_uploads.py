@@ -86,11 +86,15 @@ BAD = [
     (image_bytes("PNG"), "video/mp4", "Unsupported content type 'video/mp4'.", {"allowed": ALLOWED}),
     (b"", "image/png", "File is not a readable image.", None),
     (b"", None, "Unsupported content type 'application/octet-stream'.", {"allowed": ALLOWED}),
+    (b"\0\0\0\x18ftypisom\0\0\x02\0isomiso2" + b"\0" * 64, "video/mp4", "File is not a readable video.", None),
+    (wav_bytes(0.5)[:44], "audio/wav", "File is not a readable audio file.", None),
+    (b"ID3\x04\0\0\0\0\0\0" + b"\0" * 64, "audio/mpeg", "File is not a readable audio file.", None),
 ]
 
 
 @pytest.mark.parametrize("data,ctype,message,details", BAD, ids=[
-    "text", "text-undeclared", "gif", "jpeg-as-png", "truncated-png", "png-as-mp4", "empty-png", "empty"])
+    "text", "text-undeclared", "gif", "jpeg-as-png", "truncated-png", "png-as-mp4", "empty-png", "empty",
+    "broken-mp4", "wav-header-only", "mp3-tag-only"])
 async def test_bad_and_mismatched_files(node, org, tmp_path, data, ctype, message, details):
     r = await upload(node, org["api_key"], data, ctype=ctype)
     assert r.status_code == 422
@@ -221,3 +225,12 @@ async def test_restart_finishes_a_committed_upload_and_drops_the_rest(tmp_path):
         r = await n2.call("GET", f"/v1/generation/assets/{row['id']}/content", org["api_key"])
         r = await n2.client.get(local(r.headers["Location"]))
         assert await r.get_data() == png
+
+
+async def test_early_answers_close_the_connection(node, org):
+    r = await upload(node, None, image_bytes("PNG"))
+    assert r.status_code == 401 and r.headers.get("Connection") == "close"
+    r = await upload(node, org["api_key"], image_bytes("PNG"))
+    assert r.status_code == 201 and r.headers.get("Connection") is None
+    r = await upload(node, org["api_key"], b"junk", ctype="text/plain")
+    assert r.status_code == 422 and r.headers.get("Connection") is None

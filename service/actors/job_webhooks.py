@@ -8,7 +8,8 @@ and never called) and then calls `wake()`.
 The dispatcher marks a row `sending` (committed) before the POST, then records the outcome:
 `delivered` (2xx) or `failed` (timeout, connection error, non-2xx), with status code,
 error text and class, duration. One attempt, 10 s timeout, no retry, no signature header;
-body `application/json`, the bytes stored in the row. At start, `recover()` turns `sending`
+body `application/json`, the bytes stored in the row. A row whose POST the closed sender
+refused (shutdown) goes back to `pending`. At start, `recover()` turns `sending`
 rows into `unknown` (the POST may have gone out: never re-sent) and `waiting` rows into
 `pending`; the dispatcher only begins after that.
 """
@@ -42,6 +43,9 @@ class JobWebhooks:
         self._inflight: set[str] = set()
         self.sent = 0
 
+    def _closed(self) -> bool:
+        return bool(getattr(self._sender(), "_closed", False))
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -61,6 +65,8 @@ class JobWebhooks:
                 self._wake = trio.Event()
                 rows = [r for r in sql.pending_webhooks(self.store, 200) if r["id"] not in self._inflight]
                 for row in rows:
+                    if self._closed():
+                        break  # shutting down: the rest stay pending and go after the restart
                     await self._limiter.acquire_on_behalf_of(row["id"])
                     fields = {"state": "sending", "sent_at": self.clock.iso_now()}
                     try:
@@ -84,6 +90,14 @@ class JobWebhooks:
                 "error_class": outcome.error_class, "duration_ms": outcome.duration_ms,
             }
         except Exception as e:  # noqa: BLE001 - a sender bug must not stop the dispatcher
+            if self._closed():  # closed for shutdown before it went: send it after the restart
+                fields = {"state": "pending", "sent_at": None}
+                try:
+                    await self.store.write(lambda c: sql.update_webhook(c, row["id"], fields))
+                finally:
+                    self._inflight.discard(row["id"])
+                    self._limiter.release_on_behalf_of(row["id"])
+                return
             log.exception("job webhook %s: sender failed", row["id"])
             fields = {"state": "failed", "error": f"internal error: {type(e).__name__}",
                       "error_class": "internal"}

@@ -81,7 +81,7 @@ from service.assets.signing import UrlSigner, load_secret
 from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, runnable
 from service.catalog.assets import AssetInfo
 from service.catalog.rules import Plan, plan_submit
-from service.errors import ActorGone, AskTimeout, InsufficientCredits, NotFound, ServiceError, Unprocessable
+from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError, Unprocessable
 from service.machines import JOB
 from service.storage import generation as sql
 
@@ -217,6 +217,7 @@ class JobActor(Actor):
     async def load(self) -> None:
         self.job = sql.get_job(self.gen.store, self.job_id)
         if self.job is None:
+            self.done = True  # nothing to own: stop once the mailbox is empty (Submit clears it)
             return
         if self._final() and self.job["hold_settled"] and self.job_id not in self.gen.jobs.renders:
             self.done = True
@@ -286,12 +287,17 @@ class JobActor(Actor):
 
         try:
             await gen.store.write(tx)
-        except BaseException:
+        except BaseException as e:
             self.done = True
             with trio.CancelScope(shield=True):
                 await self._release_quietly(msg.org_id, hold_id)
+            if isinstance(e, Exception) and not isinstance(e, ServiceError):
+                log.error("job %s: storing the job failed; hold %s released", self.job_id, hold_id, exc_info=e)
+                raise ApiError("Something went wrong on our side.", code="request.internal_error",
+                               status=500) from e
             raise
         self.job = row
+        self.done = False
         if msg.notify is not None:
             gen.jobs.watchers.setdefault(self.job_id, []).append(msg.notify)
         if gen.slots.acquire(p.model, self.job_id):

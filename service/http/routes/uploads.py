@@ -11,6 +11,8 @@ Multipart rules (multipart/form-data with a boundary, else 400 request.bad_reque
   as a file: 400 request.validation_failed with `details.errors[] = {message, key,
   source: "body"}` ("Object contains unknown field", "Field required", ...).
 - Order of checks: multipart shape (400) -> project (404/409) -> size (422) -> type (422).
+- A response sent before the whole body was read (401, 403, 408, 413) carries
+  `Connection: close`.
 
 The body is read as it arrives (never buffered whole): the file part streams into
 `DATA_DIR/assets/tmp/<asset_id>.part` while it is hashed; the rest of the body is always
@@ -26,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import trio
-from quart import Blueprint, request
+from quart import Blueprint, g, request
 from quart_schema import document_request
 from pydantic import BaseModel, ConfigDict, Field
 from quart_schema.validation import DataSource
@@ -198,6 +200,7 @@ async def receive(boundary: str, temp: Path) -> Received:
         raise TooLarge() from None
     finally:
         got.close()
+    g.upload_body_read = True
     if not got.complete:
         got.malformed = True
     return got
@@ -212,6 +215,17 @@ async def _drain() -> None:
                 raise TooLarge()
     except RequestEntityTooLarge:
         raise TooLarge() from None
+    g.upload_body_read = True
+
+
+@bp.after_request
+async def close_if_unread(response):
+    """A response sent before the whole body was read (401, 403, 408, 413, a crash) closes
+    the connection: the rest of the body is never read, so the connection cannot be reused
+    (Hypercorn's trio worker can otherwise hang the next request on it)."""
+    if not g.get("upload_body_read"):
+        response.headers["Connection"] = "close"
+    return response
 
 
 def _too_large():
