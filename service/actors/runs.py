@@ -160,8 +160,9 @@ class RunRegistry(Registry):
 AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
 
 
-def run_op(files, work: Path, op: str, args: dict, src: dict) -> dict:
-    """Run one op on the input asset row `src`; place the PNG it makes; the asset fields.
+def run_op(files, work: Path, op: str, args: dict, path: Path, duration_s: float | None) -> dict:
+    """Run one op on the input file `path` (a video's `duration_s`); place the PNG it makes
+    in `files`; answer the new asset's fields.
 
     extract_frame(video, at: first|middle|last) -> media.ops.extract_frame(path, at_s, dst)
     resize_image(image, max_side)               -> media.ops.resize_image(src, dst, w=h=max_side)
@@ -171,10 +172,9 @@ def run_op(files, work: Path, op: str, args: dict, src: dict) -> dict:
 
     work.mkdir(parents=True, exist_ok=True)
     try:
-        path = files.path(src["sha256"])
         dst = work / "out.png"
         if op == "extract_frame":
-            duration = float(src["duration_s"] or 0.0)
+            duration = float(duration_s or 0.0)
             width, height = ops.extract_frame(path, duration * AT[args["at"]], dst)
         elif op == "resize_image":
             side = int(args["max_side"])
@@ -195,7 +195,8 @@ async def _op_task(products: Products, run: dict, key: str, handle: OpHandle, op
     work = products.files.work / f"run-{run['id']}-{key}"
     try:
         with handle.scope:
-            fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args, src,
+            fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args,
+                                                   products.files.path(src["sha256"]), src["duration_s"],
                                                    abandon_on_cancel=True)
             asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
                      "project_id": run["project_id"], "job_id": None, "position": 0, "source": "workflow",
@@ -336,30 +337,37 @@ class RunActor(Actor):
             self.steps[key].update(f)
         self.run.update(run_fields)  # type: ignore[union-attr]
 
-    async def _advance(self) -> None:
+    async def _advance(self, finished: dict[str, dict] | None = None, extra=None) -> None:
+        """Start the steps that are ready (or complete the run). `finished` are step fields of
+        a step that just completed (already applied in memory) and `extra` a write of its
+        asset: they commit in the same transaction as the starts, one commit per move."""
+        finished = dict(finished or {})
         if self.run is None or self._final() or self.product is None:
+            if finished or extra is not None:
+                await self._write({}, finished, extra)
             self._maybe_done()
             return
         if all(s["status"] == "completed" for s in self.steps.values()):
-            await self._complete()
+            await self._complete(finished, extra)
             return
         done = {k for k, s in self.steps.items() if s["status"] == "completed"}
         started = {k for k, s in self.steps.items() if s["status"] != "pending"}
         ready = [s.key for s in catalog_products.ready_steps(self.product, done, started)]
-        if not ready:
-            return
         now = self.p.clock.iso_now()
         run_fields: dict = {}
-        if self.run["status"] == "queued":
+        if ready and self.run["status"] == "queued":
             run_fields = {"status": RUN.apply("queued", "start")[0], "started_at": now}
-        step_fields: dict[str, dict] = {}
+        step_fields: dict[str, dict] = dict(finished)
         for key in ready:
             new, _ = STEP.apply(self.steps[key]["status"], "start")
             f = {"status": new, "started_at": now}
             if self.steps[key]["capability"] is not None:
                 f["request_id"] = str(uuid.uuid4())
             step_fields[key] = f
-        await self._write(run_fields, step_fields)
+        if run_fields or step_fields or extra is not None:
+            await self._write(run_fields, step_fields, extra)
+        if finished:
+            crashpoint("step_finished")
         for key in ready:
             if self._final():
                 break
@@ -470,17 +478,18 @@ class RunActor(Actor):
 
     async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra=None) -> None:
         new, _ = STEP.apply(self.steps[key]["status"], "finish")
-        await self._write({}, {key: {"status": new, "outputs": outputs, "cost_uc": cost_uc,
-                                     "finished_at": self.p.clock.iso_now()}}, extra)
-        crashpoint("step_finished")
-        await self._advance()
+        fields = {"status": new, "outputs": outputs, "cost_uc": cost_uc, "finished_at": self.p.clock.iso_now()}
+        # memory first, so the advance sees the step done; if the write fails the actor
+        # crashes and reloads from SQLite, where the step is still running
+        self.steps[key].update(fields)
+        await self._advance({key: fields}, extra)
 
-    async def _complete(self) -> None:
+    async def _complete(self, finished: dict[str, dict] | None = None, extra=None) -> None:
         assert self.run is not None and self.product is not None
         new, _ = RUN.apply(self.run["status"], "all_done")
         outputs = catalog_products.run_outputs(self.product, self._outputs_by_step())
         await self._write({"status": new, "outputs": outputs, "actual_uc": self._spent(),
-                           "finished_at": self.p.clock.iso_now()}, {})
+                           "finished_at": self.p.clock.iso_now()}, dict(finished or {}), extra)
         self._maybe_done()
 
     def _spent(self) -> int:
