@@ -280,7 +280,7 @@ async def test_thumb_fails_and_cancels_the_clip_in_flight(node, key, monkeypatch
         raise OSError("disk full")
 
     monkeypatch.setattr("service.media.ops.resize_image", broken)
-    run = await start(node, key, {"prompt": "a harbour [[delay:3]]"})
+    run = await start(node, key, {"prompt": "a harbour [[delay:1]]"})
     done = await wait_final(node, key, run["id"], timeout=30)
     assert done["status"] == "failed"
     assert done["error"] == "thumb: " + MSG["internal"]

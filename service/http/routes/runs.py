@@ -76,7 +76,16 @@ async def cancel_run(run_id: str):
 @requires("generation:read")
 @query(FeedQuery)
 async def runs_feed(q: FeedQuery):
-    """Standalone jobs and product runs of a project, newest first, cursor-paged."""
+    """Standalone jobs and product runs of a project, newest first, cursor-paged.
+
+    `{data: {items, total, next_cursor}}`. Each item is one of
+    `{type: "job", id, ...the job status object}` (a standalone job; `source` api or studio)
+    and `{type: "run", id, source: "workflow", ...the ProductRun}` (a product run; its step
+    jobs appear inside its `steps`, never as rows). Both carry `status` and `created_at`.
+    `total` counts the rows matching `source` over all pages; `next_cursor` is null when
+    the page has fewer than `limit` rows (set when exactly full; the next page may be
+    empty). A cursor this endpoint did not produce is 422 "Invalid cursor".
+    """
     project = resolve_project(q.project)
     limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
     return {"data": run_feed.page(products(), project["id"], q.source, limit, q.cursor)}
