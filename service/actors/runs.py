@@ -6,7 +6,8 @@ Interfaces
 
     view  = await products.start(org_id, user_id, slug, inputs, project, idempotency_key=None,
                                  request_hash=None)
-        Checks, in this order: product known (404), inputs (422, input name in
+        The route has resolved the project (404 unknown, 409 archived). Checks, in this
+        order: product known (404), inputs (422, input name in
         `details.input`), product available for those inputs (503
         `request.service_unavailable`, details `product`, `reasons`), the balance covers the
         whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
@@ -27,8 +28,8 @@ The run (machines.RUN / machines.STEP)
   first start moves the run `queued` -> `running`. Starting steps are committed `running`
   first (a capability step with the id its job will get), then started:
   - a capability step is an ordinary generation job, `source` `workflow`, with the run's
-    id as `workflow_run_id`, submitted through the job registry under the step's
-    `request_id`; the job's submit places its hold. A refusal at that moment (402 when the
+    id as `workflow_run_id`, submitted with `gen.submit(..., job_id=<the step's
+    request_id>)`; the job's submit places its hold. A refusal at that moment (402 when the
     balance was used up meanwhile, or a 422/503 of the submit rules) fails the step and the
     run. The job tells the run when it ends (`StepJobEnded`).
   - an op step (free local processing) runs in a worker thread in the registry's background
@@ -39,7 +40,8 @@ The run (machines.RUN / machines.STEP)
   (Σ what the step jobs were charged).
 - A failing step fails the run: `error` = "<step key>: <reason>", where the reason is the
   job's failure message (flagged content and a job canceled outside the run have their
-  own messages below; a refused hold says how many credits were missing). Unfinished steps
+  own messages below; a refused hold says how many credits were missing; a failed op step
+  gives failure message 5, "Generation failed due to an internal error. ..."). Unfinished steps
   become `canceled`; their in-flight jobs are canceled (holds released) and op tasks
   stopped. A step job that turns out to have completed before its cancel arrived is
   recorded `completed` (it stays charged, as completed steps do).
