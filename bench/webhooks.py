@@ -87,8 +87,7 @@ class Receiver:
 def start_server(data_dir: Path, ca_file: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1",
            "GENSERVICE_DATA_DIR": str(data_dir), "GENSERVICE_OPERATOR_TOKEN": OPERATOR,
-           "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1", "GENSERVICE_WEBHOOK_CA_FILE": ca_file,
-           "GENSERVICE_LOG_LEVEL": "WARNING"}
+           "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1", "GENSERVICE_WEBHOOK_CA_FILE": ca_file}
     proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stderr=subprocess.PIPE,
                             text=True, cwd=Path(__file__).resolve().parent.parent)
     deadline = time.monotonic() + 60
