@@ -492,3 +492,30 @@ async def test_events_during_shutdown_stay_pending_for_the_next_start(tmp_path):
             await quiet()
             assert len(rx.hits) == 1 and hit.json["event"] == "member.joined"
             assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]
+
+
+async def test_a_crashed_delivery_actor_reloads_and_still_sends(tmp_path, monkeypatch):
+    from service.storage import webhooks as wsql
+
+    real = wsql.start_sending
+    crashes = []
+
+    def flaky(conn, ids, now):
+        if not crashes:
+            crashes.append(ids)
+            raise RuntimeError("disk hiccup")
+        return real(conn, ids, now)
+
+    monkeypatch.setattr(wsql, "start_sending", flaky)
+    async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
+        org = await node.create_org()
+        hook = await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
+        await node.add_member(org["organization_id"], "member")
+        [hit] = await rx.wait_for(1)
+        await quiet()
+        assert crashes and node.services.webhook_delivery.restarts == 1
+        assert len(rx.hits) == 1
+        assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]
+        # the actor is still serving requests
+        r = await node.call("POST", f"/v1/webhooks/{hook['id']}/test", org["api_key"])
+        assert (await j(r))["delivery"]["is_delivered"] is True

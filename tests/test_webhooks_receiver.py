@@ -9,7 +9,7 @@ every request byte for byte (arrival time in trio time). The path picks the answ
     /hang            never answers
     /gate/{name}     waits until `release(name)`, then 200
 
-`running_node(tmp_path, rx)` starts a node (real time; inline writer unless asked) that trusts the
+`running_node(tmp_path, rx)` starts a node (real time; threaded writer as in production unless asked) that trusts the
 receiver's CA and may call loopback, and stops its actors before closing storage, so a
 second node can open the same data directory (restart tests).
 """
@@ -137,7 +137,7 @@ async def receiver(tmp_path):
 
 
 @asynccontextmanager
-async def running_node(tmp_path, rx: Receiver, *, inline: bool = True, **overrides):
+async def running_node(tmp_path, rx: Receiver, *, inline: bool = False, **overrides):
     """A node that trusts `rx`; its actors stop (and storage closes) when the block ends."""
     async with trio.open_nursery() as nursery:
         settings = dict(test_mode=True, webhook_allow_private=True, webhook_ca_file=rx.ca_file) | overrides
