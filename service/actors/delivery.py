@@ -40,7 +40,7 @@ from typing import Any
 import trio
 
 from service.actors.runtime import Actor, Registry, fail
-from service.errors import NotFound, ServiceError, Unprocessable
+from service.errors import ActorGone, NotFound, ServiceError, Unprocessable
 from service.storage import webhooks as sql
 
 log = logging.getLogger(__name__)
@@ -417,8 +417,12 @@ class DeliveryRegistry(Registry):
         self._nursery.start_soon(fn, *args)
 
     def wake(self) -> None:
-        """Tell the actor that events were committed (cheap; safe from any actor)."""
-        self.tell(KEY, Wake())
+        """Tell the actor that events were committed (cheap; safe from any actor, never raises:
+        the next poll of the outbox finds the events anyway)."""
+        try:
+            self.tell(KEY, Wake())
+        except (ActorGone, RuntimeError):  # not running yet, or shutting down
+            pass
 
     async def start_actor(self) -> None:
         """Recovery step: start the actor now (its `load` re-queues pending deliveries)."""
