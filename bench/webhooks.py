@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +36,7 @@ import trio
 import trustme
 
 OPERATOR = "bench-operator-token"
+SERVER_LOG: deque = deque(maxlen=60)
 
 
 class Receiver:
@@ -96,13 +98,37 @@ def start_server(data_dir: Path, ca_file: str) -> tuple[subprocess.Popen, str]:
         line = proc.stderr.readline()
         lines.append(line)
         m = re.search(r"listening on (http://\S+)", line)
-        if m:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
+        if m:  # keep draining the log (the last lines are shown if the bench fails)
+            threading.Thread(target=lambda: SERVER_LOG.extend(proc.stderr), daemon=True).start()
             return proc, m.group(1).rstrip(",")
         if proc.poll() is not None:
             break
     proc.kill()
     raise SystemExit("server did not start:\n" + "".join(lines))
+
+
+def breakdown(db_path: Path) -> dict:
+    """Where the time goes, from the service's own records (healthy deliveries only): event
+    commit -> fan-out row, fan-out -> POST started, POST duration."""
+    import sqlite3
+    from datetime import datetime
+
+    def ts(text: str) -> float:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    rows = conn.execute(
+        "SELECT e.created_at, d.created_at, d.sent_at, d.duration_ms FROM webhook_deliveries d "
+        "JOIN events e ON e.seq = d.event_seq JOIN webhooks w ON w.id = d.webhook_id "
+        "WHERE d.status = 'delivered' AND w.url LIKE '%/ok/%'").fetchall()
+    conn.close()
+    out = {}
+    for name, values in (("outbox_to_fanout_ms", [(ts(b) - ts(a)) * 1000 for a, b, _, _ in rows]),
+                         ("fanout_to_send_ms", [(ts(c) - ts(b)) * 1000 for _, b, c, _ in rows]),
+                         ("post_ms", [float(d) for *_, d in rows])):
+        values.sort()
+        out[name] = {"p50": round(pct(values, 50), 1), "p99": round(pct(values, 99), 1)}
+    return out
 
 
 def pct(sorted_values: list[float], p: float) -> float:
@@ -198,7 +224,12 @@ def main() -> None:
                     nursery.cancel_scope.cancel()
                 return result
 
-            result = trio.run(bench)
+            try:
+                result = trio.run(bench)
+            except BaseException:
+                print("".join(SERVER_LOG), file=sys.stderr)
+                raise
+            result["breakdown"] = breakdown(Path(tmp) / "data" / "genservice.db")
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -210,6 +241,8 @@ def main() -> None:
           f"{result['slow_org_deliveries_started']} sends started")
     print(f"latency, request start -> receipt (healthy receivers): p50 {result['p50_ms']} ms, "
           f"p90 {result['p90_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms")
+    for name, v in result["breakdown"].items():
+        print(f"  {name}: p50 {v['p50']} ms, p99 {v['p99']} ms")
     print(json.dumps(result))
 
 

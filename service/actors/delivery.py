@@ -47,9 +47,9 @@ log = logging.getLogger(__name__)
 
 KEY = "delivery"
 TIMEOUT = 10.0          # seconds a receiver gets to answer (spec); tests may patch it
-POLL = 0.2              # seconds between checks of the outbox
+POLL = 0.1              # seconds between checks of the outbox
 MAX_IN_FLIGHT = 256     # sends at once, node-wide
-PER_ORG = 8             # sends at once per organization
+PER_ORG = 16            # sends at once per organization
 PER_WEBHOOK = 2         # sends at once per webhook
 MAX_URL = 2048
 TEST_MESSAGE = "This is a test event from genservice."
