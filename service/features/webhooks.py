@@ -1,6 +1,6 @@
 """Account webhooks: the delivery actor (owner of webhooks and deliveries, reader of the
 `events` outbox). `services.webhook_delivery` is its registry; `wake()` on it tells the actor
-that events were committed (it also polls the outbox every 0.2 s)."""
+that events were committed (it also polls the outbox every 0.1 s)."""
 
 
 def attach(services) -> None:
