@@ -519,3 +519,27 @@ async def test_a_crashed_delivery_actor_reloads_and_still_sends(tmp_path, monkey
         # the actor is still serving requests
         r = await node.call("POST", f"/v1/webhooks/{hook['id']}/test", org["api_key"])
         assert (await j(r))["delivery"]["is_delivered"] is True
+
+
+async def test_autojump_clock_is_not_stepped_by_the_outbox_poll(node, autojump_clock, monkeypatch):
+    polls = []
+    real = delivery.DeliveryActor.on_deadline
+
+    async def counting(self):
+        polls.append(trio.current_time())
+        await real(self)
+
+    monkeypatch.setattr(delivery.DeliveryActor, "on_deadline", counting)
+    assert delivery.poll_interval() == delivery.AUTOJUMP_POLL
+    org = await node.create_org()
+    hook = await make_hook(node, org["api_key"], "https://127.0.0.1:9/x", ["member.joined"])
+    await node.add_member(org["organization_id"], "member")
+    await trio.sleep(3600)  # an hour of virtual time
+    assert len(polls) <= 3600 / delivery.AUTOJUMP_POLL + 2
+    # the outbox was still read (at the slower test-clock poll); the private address is refused
+    assert [s["status"] for s in statuses(node, hook["id"])] == ["failed"]
+    assert node.store.scalar("SELECT COUNT(*) FROM events WHERE dispatched = 0") == 0
+
+
+async def test_the_real_clock_polls_every_poll_seconds():
+    assert delivery.poll_interval() == delivery.POLL == 0.1
