@@ -5,6 +5,10 @@ deadline (service time), whichever comes first; a test-clock advance wakes it at
 It takes every message waiting in the mailbox as one batch (`handle_batch`), so an actor
 that persists can commit the whole batch at once and reply after the commit.
 
+`handle_batch` may instead return a `Deferred`: the loop then goes on with the next batch
+while the deferred completes (a commit in flight) and answers the batch when it does. Such
+an actor orders its batches itself (the balance actor pipelines its commits this way).
+
 A crash in `handle_batch` (anything but a reply value) fails that batch's asks with
 ActorGone, and the supervisor reloads the actor from SQLite (`load`). Past
 `MAX_RESTARTS` within `RESTART_WINDOW` seconds the actor stays down: asks answer ActorGone
@@ -17,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Generic, Hashable, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
+import outcome
 import trio
 
 from service.clock import Clock
@@ -32,21 +37,37 @@ RESTART_WINDOW = 60.0
 ASK_TIMEOUT = 10.0
 
 
+class _Slot:
+    """The one-shot reply of an ask: the asker parks its task on it and the actor
+    reschedules it (cheaper than a reply channel per ask)."""
+
+    __slots__ = ("task", "value", "state")
+
+    WAITING, ANSWERED, GONE = 0, 1, 2
+
+    def __init__(self) -> None:
+        self.task = None
+        self.value: Any = None
+        self.state = _Slot.WAITING
+
+
 class Envelope:
     __slots__ = ("msg", "reply")
 
-    def __init__(self, msg: Any, reply: trio.MemorySendChannel | None) -> None:
+    def __init__(self, msg: Any, reply: _Slot | None) -> None:
         self.msg = msg
         self.reply = reply
 
     def answer(self, value: Any) -> None:
         """Reply; a caller that has gone away is dropped, never raised."""
-        if self.reply is None:
+        slot = self.reply
+        if slot is None or slot.state != _Slot.WAITING:
             return
-        try:
-            self.reply.send_nowait(value)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-            pass
+        slot.state = _Slot.ANSWERED
+        if slot.task is not None:
+            trio.lowlevel.reschedule(slot.task, outcome.Value(value))
+        else:  # answered before the asker parked (it was resumed from a blocking send)
+            slot.value = value
 
 
 class _Failure:
@@ -97,6 +118,17 @@ def fail(error: BaseException) -> _Failure:
     return _Failure(error)
 
 
+class Deferred:
+    """A `handle_batch` result answered later: `wait()` returns the replies (e.g. after the
+    batch's commit); meanwhile the loop takes the next batch. If `wait()` raises, the batch's
+    asks get ActorGone and the actor is restarted like any crash."""
+
+    __slots__ = ("wait",)
+
+    def __init__(self, wait: Callable[[], Awaitable[list[Any]]]) -> None:
+        self.wait = wait
+
+
 A = TypeVar("A", bound=Actor)
 
 
@@ -109,17 +141,32 @@ class ActorRef:
     async def ask(self, msg: Any, timeout: float = ASK_TIMEOUT) -> Any:
         if self.gone:
             raise ActorGone(str(self.key))
-        reply_send, reply_recv = trio.open_memory_channel(1)
+        slot = _Slot()
+        env = Envelope(msg, slot)
         try:
             with trio.fail_after(timeout):
-                await self._send.send(Envelope(msg, reply_send))
-                value = await reply_recv.receive()
+                try:
+                    self._send.send_nowait(env)
+                except trio.WouldBlock:
+                    await self._send.send(env)
+                if slot.state == _Slot.ANSWERED:
+                    await trio.lowlevel.checkpoint()
+                    value = slot.value
+                else:
+                    slot.task = trio.lowlevel.current_task()
+
+                    def abort(_raise_cancel) -> trio.lowlevel.Abort:
+                        slot.state = _Slot.GONE
+                        return trio.lowlevel.Abort.SUCCEEDED
+
+                    value = await trio.lowlevel.wait_task_rescheduled(abort)
         except trio.TooSlowError:
             raise AskTimeout(str(self.key)) from None
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise ActorGone(str(self.key)) from None
         finally:
-            reply_recv.close()
+            if slot.state == _Slot.WAITING:
+                slot.state = _Slot.GONE
         if isinstance(value, _Failure):
             raise value.error
         return value
@@ -203,6 +250,9 @@ class Registry(Generic[A]):
         finally:
             if self._refs.get(key) is ref and not ref.gone:
                 del self._refs[key]
+            # An ask that reached the mailbox after the loop's last look would wait forever:
+            # answer it ActorGone, and Registry.ask retries on a fresh actor.
+            self._drain_gone(recv)
             recv.close()
 
     @staticmethod
@@ -224,41 +274,60 @@ class Registry(Generic[A]):
 
         unwatch = clock.watch(wake)
         try:
-            while True:
-                deadline = actor.next_deadline()
-                if deadline is not None and clock.now() >= deadline:
-                    await actor.on_deadline()
-                    continue
-                if actor.done:
-                    try:
-                        first = recv.receive_nowait()
-                    except trio.WouldBlock:
-                        return
-                else:
-                    at = math.inf if deadline is None else clock.trio_time(deadline)
-                    first = None
-                    with trio.CancelScope(deadline=at) as scope:
-                        scope_box[0] = scope
-                        first = await recv.receive()
-                    scope_box[0] = None
-                    if first is None:
-                        continue
-                batch = [first]
-                while len(batch) < MAILBOX:
-                    try:
-                        batch.append(recv.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                try:
-                    replies = await actor.handle_batch([e.msg for e in batch])
-                except Exception:
-                    for env in batch:
-                        env.answer(_Failure(ActorGone("actor crashed while handling the request")))
-                    raise
-                for env, value in zip(batch, replies):
-                    env.answer(value)
+            async with trio.open_nursery() as pending:
+                await self._run_loop(actor, recv, clock, scope_box, pending)
         finally:
             unwatch()
+
+    @staticmethod
+    async def _answer_later(batch: list[Envelope], deferred: Deferred) -> None:
+        try:
+            replies = await deferred.wait()
+        except Exception:
+            for env in batch:
+                env.answer(_Failure(ActorGone("actor crashed while handling the request")))
+            raise
+        for env, value in zip(batch, replies):
+            env.answer(value)
+
+    async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, clock: Clock,
+                        scope_box: list, pending: trio.Nursery) -> None:
+        while True:
+            deadline = actor.next_deadline()
+            if deadline is not None and clock.now() >= deadline:
+                await actor.on_deadline()
+                continue
+            if actor.done:
+                try:
+                    first = recv.receive_nowait()
+                except trio.WouldBlock:
+                    return
+            else:
+                at = math.inf if deadline is None else clock.trio_time(deadline)
+                first = None
+                with trio.CancelScope(deadline=at) as scope:
+                    scope_box[0] = scope
+                    first = await recv.receive()
+                scope_box[0] = None
+                if first is None:
+                    continue
+            batch = [first]
+            while len(batch) < MAILBOX:
+                try:
+                    batch.append(recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            try:
+                replies = await actor.handle_batch([e.msg for e in batch])
+            except Exception:
+                for env in batch:
+                    env.answer(_Failure(ActorGone("actor crashed while handling the request")))
+                raise
+            if isinstance(replies, Deferred):
+                pending.start_soon(self._answer_later, batch, replies)
+                continue
+            for env, value in zip(batch, replies):
+                env.answer(value)
 
 
 async def start_registry(nursery: trio.Nursery, registry: Registry) -> Registry:

@@ -1,14 +1,19 @@
 """The one SQLite writer (group commit) and the read-only readers.
 
-All writes go through `Store.write(fn)`: `fn(conn)` runs inside a batch transaction with
-every other write queued at the same moment (one COMMIT, one fsync for the batch). Each
+All writes go through `Store.write(fn)` (or `submit(fn)` then `wait(item)`, to queue a
+write without waiting for it): `fn(conn)` runs inside a batch transaction with every other
+write queued at the same moment, in submission order (one COMMIT, one fsync for the batch). Each
 write gets its own SAVEPOINT, so one failing write rolls back alone and its caller gets
 the exception; the rest of the batch commits. If the COMMIT itself fails, every caller of
 the batch gets the error and nothing of it is applied.
 
 The writer runs batches in a worker thread by default (the event loop keeps serving during
-fsync). `inline=True` runs them on the trio thread: tests with trio's autojump clock need
-that, because autojump treats a thread as idle time.
+fsync). Fast path at low load: when no other task is runnable and recent commits averaged
+under 2 ms, a lone write commits on the trio thread (`submit` commits it at once when the
+writer is idle and nothing is queued; the writer task does so for a batch of one), which
+saves the task and thread hops and cannot delay other work by more than one fast fsync. `inline=True` runs every batch
+on the trio thread: tests with trio's autojump clock need that, because autojump treats a
+thread as idle time.
 
 Readers: one read-only connection used from the trio thread; queries are short and
 indexed, and WAL lets them run while the writer commits.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ import trio
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 512
+FAST_PATH_MAX_COMMIT = 0.002  # seconds: above this average the fast path is off (slow disk)
 
 
 def dict_factory(cursor: sqlite3.Cursor, row: tuple) -> dict:
@@ -70,6 +77,8 @@ class Store:
         self.batches = 0
         self.writes = 0
         self.broken: BaseException | None = None
+        self.commit_ewma = 0.0  # seconds, moving average of batch commit time
+        self._busy = False      # the writer task holds a batch (its commit may be in the thread)
 
     # -- reads ---------------------------------------------------------------
     def all(self, sql: str, params: tuple | list | dict = ()) -> list[dict]:
@@ -85,10 +94,23 @@ class Store:
     # -- writes --------------------------------------------------------------
     async def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run `fn(conn)` in the next batch transaction; return its result after COMMIT."""
+        return await self.wait(self.submit(fn))
+
+    def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> _Write:
+        """Queue `fn` without waiting (`write` = `wait(submit(fn))`). Writes run in the order
+        they are submitted, so a caller may submit its next write while one is in flight."""
         if self.broken is not None:
             raise RuntimeError("storage is broken") from self.broken
         item = _Write(fn)
+        if not self._busy and self._fast_path_ok() and not self._send.statistics().current_buffer_used:
+            self._commit([item])  # idle writer, nothing else to run: commit now, no hops
+            item.done.set()
+            return item
         self._send.send_nowait(item)
+        return item
+
+    async def wait(self, item: _Write) -> Any:
+        """The result of a submitted write after its batch's COMMIT, or its error."""
         await item.done.wait()
         if item.error is not None:
             raise item.error
@@ -106,14 +128,25 @@ class Store:
                         batch.append(self._recv.receive_nowait())
                     except trio.WouldBlock:
                         break
-                if self.inline:
-                    self._commit(batch)
-                else:
-                    await trio.to_thread.run_sync(self._commit, batch, limiter=self._limiter)
+                self._busy = True
+                try:
+                    if self.inline or (len(batch) == 1 and self._fast_path_ok()):
+                        self._commit(batch)
+                    else:
+                        await trio.to_thread.run_sync(self._commit, batch, limiter=self._limiter)
+                finally:
+                    self._busy = False
                 for item in batch:
                     item.done.set()
 
+    def _fast_path_ok(self) -> bool:
+        """A lone write may commit on the trio thread when no other task is runnable (the
+        loop has nothing else to do during the fsync) and recent commits were fast."""
+        return (self.commit_ewma < FAST_PATH_MAX_COMMIT
+                and trio.lowlevel.current_statistics().tasks_runnable == 0)
+
     def _commit(self, batch: list[_Write]) -> None:
+        started = time.perf_counter()
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -139,6 +172,7 @@ class Store:
                 self.broken = e
         self.batches += 1
         self.writes += len(batch)
+        self.commit_ewma += (time.perf_counter() - started - self.commit_ewma) * 0.1
 
     def close(self) -> None:
         self.conn.close()
