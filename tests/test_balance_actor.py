@@ -396,3 +396,69 @@ async def test_stop_then_fresh_actor_loads_the_same_state(node, org, autojump_cl
     assert (g["expired"], g["reserved_uc"], g["expired_uc"]) == (True, 7 * UC, 0)
     assert st["held_uc"] == 100 * UC and st["available_uc"] == 107 * UC
     org.check_db(st)
+
+
+async def test_pipelined_batch_on_top_of_a_failed_commit_fails_too(nursery, tmp_path):
+    """Batch 1 (a hold) is committing in the writer thread when batch 2 (its capture) is
+    decided on top of it; batch 1's commit fails: both asks fail, nothing is applied, memory
+    is reloaded once, and the next try succeeds."""
+    import threading
+    from types import SimpleNamespace
+
+    from service.actors.runtime import Registry
+    from service.clock import Clock
+    from service.storage.db import Store
+    from service.storage.migrate import apply_all
+
+    apply_all(tmp_path / "db")
+    store = Store(tmp_path / "db")  # the real writer thread ...
+    store._fast_path_ok = lambda: False  # ... always (batch 1 blocks inside its commit)
+    clock = Clock()
+    services = SimpleNamespace(store=store, clock=clock)
+    reg = Registry("balances", lambda org: BalanceActor(services, org), clock)
+    await nursery.start(store.run)
+    await nursery.start(reg.run)
+    await reg.ask("o", Grant("g", 100 * UC))
+    entered, go = threading.Event(), threading.Event()
+    real, calls = sql.persist, []
+
+    def persist(conn, org_id, w):
+        calls.append(len(w.hold_inserts))
+        if len(calls) == 1:
+            entered.set()
+            go.wait(10)
+            raise sqlite3_error("disk I/O error (test)")
+        return real(conn, org_id, w)
+
+    sql.persist = persist
+    results = {}
+    try:
+        async def one(name, msg):
+            try:
+                results[name] = await reg.ask("o", msg)
+            except Unavailable as e:
+                results[name] = e
+
+        async with trio.open_nursery() as n:
+            n.start_soon(one, "hold", PlaceHold("h1", 30 * UC))
+            await trio.to_thread.run_sync(entered.wait)
+            n.start_soon(one, "capture", Capture("h1"))
+            await trio.testing.wait_all_tasks_blocked()
+            go.set()
+    finally:
+        sql.persist = real
+    assert isinstance(results["hold"], Unavailable) and isinstance(results["capture"], Unavailable)
+    assert calls[0] == 1  # batch 1 carried the hold; batch 2's write was refused before persist
+    state = await reg.ask("o", Snapshot())
+    assert (state["available_uc"], state["held_uc"], state["holds"]) == (100 * UC, 0, {})
+    assert store.one("SELECT 1 AS x FROM credit_holds") is None
+    assert sql.ledger_sum(store, "o") == 100 * UC
+    assert (await reg.ask("o", PlaceHold("h1", 30 * UC)))["status"] == "held"
+    assert (await reg.ask("o", Capture("h1")))["status"] == "captured"
+    assert sql.ledger_sum(store, "o") == 70 * UC
+    store.close()
+
+
+def sqlite3_error(msg):
+    import sqlite3
+    return sqlite3.OperationalError(msg)

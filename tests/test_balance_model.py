@@ -29,12 +29,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from service.actors.balance import BalanceActor
 from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, SettingsPut
-from service.actors.runtime import _Failure
+from service.actors.runtime import Deferred, _Failure
 from service.clock import iso
 from service.errors import Conflict, InsufficientCredits, NotFound, Unavailable, Unprocessable
 from service.storage import accounts as acc
 from service.storage import billing as sql
-from service.storage.db import Store
+from service.storage.db import Store, _Write
 from service.storage.migrate import apply_all
 
 START = 1_790_000_000.0
@@ -54,26 +54,29 @@ class SetClock:
 
 
 class DirectStore(Store):
-    """The real Store's connections and commit, run at once (one write per transaction);
-    `fail_next` makes the next commit fail after the writes ran (nothing is applied)."""
+    """The real Store's connection, each write committed at once in its own transaction
+    (no writer task); `fail_next` makes the next commit fail after the writes ran (nothing
+    is applied)."""
 
     fail_next = False
     failed = 0
 
-    async def write(self, fn):
+    def submit(self, fn):
+        item = _Write(fn)
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            result = fn(conn)
+            item.result = fn(conn)
             if self.fail_next:
                 self.fail_next = False
                 self.failed += 1
                 raise sqlite3.OperationalError("disk I/O error (injected)")
             conn.execute("COMMIT")
-        except BaseException:
+        except Exception as e:  # noqa: BLE001 - delivered to the waiter
             conn.execute("ROLLBACK")
-            raise
-        return result
+            item.result, item.error = None, e
+        item.done.set()
+        return item
 
 
 # -- the reference model ----------------------------------------------------------------------
@@ -223,7 +226,10 @@ class BalanceMachine(RuleBasedStateMachine):
         return actor
 
     def run_batch(self, msgs):
-        return trio.run(self.actor.handle_batch, msgs)
+        async def one():
+            out = await self.actor.handle_batch(msgs)
+            return await out.wait() if isinstance(out, Deferred) else out
+        return trio.run(one)
 
     def to_msg(self, op):
         if isinstance(op, tuple):

@@ -22,10 +22,13 @@ Rules (api-spec "Credit hold", DESIGN "Credits"):
 
 Batching: `handle_batch` decides a whole mailbox burst in memory, stages the row changes
 (one UPDATE per touched lot and hold, one INSERT per new hold and per ledger slice) and
-persists them with ONE `store.write`, which the store group-commits with other
-organizations' batches. Replies go out only after the commit. If anything fails (the
-commit, or a bug mid-batch), the actor reloads its state from SQLite and fails every ask
-of the batch with 503; it never continues from mutated memory.
+submits them as ONE store write, which the store group-commits with other organizations'
+writes. Replies go out only after that commit (the batch is returned as a `Deferred`), and
+the next burst is decided while it is in flight (at most IN_FLIGHT batches), so the writer
+is never idle waiting for this actor. Batches are answered in order; each batch's write
+applies only if the previous one of the same epoch did. If a commit fails (or a bug strikes
+mid-batch), that batch and every batch decided on top of it fail with 503, and memory is
+reloaded from SQLite once (a new epoch): the actor never continues from mutated memory.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ import bisect
 import logging
 import math
 from collections import OrderedDict
+from functools import partial
 from typing import Any, Callable
 
 import trio
 
 from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, SettingsPut, Snapshot, Stop, Sync
-from service.actors.runtime import Actor, fail
+from service.actors.runtime import Actor, Deferred, fail
 from service.clock import iso, parse_iso
 from service.errors import ApiError, Conflict, InsufficientCredits, NotFound, Unavailable, Unprocessable
 from service.machines import HOLD, LOW_BALANCE
@@ -49,9 +53,31 @@ from service.storage import billing as sql
 log = logging.getLogger(__name__)
 
 MAX_UC = 10 ** 15  # 1e9 credits: any single amount above this is refused (int64 headroom)
-RECENT = 4096      # settled holds kept in memory for idempotent repeats; older ones come from the DB
+RECENT = 16384     # settled holds kept in memory for idempotent repeats (more than can be in flight);
+                   # older ones come from the DB
 SIGNUP_UC = 200 * 1_000_000
 SIGNUP_DAYS = 30
+
+
+UNAVAILABLE = "The balance could not be updated; try again."
+IN_FLIGHT = 2      # batches decided but not yet committed: one committing, the next queued behind it
+
+
+class ChainBroken(Exception):
+    """A batch's write refuses to apply because the batch before it did not commit."""
+
+
+class _Batch:
+    __slots__ = ("replies", "epoch", "prev", "trace", "item", "done", "ok")
+
+    def __init__(self, replies, epoch, prev, trace) -> None:
+        self.replies = replies
+        self.epoch = epoch
+        self.prev = prev
+        self.trace = trace
+        self.item = None
+        self.done = trio.Event()
+        self.ok = False
 
 
 class Lot:
@@ -113,6 +139,10 @@ class BalanceActor(Actor):
             PlaceHold: self._place, Capture: self._capture, Release: self._release, Grant: self._grant,
             SettingsPut: self._settings, Snapshot: self._snapshot, Sync: self._sync, Stop: self._stop,
         }
+        self._slots = trio.Semaphore(IN_FLIGHT)
+        self._epoch = 0
+        self._last_write = None   # the store item of the last submitted write of this epoch
+        self._tail: _Batch | None = None
         self._reset()
 
     # -- loading -----------------------------------------------------------------------------
@@ -166,16 +196,61 @@ class BalanceActor(Actor):
         return order[0].expires_at if order else None
 
     async def on_deadline(self) -> None:
-        if await self._run_batch([]) is None:
-            await trio.sleep(0.1)  # the write failed and state was reloaded: do not spin on a broken DB
+        await self._slots.acquire()
+        batch = self._decide_or_none([])
+        if batch is None:
+            await self._recover()
+            ok = False
+        else:
+            await self._complete(batch)
+            ok = batch.ok
+        if not ok:
+            await trio.sleep(0.1)  # state was reloaded after a failure: do not spin on a broken DB
 
-    async def handle_batch(self, msgs: list[Any]) -> list[Any]:
-        return await self._run_batch(msgs)
+    async def handle_batch(self, msgs: list[Any]) -> Any:
+        """Decide at once and submit the write; answer when it has committed (`Deferred`), so
+        the next batch is decided while this one's commit is in flight. A batch whose write
+        (and every one before it) is already committed is answered at once."""
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
+        batch = self._decide_or_none(msgs)
+        if batch is None:
+            await self._recover()
+            return [fail(Unavailable(UNAVAILABLE)) for _ in msgs]
+        if batch.prev is None and (batch.item is None or batch.item.done.is_set()):
+            return await self._complete(batch)
+        return Deferred(partial(self._complete, batch))
 
     # -- one batch -----------------------------------------------------------------------------
-    async def _run_batch(self, msgs: list[Any]) -> list[Any] | None:
-        """Decide `msgs` in memory, persist once, reply after the commit. Returns the replies
-        (None for a failed deadline batch)."""
+    def _decide_or_none(self, msgs: list[Any]) -> "_Batch | None":
+        try:
+            return self._decide(msgs)
+        except Exception:
+            log.exception("balance %s: deciding a batch of %d failed; reloading from the database",
+                          self.org_id, len(msgs))
+            return None
+
+    async def _recover(self) -> None:
+        """After a failure while deciding: let the batches in flight settle, then reload."""
+        try:
+            tail = self._tail
+            if tail is not None:
+                await tail.done.wait()
+            self._reload()
+        finally:
+            self._slots.release()
+
+    def _reload(self) -> None:
+        self._load()
+        self._epoch += 1
+        self._last_write = None
+        self._tail = None
+
+    def _decide(self, msgs: list[Any]) -> "_Batch":
+        """Decide `msgs` in memory (no await) and submit the batch's write, chained to the
+        previous one: it refuses to apply if the previous write of this epoch did not."""
         now = self.clock.now()
         self._now = now
         self._now_iso = iso(now)
@@ -188,23 +263,56 @@ class BalanceActor(Actor):
         self._foreign: set[str] = set()
         self._settled_slices: dict[str, str] = {}
         self._pending_trace: list | None = [] if self.trace is not None else None
+        if msgs:
+            self._prefetch(msgs)
+        self._expire_due(now)
+        replies = [self._apply(m) for m in msgs]
+        w = self._flush()
+        batch = _Batch(replies, self._epoch, self._tail, self._pending_trace)
+        if not w.empty():
+            org_id, prev = self.org_id, self._last_write
+
+            def write(conn):
+                if prev is not None and (prev.error is not None or not prev.result):
+                    raise ChainBroken(f"balance {org_id}: the previous batch did not commit")
+                sql.persist(conn, org_id, w)
+                return True
+
+            batch.item = self.store.submit(write)
+            self._last_write = batch.item
+        self._tail = batch
+        return batch
+
+    async def _complete(self, batch: "_Batch") -> list[Any]:
+        """Replies of `batch` once it and every batch before it are settled; a failure fails
+        this batch and the ones decided on top of it, and reloads memory once."""
         try:
-            if msgs:
-                self._prefetch(msgs)
-            self._expire_due(now)
-            replies = [self._apply(m) for m in msgs]
-            w = self._flush()
-            if not w.empty():
-                org_id = self.org_id
-                await self.store.write(lambda conn: sql.persist(conn, org_id, w))
-        except Exception:
-            log.exception("balance %s: batch of %d failed; reloading from the database", self.org_id, len(msgs))
-            self._load()
-            err = Unavailable("The balance could not be updated; try again.")
-            return [fail(err) for _ in msgs] if msgs else None
-        if self._pending_trace:
-            self.trace.extend(self._pending_trace)
-        return replies
+            prev = batch.prev
+            batch.prev = None
+            failed = False
+            if prev is not None:
+                await prev.done.wait()
+                failed = not prev.ok and prev.epoch == batch.epoch
+            if not failed and batch.item is not None:
+                try:
+                    await self.store.wait(batch.item)
+                except Exception:
+                    failed = True
+                    if batch.epoch == self._epoch:
+                        log.exception("balance %s: commit failed; reloading from the database", self.org_id)
+            if failed:
+                if batch.epoch == self._epoch:
+                    self._reload()
+                return [fail(Unavailable(UNAVAILABLE)) for _ in batch.replies]
+            batch.ok = True
+            if batch.trace:
+                self.trace.extend(batch.trace)
+            return batch.replies
+        finally:
+            batch.done.set()
+            if self._tail is batch:
+                self._tail = None
+            self._slots.release()
 
     def _apply(self, m: Any) -> Any:
         handler = self._handlers.get(type(m))
