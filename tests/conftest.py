@@ -60,13 +60,33 @@ async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = Tr
     apply_all(settings.db_path)
     store = Store(settings.db_path, inline=inline)
     services = build(settings, store, Clock(start=START))
-    await services.start(nursery)
-    return Node(services, create_app(services))
+    stopped = trio.Event()
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED):
+        try:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as inner:
+                    await services.start(inner)
+                    task_status.started(scope)
+        finally:
+            stopped.set()
+
+    node = Node(services, create_app(services))
+    node.scope = await nursery.start(run)
+    node.stopped = stopped
+    return node
+
+
+async def stop_node(node: Node) -> None:
+    """Shutdown order of a real node: closers, then actors, then storage."""
+    await node.services.aclose()
+    node.scope.cancel()
+    await node.stopped.wait()
+    node.store.close()
 
 
 @pytest.fixture
 async def node(nursery, tmp_path) -> Node:
     n = await start_node(nursery, tmp_path, test_mode=True)
     yield n
-    await n.services.aclose()
-    n.store.close()
+    await stop_node(n)
