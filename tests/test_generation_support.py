@@ -129,6 +129,8 @@ async def running_node(tmp_path: Path, **settings):
         try:
             yield node
         finally:
+            with trio.CancelScope(shield=True):
+                await node.services.aclose()
             nursery.cancel_scope.cancel()
     node.store.close()
 

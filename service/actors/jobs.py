@@ -80,9 +80,11 @@ from service.assets.files import FileStore, hash_file
 from service.assets.signing import UrlSigner, load_secret
 from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, runnable
 from service.catalog.assets import AssetInfo
-from service.catalog.rules import Plan, plan_submit
+from service.catalog.catalog import tier_label
+from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError, Unprocessable
 from service.machines import JOB
+from service.media.inspect import MediaInfo, inspect_file
 from service.storage import generation as sql
 
 log = logging.getLogger(__name__)
@@ -573,6 +575,25 @@ class Generation:
             return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"])
                     for r in sql.assets_in_org(self.store, org_id, ids)}
         return resolve
+
+    def capabilities_view(self) -> list[dict]:
+        return self.catalog.capabilities_view(runnable)
+
+    def models_view(self) -> list[dict]:
+        return self.catalog.models_view(runnable)
+
+    def estimate(self, body: dict) -> dict:
+        """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
+        `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
+        out = estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
+                       runnable=runnable)
+        out["tier"] = tier_label(out["resolution"], out["duration"])
+        return out
+
+    async def inspect_upload(self, path, declared_type: str | None) -> MediaInfo:
+        """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
+        is not accepted."""
+        return await trio.to_thread.run_sync(inspect_file, path, declared_type)
 
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,

@@ -17,9 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
-from service.backends import runnable
-from service.catalog.catalog import tier_label
-from service.catalog.rules import estimate
 from service.errors import BadRequest, NotFound
 from service.http.auth import principal, requires, resolve_project, services
 from service.http.schemas import Body, Query, body, clamp, query
@@ -75,13 +72,13 @@ def gen():
 @bp.get("/v1/generation/capabilities")
 @requires("generation:read")
 async def capabilities():
-    return {"data": gen().catalog.capabilities_view(runnable)}
+    return {"data": gen().capabilities_view()}
 
 
 @bp.get("/v1/generation/models")
 @requires("generation:read")
 async def models():
-    return {"data": gen().catalog.models_view(runnable)}
+    return {"data": gen().models_view()}
 
 
 def _idempotency_key() -> str | None:
@@ -147,10 +144,7 @@ async def estimate_route(data: EstimateBody):
     """The submit's price without creating anything: the submit body plus `capability` or
     `model`; answers `{data: {capability, model, resolution, duration, credits, tier}}`."""
     resolve_project(data.project_id)
-    out = estimate(gen().catalog, capability=data.capability, model=None,
-                   body=data.model_dump(exclude_unset=True), runnable=runnable)
-    out["tier"] = tier_label(out["resolution"], out["duration"])
-    return {"data": out}
+    return {"data": gen().estimate(data.model_dump(exclude_unset=True))}
 
 
 @bp.get("/v1/generation/requests")

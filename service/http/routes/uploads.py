@@ -28,9 +28,9 @@ import uuid
 from pathlib import Path
 
 import trio
+from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, g, request
 from quart_schema import document_request
-from pydantic import BaseModel, ConfigDict, Field
 from quart_schema.validation import DataSource
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.sansio.multipart import Data, Epilogue, Field as FieldEvent, File, MultipartDecoder, NeedData
@@ -42,7 +42,6 @@ from service.http.app import UPLOAD_BODY_LIMIT
 from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, services
 from service.http.errors import envelope
 from service.http.schemas import ValidationFailed
-from service.media.inspect import inspect_file
 
 bp = Blueprint("uploads", __name__)
 
@@ -262,7 +261,7 @@ async def upload():
             project = resolve_project(got.fields.get("project_id") or None, write=True)
             if got.too_big:
                 raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
-            info = await trio.to_thread.run_sync(inspect_file, temp, got.declared_type)
+            info = await gen.inspect_upload(temp, got.declared_type)
             row = {
                 "id": asset_id, "organization_id": p.org_id, "project_id": project["id"], "job_id": None,
                 "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
