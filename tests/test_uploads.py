@@ -234,3 +234,17 @@ async def test_early_answers_close_the_connection(node, org):
     assert r.status_code == 201 and r.headers.get("Connection") is None
     r = await upload(node, org["api_key"], b"junk", ctype="text/plain")
     assert r.status_code == 422 and r.headers.get("Connection") is None
+
+
+async def test_too_many_parts_is_a_bad_request(node, org, tmp_path):
+    parts = [("file", "a.png", "image/png", image_bytes("PNG"))] + [(f"x{i}", "1") for i in range(70)]
+    body, content_type = multipart(parts)
+    r = await node.call("POST", UPLOADS, org["api_key"], data=body, headers={"Content-Type": content_type})
+    assert r.status_code == 400
+    assert err(await r.get_json())["message"] == "The request body is not valid multipart/form-data."
+    parts = [("file", "a.png", "image/png", image_bytes("PNG"))] + [(f"x{i}", "1") for i in range(40)]
+    body, content_type = multipart(parts)
+    r = await node.call("POST", UPLOADS, org["api_key"], data=body, headers={"Content-Type": content_type})
+    assert r.status_code == 400
+    assert len(err(await r.get_json())["details"]["errors"]) == 20
+    nothing_left(node, tmp_path)

@@ -28,8 +28,9 @@ For a product step (products engineer), submit with `source="workflow"`,
 once per registration, synchronously inside the job actor, with the final status object
 (completed, failed, nsfw or canceled) right after that status is committed; it must not
 block: make it `lambda st: services.runs.tell(run_id, StepJobEnded(key, st))` (asks flow
-run -> job -> balance; a job only ever *tells* the run). Watchers live in memory: after a
-restart the run actor re-registers with `await gen.watch(job_id, notify)`, which calls
+run -> job -> balance; a job only ever *tells* the run). Watchers are kept on the registry
+(`services.jobs.watchers`): they survive a job actor's crash and reload, not a node
+restart; after a restart the run actor re-registers with `await gen.watch(job_id, notify)`, which calls
 `notify` at once when the job is already final, so no ending is missed. To stop a step,
 `await gen.cancel(org_id, job_id)` (the hold is released; a render already running ends
 later with its output discarded). Holds of workflow jobs carry `workflow_run_id`.

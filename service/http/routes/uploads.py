@@ -7,7 +7,8 @@ Multipart rules (multipart/form-data with a boundary, else 400 request.bad_reque
   413 request.bad_request, and the connection is closed.
 - `project_id` (optional text field, at most 200 characters): project id or slug; else the
   X-Service-Project header, else the default project. Unknown 404; archived 409.
-- Any other part, a second `file`, a `file` sent as a plain field or a `project_id` sent
+- At most 64 parts (else 400 request.bad_request, as for a body that is not valid
+  multipart). Any other part, a second `file`, a `file` sent as a plain field or a `project_id` sent
   as a file: 400 request.validation_failed with `details.errors[] = {message, key,
   source: "body"}` ("Object contains unknown field", "Field required", ...).
 - Order of checks: multipart shape (400) -> project (404/409) -> size (422) -> type (422).
@@ -51,6 +52,8 @@ FILE_TOO_BIG = "File exceeds 50 MiB."
 SLICE = 1 * MiB          # the parser is fed at most this much at a time
 THREAD_WRITE = 256 * 1024  # file data at least this big is written and hashed in a thread
 MAX_FIELD = 200
+MAX_PARTS = 64            # more parts than this: the body is not a plausible upload (400)
+MAX_ERRORS = 20
 
 
 class UploadForm(BaseModel):
@@ -86,7 +89,8 @@ class Received:
         self._fh = None
 
     def error(self, key: str, message: str) -> None:
-        self.errors.append({"message": message, "key": key, "source": "body"})
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append({"message": message, "key": key, "source": "body"})
 
     async def feed(self, decoder: MultipartDecoder) -> None:
         while True:
@@ -174,7 +178,7 @@ class Received:
 async def receive(boundary: str, temp: Path) -> Received:
     """Read the whole body, parsing what can be parsed; raises TooLarge past 51 MiB."""
     got = Received(temp)
-    decoder = MultipartDecoder(boundary.encode("latin-1"))
+    decoder = MultipartDecoder(boundary.encode("latin-1"), max_parts=MAX_PARTS)
     total = 0
     try:
         async for chunk in request.body:
@@ -187,13 +191,13 @@ async def receive(boundary: str, temp: Path) -> Received:
                 for start in range(0, len(chunk), SLICE):
                     decoder.receive_data(chunk[start:start + SLICE])
                     await got.feed(decoder)
-            except ValueError:
+            except (ValueError, RequestEntityTooLarge):  # malformed, or too many parts
                 got.malformed = True
         if not got.malformed and not got.complete:
             try:
                 decoder.receive_data(None)
                 await got.feed(decoder)
-            except ValueError:
+            except (ValueError, RequestEntityTooLarge):
                 got.malformed = True
     except RequestEntityTooLarge:
         raise TooLarge() from None
