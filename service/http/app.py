@@ -44,7 +44,7 @@ class Provider(OpenAPIProvider):
 
 
 def create_app(services) -> QuartTrio:
-    app = QuartTrio("genservice")
+    app = QuartTrio("genservice", static_folder=None)
     app.config["SERVICES"] = services
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
