@@ -365,8 +365,7 @@ async def test_402_creates_nothing(custom):
     before = await balance(custom, key)
     r = await custom.call("POST", "/v1/generation/models/pricey", key, json={"prompt": "x"})
     assert r.status_code == 402
-    assert err(await r.get_json()) == {"code": "billing.insufficient_credits",
-                                       "message": err(await r.get_json())["message"],
+    assert err(await r.get_json()) == {"code": "billing.insufficient_credits", "message": "Not enough credits.",
                                        "details": {"required": "250.00", "available": "200.00"}}
     assert await holds(custom, key) == []
     assert await balance(custom, key) == before

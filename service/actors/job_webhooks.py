@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0
 CONCURRENCY = 32
-POLL_S = 5.0
 
 
 class JobWebhooks:
@@ -77,8 +76,7 @@ class JobWebhooks:
                     self._inflight.add(row["id"])
                     nursery.start_soon(self._send, row)
                 if len(rows) < 200:
-                    with trio.move_on_after(POLL_S):
-                        await self._wake.wait()
+                    await self._wake.wait()  # every new pending row comes with a wake()
 
     async def _send(self, row: dict) -> None:
         try:
