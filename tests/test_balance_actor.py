@@ -462,3 +462,28 @@ async def test_pipelined_batch_on_top_of_a_failed_commit_fails_too(nursery, tmp_
 def sqlite3_error(msg):
     import sqlite3
     return sqlite3.OperationalError(msg)
+
+
+async def test_store_fast_path_keeps_submission_order(nursery, tmp_path):
+    """A write submitted while an earlier one is handed to the writer task (not yet run)
+    must not overtake it on the fast path: the balance actor chains its writes on order."""
+    from service.storage.db import Store
+    from service.storage.migrate import apply_all
+
+    apply_all(tmp_path / "db")
+    store = Store(tmp_path / "db")
+    await nursery.start(store.run)
+    order, wake = [], trio.Event()
+
+    async def second():
+        await wake.wait()
+        await store.wait(store.submit(lambda conn: order.append("B")))
+
+    nursery.start_soon(second)
+    await trio.testing.wait_all_tasks_blocked()
+    wake.set()                                        # `second` is runnable first ...
+    a = store.submit(lambda conn: order.append("A"))  # ... then the writer task gets A
+    await store.wait(a)
+    await trio.testing.wait_all_tasks_blocked()
+    assert order == ["A", "B"]
+    store.close()

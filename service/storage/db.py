@@ -9,8 +9,9 @@ the batch gets the error and nothing of it is applied.
 
 The writer runs batches in a worker thread by default (the event loop keeps serving during
 fsync). Fast path at low load: when no other task is runnable and recent commits averaged
-under 2 ms, a lone write commits on the trio thread (`submit` commits it at once when the
-writer is idle and nothing is queued; the writer task does so for a batch of one), which
+under 2 ms, a lone write commits on the trio thread (`submit` commits it at once when no
+write is queued or in flight, so submission order holds; the writer task does so for a batch
+of one), which
 saves the task and thread hops and cannot delay other work by more than one fast fsync. `inline=True` runs every batch
 on the trio thread: tests with trio's autojump clock need that, because autojump treats a
 thread as idle time.
@@ -78,7 +79,7 @@ class Store:
         self.writes = 0
         self.broken: BaseException | None = None
         self.commit_ewma = 0.0  # seconds, moving average of batch commit time
-        self._busy = False      # the writer task holds a batch (its commit may be in the thread)
+        self._queued = 0        # writes submitted to the writer task and not yet committed
 
     # -- reads ---------------------------------------------------------------
     def all(self, sql: str, params: tuple | list | dict = ()) -> list[dict]:
@@ -102,10 +103,11 @@ class Store:
         if self.broken is not None:
             raise RuntimeError("storage is broken") from self.broken
         item = _Write(fn)
-        if not self._busy and self._fast_path_ok() and not self._send.statistics().current_buffer_used:
-            self._commit([item])  # idle writer, nothing else to run: commit now, no hops
+        if not self._queued and self._fast_path_ok():
+            self._commit([item])  # no write queued or in flight, nothing else to run: commit now
             item.done.set()
             return item
+        self._queued += 1
         self._send.send_nowait(item)
         return item
 
@@ -128,14 +130,13 @@ class Store:
                         batch.append(self._recv.receive_nowait())
                     except trio.WouldBlock:
                         break
-                self._busy = True
                 try:
                     if self.inline or (len(batch) == 1 and self._fast_path_ok()):
                         self._commit(batch)
                     else:
                         await trio.to_thread.run_sync(self._commit, batch, limiter=self._limiter)
                 finally:
-                    self._busy = False
+                    self._queued -= len(batch)
                 for item in batch:
                     item.done.set()
 
