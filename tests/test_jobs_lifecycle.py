@@ -215,7 +215,9 @@ async def test_workflow_submit_notify_and_watch(node, org):
     late: list[dict] = []
     await gen.watch(rid, late.append)
     assert late == [seen[0]]
-    assert await gen.submit(plan, org_id=org_id, project_id=project_id, job_id=rid) == resp
+    again: list[dict] = []
+    assert await gen.submit(plan, org_id=org_id, project_id=project_id, job_id=rid, notify=again.append) == resp
+    assert again == [seen[0]]  # a repeated Submit with a watcher registers it (final: at once)
     assert len(await holds(node, org["api_key"])) == 1
     with pytest.raises(NotFound):
         await gen.watch("00000000-0000-4000-8000-000000000000", late.append)

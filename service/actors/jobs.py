@@ -16,8 +16,9 @@ Interfaces
         persists the job `queued`, answers the 202 body `{status, request_id, status_url,
         cancel_url, credits_estimate}`.
         `job_id=` lets the caller choose the id (a product step records it first); a Submit
-        for an id that already has a job answers that job's 202 body and creates nothing,
-        so a step may re-send it after an AskTimeout. (Equivalent: `await
+        for an id that already has a job answers that job's 202 body and creates nothing
+        (its `notify` is registered as by `watch`), so a step may re-send it after an
+        AskTimeout. (Equivalent: `await
         gen.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id, ...))`.)
     status = gen.status(job_id, org_id=None)        bare status object, or None
     status = await gen.cancel(org_id, job_id)       spec's cancel rules; 404 NotFound
@@ -250,7 +251,9 @@ class JobActor(Actor):
     # submit ---------------------------------------------------------------------------------
     async def _submit(self, msg: Submit) -> dict:
         gen = self.gen
-        if self.job is not None:  # the same job id twice: the job exists
+        if self.job is not None:  # the same job id twice: the job exists; nothing is created
+            if msg.notify is not None:
+                self._watch(msg.notify)
             return views.submit_response(self.job, gen.base_url)
         p = msg.plan
         hold_id = str(uuid.uuid4())
