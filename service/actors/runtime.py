@@ -6,8 +6,8 @@ It takes every message waiting in the mailbox as one batch (`handle_batch`), so 
 that persists can commit the whole batch at once and reply after the commit.
 
 `handle_batch` may instead return a `Deferred`: the loop then goes on with the next batch
-while the deferred completes (a commit in flight) and answers the batch when it does. Such
-an actor orders its batches itself (the balance actor pipelines its commits this way).
+while the deferred completes (a commit in flight), and one answerer task per actor answers
+deferred batches in order as they complete (the balance actor pipelines its commits so).
 
 A crash in `handle_batch` (anything but a reply value) fails that batch's asks with
 ActorGone, and the supervisor reloads the actor from SQLite (`load`). Past
@@ -274,24 +274,32 @@ class Registry(Generic[A]):
 
         unwatch = clock.watch(wake)
         try:
+            later_send, later_recv = trio.open_memory_channel(math.inf)
             async with trio.open_nursery() as pending:
-                await self._run_loop(actor, recv, clock, scope_box, pending)
+                pending.start_soon(self._answer_later, later_recv)
+                try:
+                    await self._run_loop(actor, recv, clock, scope_box, later_send)
+                finally:
+                    later_send.close()
         finally:
             unwatch()
 
     @staticmethod
-    async def _answer_later(batch: list[Envelope], deferred: Deferred) -> None:
-        try:
-            replies = await deferred.wait()
-        except Exception:
-            for env in batch:
-                env.answer(_Failure(ActorGone("actor crashed while handling the request")))
-            raise
-        for env, value in zip(batch, replies):
-            env.answer(value)
+    async def _answer_later(later: trio.MemoryReceiveChannel) -> None:
+        """Answers deferred batches in the order they were handled (one task per actor)."""
+        async with later:
+            async for batch, deferred in later:
+                try:
+                    replies = await deferred.wait()
+                except Exception:
+                    for env in batch:
+                        env.answer(_Failure(ActorGone("actor crashed while handling the request")))
+                    raise
+                for env, value in zip(batch, replies):
+                    env.answer(value)
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, clock: Clock,
-                        scope_box: list, pending: trio.Nursery) -> None:
+                        scope_box: list, later: trio.MemorySendChannel) -> None:
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:
@@ -302,10 +310,11 @@ class Registry(Generic[A]):
                     first = recv.receive_nowait()
                 except trio.WouldBlock:
                     return
+            elif deadline is None:  # nothing timed: only a message can change that
+                first = await recv.receive()
             else:
-                at = math.inf if deadline is None else clock.trio_time(deadline)
                 first = None
-                with trio.CancelScope(deadline=at) as scope:
+                with trio.CancelScope(deadline=clock.trio_time(deadline)) as scope:
                     scope_box[0] = scope
                     first = await recv.receive()
                 scope_box[0] = None
@@ -324,7 +333,7 @@ class Registry(Generic[A]):
                     env.answer(_Failure(ActorGone("actor crashed while handling the request")))
                 raise
             if isinstance(replies, Deferred):
-                pending.start_soon(self._answer_later, batch, replies)
+                later.send_nowait((batch, replies))
                 continue
             for env, value in zip(batch, replies):
                 env.answer(value)
