@@ -38,7 +38,7 @@ import logging
 import math
 from collections import OrderedDict
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import trio
 
@@ -53,8 +53,8 @@ from service.storage import billing as sql
 log = logging.getLogger(__name__)
 
 MAX_UC = 10 ** 15  # 1e9 credits: any single amount above this is refused (int64 headroom)
-RECENT = 16384     # settled holds kept in memory for idempotent repeats (more than can be in flight);
-                   # older ones come from the DB
+RECENT = 4096      # committed settled holds kept in memory for idempotent repeats; older ones come
+                   # from the DB (holds settled by a batch still in flight are kept apart until it commits)
 SIGNUP_UC = 200 * 1_000_000
 SIGNUP_DAYS = 30
 
@@ -68,10 +68,11 @@ class ChainBroken(Exception):
 
 
 class _Batch:
-    __slots__ = ("replies", "epoch", "prev", "trace", "item", "done", "ok")
+    __slots__ = ("replies", "epoch", "prev", "trace", "settled", "item", "done", "ok")
 
-    def __init__(self, replies, epoch, prev, trace) -> None:
+    def __init__(self, replies, epoch, prev, trace, settled) -> None:
         self.replies = replies
+        self.settled = settled
         self.epoch = epoch
         self.prev = prev
         self.trace = trace
@@ -106,6 +107,23 @@ class Lot:
                 "created_at": self.created_at, "amount_uc": self.amount, "remaining_uc": self.remaining}
 
 
+class Settled(NamedTuple):
+    """A settled hold, as remembered for repeats. Kept in memory as a plain tuple of atomics
+    (`tuple(settled)`), which Python's cyclic GC stops tracking, so thousands cost no GC
+    time; the named view is built on the rare repeat."""
+
+    id: str
+    job_id: str | None
+    workflow_run_id: str | None
+    project_id: str | None
+    description: str | None
+    status: str
+    amount: int
+    captured: int | None
+    created_at: str
+    settled_at: str | None
+
+
 class Hold:
     __slots__ = ("id", "job_id", "workflow_run_id", "project_id", "description", "status", "amount", "captured",
                  "slices", "created_at", "settled_at")
@@ -135,10 +153,6 @@ class BalanceActor(Actor):
         self.clock = services.clock
         self.org_id = org_id
         self.trace = trace        # a list: committed decisions are appended (benchmark, tests)
-        self._handlers: dict[type, Callable[[Any], Any]] = {
-            PlaceHold: self._place, Capture: self._capture, Release: self._release, Grant: self._grant,
-            SettingsPut: self._settings, Snapshot: self._snapshot, Sync: self._sync, Stop: self._stop,
-        }
         self._slots = trio.Semaphore(IN_FLIGHT)
         self._epoch = 0
         self._last_write = None   # the store item of the last submitted write of this epoch
@@ -151,7 +165,8 @@ class BalanceActor(Actor):
         self.by_grant: dict[str, Lot] = {}
         self.order: list[Lot] = []          # unexpired lots with credits left, in spend order
         self.active: dict[str, Hold] = {}
-        self.recent: OrderedDict[str, Hold] = OrderedDict()
+        self.settling: dict[str, Hold] = {}  # settled by a batch not yet committed
+        self.recent: OrderedDict[str, tuple] = OrderedDict()  # plain tuples of Settled fields
         self.available = 0
         self.held = 0
         self.threshold: int | None = None
@@ -262,17 +277,19 @@ class BalanceActor(Actor):
         self._settings_dirty = False
         self._foreign: set[str] = set()
         self._settled_slices: dict[str, str] = {}
+        self._settled: list[Hold] = []
         self._pending_trace: list | None = [] if self.trace is not None else None
         if msgs:
             self._prefetch(msgs)
         self._expire_due(now)
         replies = [self._apply(m) for m in msgs]
         w = self._flush()
-        batch = _Batch(replies, self._epoch, self._tail, self._pending_trace)
+        batch = _Batch(replies, self._epoch, self._tail, self._pending_trace, self._settled)
         if not w.empty():
-            org_id, prev = self.org_id, self._last_write
+            org_id, link = self.org_id, [self._last_write]
 
             def write(conn):
+                prev, link[0] = link[0], None  # drop the link: history must not stay reachable
                 if prev is not None and (prev.error is not None or not prev.result):
                     raise ChainBroken(f"balance {org_id}: the previous batch did not commit")
                 sql.persist(conn, org_id, w)
@@ -305,6 +322,10 @@ class BalanceActor(Actor):
                     self._reload()
                 return [fail(Unavailable(UNAVAILABLE)) for _ in batch.replies]
             batch.ok = True
+            for h in batch.settled:  # committed: remembered compactly for repeats
+                self.settling.pop(h.id, None)
+                self._remember(Settled(h.id, h.job_id, h.workflow_run_id, h.project_id, h.description, h.status,
+                                       h.amount, h.captured, h.created_at, h.settled_at))
             if batch.trace:
                 self.trace.extend(batch.trace)
             return batch.replies
@@ -315,20 +336,20 @@ class BalanceActor(Actor):
             self._slots.release()
 
     def _apply(self, m: Any) -> Any:
-        handler = self._handlers.get(type(m))
+        handler = HANDLERS.get(type(m))
         if handler is None:
             return fail(TypeError(f"balance actor: unknown message {type(m).__name__}"))
         try:
-            return handler(m)
+            return handler(self, m)
         except ApiError as e:  # validation happens before any mutation
             return fail(e)
 
     def _prefetch(self, msgs: list[Any]) -> None:
-        """Holds named by the batch that memory does not know: settled long ago, another
-        organization's, or unknown. One query for the whole batch."""
-        active, recent = self.active, self.recent
+        """Holds named by the batch that memory does not know: new, settled long ago (or
+        before a restart), another organization's, or unknown. One query for the batch."""
+        active, settling, recent = self.active, self.settling, self.recent
         unknown = {m.hold_id for m in msgs if type(m) in (PlaceHold, Capture, Release)
-                   and m.hold_id not in active and m.hold_id not in recent}
+                   and m.hold_id not in active and m.hold_id not in settling and m.hold_id not in recent}
         if not unknown:
             return
         for r in sql.holds_by_ids(self.store, list(unknown)):
@@ -337,13 +358,13 @@ class BalanceActor(Actor):
             elif r["status"] == "held":
                 raise RuntimeError(f"hold {r['id']} is held in the DB but not in memory")
             else:
-                self._remember(Hold(r["id"], r["job_id"], r["workflow_run_id"], r["project_id"], r["description"],
-                                    r["status"], r["amount_uc"], r["captured_uc"], [], r["created_at"],
-                                    r["settled_at"]))
+                self._remember(Settled(r["id"], r["job_id"], r["workflow_run_id"], r["project_id"],
+                                       r["description"], r["status"], r["amount_uc"], r["captured_uc"],
+                                       r["created_at"], r["settled_at"]))
 
-    def _remember(self, hold: Hold) -> None:
+    def _remember(self, hold: Settled) -> None:
         recent = self.recent
-        recent[hold.id] = hold
+        recent[hold.id] = tuple(hold)
         if len(recent) > RECENT:
             recent.popitem(last=False)
 
@@ -407,7 +428,13 @@ class BalanceActor(Actor):
 
     def _find(self, hold_id: str) -> Hold | None:
         h = self.active.get(hold_id)
-        return h if h is not None else self.recent.get(hold_id)
+        if h is None:
+            h = self.settling.get(hold_id)
+            if h is None:
+                t = self.recent.get(hold_id)
+                if t is not None:
+                    return Settled._make(t)
+        return h
 
     def _place(self, m: PlaceHold) -> Any:
         h = self._find(m.hold_id)
@@ -448,7 +475,7 @@ class BalanceActor(Actor):
         self.active[h.id] = h
         self._dirty_holds[h.id] = h
         self._new_holds.add(h.id)
-        self._record("hold", self._now, h.id, amount, [(lot.id, uc) for lot, uc in slices], self.available + amount)
+        self._record("hold", self._now, h.id, amount, tuple((lot.id, uc) for lot, uc in slices), self.available + amount)
         self._check_low()
         return self._hold_reply(h)
 
@@ -530,7 +557,8 @@ class BalanceActor(Actor):
         h.slices = []
         self.held -= h.amount
         del self.active[h.id]
-        self._remember(h)
+        self.settling[h.id] = h
+        self._settled.append(h)
         self._dirty_holds[h.id] = h
 
     # -- grants ------------------------------------------------------------------------------------
@@ -623,3 +651,10 @@ class BalanceActor(Actor):
     def _stop(self, m: Stop) -> None:
         self.done = True
         return None
+
+
+HANDLERS: dict[type, Callable[[BalanceActor, Any], Any]] = {
+    PlaceHold: BalanceActor._place, Capture: BalanceActor._capture, Release: BalanceActor._release,
+    Grant: BalanceActor._grant, SettingsPut: BalanceActor._settings, Snapshot: BalanceActor._snapshot,
+    Sync: BalanceActor._sync, Stop: BalanceActor._stop,
+}

@@ -1,0 +1,1 @@
+"""The holds benchmark (bench/README.md): engines, workloads, reference model, checks."""
