@@ -235,7 +235,7 @@ class BalanceActor(Actor):
             await self._recover()
             return [fail(Unavailable(UNAVAILABLE)) for _ in msgs]
         if batch.prev is None and (batch.item is None or batch.item.done.is_set()):
-            return await self._complete(batch)
+            return self._conclude(batch, batch.item is not None and batch.item.error is not None)
         return Deferred(partial(self._complete, batch))
 
     # -- one batch -----------------------------------------------------------------------------
@@ -301,12 +301,11 @@ class BalanceActor(Actor):
         return batch
 
     async def _complete(self, batch: "_Batch") -> list[Any]:
-        """Replies of `batch` once it and every batch before it are settled; a failure fails
-        this batch and the ones decided on top of it, and reloads memory once."""
+        """Replies of `batch` once it and every batch before it are settled."""
+        failed = False
         try:
             prev = batch.prev
             batch.prev = None
-            failed = False
             if prev is not None:
                 await prev.done.wait()
                 failed = not prev.ok and prev.epoch == batch.epoch
@@ -315,10 +314,20 @@ class BalanceActor(Actor):
                     await self.store.wait(batch.item)
                 except Exception:
                     failed = True
-                    if batch.epoch == self._epoch:
-                        log.exception("balance %s: commit failed; reloading from the database", self.org_id)
+        except BaseException:
+            self._release_batch(batch)
+            raise
+        return self._conclude(batch, failed)
+
+    def _conclude(self, batch: "_Batch", failed: bool) -> list[Any]:
+        """A failure fails this batch and the ones decided on top of it and reloads memory
+        once; success remembers what the batch settled and publishes its trace."""
+        try:
             if failed:
                 if batch.epoch == self._epoch:
+                    if batch.item is not None and batch.item.error is not None:
+                        log.error("balance %s: commit failed (%r); reloading from the database", self.org_id,
+                                  batch.item.error)
                     self._reload()
                 return [fail(Unavailable(UNAVAILABLE)) for _ in batch.replies]
             batch.ok = True
@@ -330,6 +339,10 @@ class BalanceActor(Actor):
                 self.trace.extend(batch.trace)
             return batch.replies
         finally:
+            self._release_batch(batch)
+
+    def _release_batch(self, batch: "_Batch") -> None:
+        if not batch.done.is_set():
             batch.done.set()
             if self._tail is batch:
                 self._tail = None

@@ -151,15 +151,25 @@ class Store:
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for item in batch:
-                conn.execute("SAVEPOINT w")
+            if len(batch) == 1:  # a lone write needs no savepoint: its failure rolls back all
+                item = batch[0]
                 try:
                     item.result = item.fn(conn)
                 except BaseException as e:  # noqa: BLE001 - delivered to the caller
-                    conn.execute("ROLLBACK TO w")
+                    conn.execute("ROLLBACK")
                     item.error = e
-                conn.execute("RELEASE w")
-            conn.execute("COMMIT")
+                else:
+                    conn.execute("COMMIT")
+            else:
+                for item in batch:
+                    conn.execute("SAVEPOINT w")
+                    try:
+                        item.result = item.fn(conn)
+                    except BaseException as e:  # noqa: BLE001 - delivered to the caller
+                        conn.execute("ROLLBACK TO w")
+                        item.error = e
+                    conn.execute("RELEASE w")
+                conn.execute("COMMIT")
         except sqlite3.Error as e:
             log.exception("batch commit failed")
             try:
