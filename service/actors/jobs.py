@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -80,7 +79,7 @@ from service.actors.job_webhooks import JobWebhooks
 from service.actors.runtime import Actor, Registry
 from service.assets.files import FileStore, hash_file
 from service.assets.signing import UrlSigner, load_secret
-from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, runnable
+from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, render_limiter, runnable
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
@@ -552,7 +551,7 @@ class Generation:
         self.jobs.side_tasks.append(self.webhooks.run)
         self._idem_locks: dict[tuple[str, str], list] = {}
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
-        self.render_limiter = trio.CapacityLimiter(os.cpu_count() or 1)
+        self.render_limiter = render_limiter()
 
     def balances(self) -> Registry:
         return self.services.balances

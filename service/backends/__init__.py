@@ -20,7 +20,7 @@ from .base import (
     Output,
     RenderRequest,
 )
-from .run import BACKENDS, RENDER_LIMITER, Backend, render, runnable
+from .run import BACKENDS, Backend, render, render_limiter, runnable
 
 __all__ = [
     "BACKENDS",
@@ -30,7 +30,7 @@ __all__ = [
     "MSG_NO_OUTPUT",
     "MSG_UNAVAILABLE",
     "MSG_UPSTREAM",
-    "RENDER_LIMITER",
+    "render_limiter",
     "Backend",
     "BackendError",
     "Completed",

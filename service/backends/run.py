@@ -58,8 +58,11 @@ BACKENDS: dict[str, Backend] = {
     ]
 }
 
-# CPU-bound renders at once; more would only slow each other down.
-RENDER_LIMITER = trio.CapacityLimiter(os.cpu_count() or 1)
+def render_limiter() -> trio.CapacityLimiter:
+    """One per node (the jobs feature holds it): CPU-bound renders at once, one per core.
+    Not a module global: a limiter outlives trio runs and would keep slots of threads that
+    an ended run abandoned."""
+    return trio.CapacityLimiter(os.cpu_count() or 1)
 
 
 def runnable(backend_name: str) -> bool:
@@ -71,7 +74,8 @@ def runnable(backend_name: str) -> bool:
 async def render(
     req: RenderRequest, *, limiter: trio.CapacityLimiter | None = None
 ) -> Completed | Failed | Flagged:
-    """The outcome of one job's render; never raises except trio.Cancelled."""
+    """The outcome of one job's render; never raises except trio.Cancelled. Without a
+    `limiter` the render is limited only by trio's default thread limiter."""
     backend = BACKENDS.get(req.backend)
     if backend is None or not backend.available():
         log.error("job %s: backend %r is not runnable here", req.job_id, req.backend)
@@ -86,7 +90,7 @@ async def render(
             return Flagged()
         req = replace(req, prompt=prompt)
     try:
-        outputs = await _in_thread(backend.run, req, limiter or RENDER_LIMITER)
+        outputs = await _in_thread(backend.run, req, limiter or trio.to_thread.current_default_thread_limiter())
     except BackendError as e:
         log.warning("job %s: %s failed: %s", req.job_id, req.backend, e.message)
         return Failed(e.message)
