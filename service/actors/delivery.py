@@ -42,6 +42,7 @@ import trio
 import trio.testing
 
 from service.actors.runtime import Actor, Registry, fail
+from service.crash import crashpoint
 from service.errors import ActorGone, NotFound, ServiceError, Unprocessable
 from service.storage import webhooks as sql
 
@@ -328,6 +329,8 @@ class DeliveryActor(Actor):
             send, dropped = await self.store.write(lambda conn: sql.start_sending(conn, ids, now))
             for delivery_id in dropped:
                 self.queue.done(delivery_id)
+            if send:
+                crashpoint("delivery_sending")  # rows committed `sending`, POSTs not yet sent
             for row in send:
                 self.registry.spawn(self.registry.send, row, None)
 

@@ -22,6 +22,7 @@ from typing import Callable
 import trio
 
 from service.clock import Clock
+from service.crash import crashpoint
 from service.storage import generation as sql
 from service.storage.db import Store
 
@@ -73,6 +74,7 @@ class JobWebhooks:
                     except BaseException:
                         self._limiter.release_on_behalf_of(row["id"])
                         raise
+                    crashpoint("job_webhook_sending")  # row committed `sending`, POST not yet sent
                     self._inflight.add(row["id"])
                     nursery.start_soon(self._send, row)
                 if len(rows) < 200:

@@ -83,6 +83,7 @@ from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
+from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError, Unprocessable
 from service.machines import JOB
 from service.media.inspect import MediaInfo, inspect_file
@@ -301,6 +302,7 @@ class JobActor(Actor):
                 raise ApiError("Something went wrong on our side.", code="request.internal_error",
                                status=500) from e
             raise
+        crashpoint("hold_committed")  # hold and job row committed, not yet handed to a render
         self.job = row
         self.done = False
         if msg.notify is not None:
@@ -404,6 +406,7 @@ class JobActor(Actor):
     async def _render_outcome(self, msg: RenderDone) -> None:
         outcome = msg.outcome
         if isinstance(outcome, Completed) and msg.hashed:
+            crashpoint("output_produced")  # output files exist in work/, no asset stored yet
             try:
                 await trio.to_thread.run_sync(self._place, msg.hashed)
             except Exception:  # noqa: BLE001
@@ -464,6 +467,7 @@ class JobActor(Actor):
         await gen.store.write(tx)
         self.job = final
         await self._settle()
+        crashpoint("final_committed")  # final status and capture/release committed, webhook not sent
         if hook is not None and hook["state"] == "pending":
             gen.webhooks.wake()
         for notify in gen.jobs.watchers.pop(self.job_id, []):

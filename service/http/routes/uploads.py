@@ -38,6 +38,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Field as FieldEvent, File,
 
 from service.actors.job_uploads import CommitUpload
 from service.actors.job_views import asset_record
+from service.crash import crashpoint
 from service.errors import BadRequest, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
 from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, services
@@ -272,6 +273,7 @@ async def upload():
                 "width": info.width, "height": info.height, "duration_s": info.duration_s,
                 "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": gen.clock.iso_now(),
             }
+            crashpoint("upload_complete")  # the file is complete in tmp/, no asset row yet
             handed_over = True  # from here on the uploads actor owns the temp file
             row = await gen.uploads.ask(p.org_id, CommitUpload(row, temp), timeout=60.0)
         finally:
