@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import platform
 import sqlite3
@@ -49,6 +50,21 @@ def fsync_probe(base: Path, n: int = 300) -> tuple[float, float]:
     return times[len(times) // 2] * 1000, times[int(len(times) * 0.99) - 1] * 1000
 
 
+def machine_load() -> str:
+    """Load average and CPU pressure (PSI): other work on the machine skews every figure."""
+    parts = []
+    try:
+        parts.append("loadavg " + " ".join(Path("/proc/loadavg").read_text().split()[:3]))
+    except OSError:
+        pass
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
+        parts.append("cpu pressure " + some[1].replace("avg10=", "avg10 ") + "%")
+    except (OSError, IndexError):
+        pass
+    return ", ".join(parts) or "unknown"
+
+
 def git_sha() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -66,6 +82,8 @@ def header(base: Path, seed: int, mode: str) -> dict:
     print(f"# {env['cpus']} CPUs, Python {env['python']}, SQLite {env['sqlite']}, trio {env['trio']}, "
           f"git {env['git']}, seed {seed}, mode {mode}")
     print(f"# fsync probe (300 x 4 KiB): p50 {p50:.3f} ms, p99 {p99:.3f} ms   [{env['platform']}]")
+    env["load_start"] = machine_load()
+    print(f"# machine at start: {env['load_start']}")
     return env
 
 
@@ -79,6 +97,18 @@ def fmt_run(s: dict) -> str:
 def med(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
+
+
+class CountingHandler(logging.Handler):
+    """The service logs every failed commit and reload (W6 injects them on purpose): count
+    them instead of printing tracebacks; the checks decide whether anything went wrong."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
 
 
 def main(argv=None) -> int:
@@ -106,6 +136,10 @@ def main(argv=None) -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="holdbench-"))
     base.mkdir(parents=True, exist_ok=True)
     env = header(base, args.seed, mode)
+    logs = CountingHandler()
+    service_log = logging.getLogger("service")
+    service_log.addHandler(logs)
+    service_log.propagate = False
     jsonl = args.jsonl.open("w") if args.jsonl else None
     t_begin = time.perf_counter()
     runs: list[dict] = []
@@ -113,6 +147,8 @@ def main(argv=None) -> int:
 
     def record(res: W.Result) -> dict:
         gc.collect()  # the next run does not pay for this one's garbage
+        res.extra["logged"] = logs.count
+        logs.count = 0
         s = res.summary()
         runs.append(s)
         violations.extend(f"{res.workload}/{res.engine}/n={res.requesters}: {v}" for v in res.violations)
@@ -142,6 +178,8 @@ def main(argv=None) -> int:
             "naive_max_ms": max(x["max_ms"] for x in n_runs),
             "ratio": med(ratios), "ratios": [round(x, 2) for x in ratios if x is not None],
             "actor_402": med([x["refused"] for x in a_runs]), "naive_402": med([x["refused"] for x in n_runs]),
+            "actor_topups": med([x.get("topups") for x in a_runs]),
+            "naive_topups": med([x.get("topups") for x in n_runs]),
             "extra_actor": {k: v for k, v in a_runs[-1].items() if k.endswith("org_p99_ms") or k == "hot_p99_ms"},
             "extra_naive": {k: v for k, v in n_runs[-1].items() if k.endswith("org_p99_ms") or k == "hot_p99_ms"},
         }
@@ -175,15 +213,16 @@ def main(argv=None) -> int:
               f"{s['max_ms']} | - |")
     for (name, n), t in table.items():
         if name == "W2":
-            print(f"W2 402s per run: actor {t['actor_402']}, naive {t['naive_402']}")
+            print(f"W2 402s per run: actor {t['actor_402']}, naive {t['naive_402']}; top-ups per run: actor "
+                  f"{t['actor_topups']}, naive {t['naive_topups']}")
         if name == "W4":
             print(f"W4 per-org p99 (ms): actor {t['extra_actor']}, naive {t['extra_naive']}")
     for name, s in single.items():
         extra = {k: v for k, v in s.items() if k in ("lots", "restarts", "abandoned", "retried", "commit_faults",
-                                                       "ledger_rows")}
+                                                       "ledger_rows", "logged")}
         print(f"{name}: {extra}")
     print(f"total operations {total_ops:,}; wall time {time.perf_counter() - t_begin:.0f} s; "
-          f"violations {len(violations)}")
+          f"violations {len(violations)}; machine at end: {machine_load()}")
     for v in violations[:30]:
         print("VIOLATION", v)
     if jsonl:
@@ -207,7 +246,8 @@ def main(argv=None) -> int:
         "naive_p99_ms_64": get("W1", 64, "naive_p99_ms"),
         "w2_vs_naive": get("W2", 16, "ratio"), "w4_vs_naive": get("W4", 64, "ratio"),
         "w4_pairs_per_s": get("W4", 64, "actor_pairs_per_s"),
-        "total_ops": total_ops, "violations": len(violations),
+        "total_ops": total_ops, "violations": len(violations), "load_start": env["load_start"],
+        "load_end": machine_load(),
     }
     print(json.dumps(final))
     return 1 if violations else 0

@@ -59,6 +59,7 @@ SIGNUP_UC = 200 * 1_000_000
 SIGNUP_DAYS = 30
 
 
+NOTHING: frozenset = frozenset()
 UNAVAILABLE = "The balance could not be updated; try again."
 IN_FLIGHT = 2      # batches decided but not yet committed: one committing, the next queued behind it
 
@@ -83,7 +84,7 @@ class _Batch:
 
 class Lot:
     __slots__ = ("id", "grant_id", "source", "amount", "remaining", "reserved", "expired_uc", "expires_at",
-                 "expires_iso", "expired_at", "reason", "created_at", "key")
+                 "expires_iso", "expired_at", "reason", "created_at", "key", "new_in")
 
     def __init__(self, id, grant_id, source, amount, remaining, reserved, expired_uc, expires_at, expires_iso,
                  expired_at, reason, created_at) -> None:
@@ -100,6 +101,7 @@ class Lot:
         self.reason = reason
         self.created_at = created_at
         self.key = (expires_at is None, expires_at if expires_at is not None else 0.0, created_at, id)
+        self.new_in = -1                  # serial of the batch that created it (its INSERT)
 
     def view(self) -> dict:
         return {"id": self.id, "grant_id": self.grant_id, "source": self.source, "amount": fmt(self.amount),
@@ -126,7 +128,7 @@ class Settled(NamedTuple):
 
 class Hold:
     __slots__ = ("id", "job_id", "workflow_run_id", "project_id", "description", "status", "amount", "captured",
-                 "slices", "created_at", "settled_at")
+                 "slices", "created_at", "settled_at", "new_in", "placed_slices")
 
     def __init__(self, id, job_id, workflow_run_id, project_id, description, status, amount, captured, slices,
                  created_at, settled_at) -> None:
@@ -141,6 +143,8 @@ class Hold:
         self.slices = slices              # [(Lot, uc)] for outstanding holds; [] once settled
         self.created_at = created_at
         self.settled_at = settled_at
+        self.new_in = -1                  # serial of the batch that placed it (its INSERT)
+        self.placed_slices: str | None = None
 
 
 def _bad_amount(v: Any, zero_ok: bool) -> bool:
@@ -157,6 +161,9 @@ class BalanceActor(Actor):
         self._epoch = 0
         self._last_write = None   # the store item of the last submitted write of this epoch
         self._tail: _Batch | None = None
+        self._serial = 0          # batch counter (marks rows a batch inserts)
+        self._iso_sec = None
+        self._iso_prefix = ""
         self._reset()
 
     # -- loading -----------------------------------------------------------------------------
@@ -239,6 +246,16 @@ class BalanceActor(Actor):
         return Deferred(partial(self._complete, batch))
 
     # -- one batch -----------------------------------------------------------------------------
+    def _iso(self, now: float) -> str:
+        """`clock.iso(now)` (same rounding to the microsecond), formatting the date once a second."""
+        sec = math.floor(now)
+        us = round((now - sec) * 1_000_000)
+        if us >= 1_000_000:
+            sec, us = sec + 1, us - 1_000_000
+        if sec != self._iso_sec:
+            self._iso_sec, self._iso_prefix = sec, iso(sec)[:19]
+        return f"{self._iso_prefix}.{us:06d}Z"
+
     def _decide_or_none(self, msgs: list[Any]) -> "_Batch | None":
         try:
             return self._decide(msgs)
@@ -268,15 +285,13 @@ class BalanceActor(Actor):
         previous one: it refuses to apply if the previous write of this epoch did not."""
         now = self.clock.now()
         self._now = now
-        self._now_iso = iso(now)
+        self._now_iso = self._iso(now)
+        self._serial += 1
         self._w = sql.Writes()
         self._dirty_lots: dict[str, Lot] = {}
-        self._new_lots: set[str] = set()
         self._dirty_holds: dict[str, Hold] = {}
-        self._new_holds: set[str] = set()
         self._settings_dirty = False
-        self._foreign: set[str] = set()
-        self._settled_slices: dict[str, str] = {}
+        self._foreign: frozenset | set = NOTHING
         self._settled: list[Hold] = []
         self._pending_trace: list | None = [] if self.trace is not None else None
         if msgs:
@@ -367,6 +382,8 @@ class BalanceActor(Actor):
             return
         for r in sql.holds_by_ids(self.store, list(unknown)):
             if r["organization_id"] != self.org_id:
+                if self._foreign is NOTHING:
+                    self._foreign = set()
                 self._foreign.add(r["id"])
             elif r["status"] == "held":
                 raise RuntimeError(f"hold {r['id']} is held in the DB but not in memory")
@@ -384,18 +401,18 @@ class BalanceActor(Actor):
     def _flush(self) -> sql.Writes:
         w, org = self._w, self.org_id
         for lot in self._dirty_lots.values():
-            if lot.id in self._new_lots:
+            if lot.new_in == self._serial:
                 w.lot_inserts.append((lot.id, org, lot.grant_id, lot.source, lot.amount, lot.remaining,
                                       lot.reserved, lot.expired_uc, lot.expires_iso, lot.expires_at, lot.expired_at,
                                       lot.reason, lot.created_at))
             else:
                 w.lot_updates.append((lot.remaining, lot.reserved, lot.expired_uc, lot.expired_at, lot.id))
         for h in self._dirty_holds.values():
-            if h.id in self._new_holds:
+            if h.new_in == self._serial:
                 w.hold_inserts.append((h.id, org, h.job_id, h.workflow_run_id, h.project_id, h.description,
                                        h.status, h.amount, h.captured,
                                        sql.dump_slices([(lot.id, uc) for lot, uc in h.slices])
-                                       if h.status == "held" else self._settled_slices.pop(h.id),
+                                       if h.status == "held" else h.placed_slices,
                                        h.created_at, h.settled_at))
             else:
                 w.hold_updates.append((h.status, h.captured, h.settled_at, h.id))
@@ -487,7 +504,7 @@ class BalanceActor(Actor):
         self.held += amount
         self.active[h.id] = h
         self._dirty_holds[h.id] = h
-        self._new_holds.add(h.id)
+        h.new_in = self._serial
         self._record("hold", self._now, h.id, amount, tuple((lot.id, uc) for lot, uc in slices), self.available + amount)
         self._check_low()
         return self._hold_reply(h)
@@ -562,8 +579,8 @@ class BalanceActor(Actor):
         return self._hold_reply(h)
 
     def _finish(self, h: Hold, status: str, captured: int | None) -> None:
-        if h.id in self._new_holds:  # placed in this batch: its insert carries the slices
-            self._settled_slices[h.id] = sql.dump_slices([(lot.id, uc) for lot, uc in h.slices])
+        if h.new_in == self._serial:  # placed in this batch: its insert carries the slices
+            h.placed_slices = sql.dump_slices([(lot.id, uc) for lot, uc in h.slices])
         h.status = status
         h.captured = captured
         h.settled_at = self._now_iso
@@ -598,7 +615,7 @@ class BalanceActor(Actor):
         self.lots[lot.id] = lot
         self.by_grant[lot.grant_id] = lot
         self._dirty_lots[lot.id] = lot
-        self._new_lots.add(lot.id)
+        lot.new_in = self._serial
         self._ledger("grant", lot.amount, lot, description=m.reason or f"{m.source} credits")
         self._record("grant", self._now, m.grant_id, lot.id, lot.amount, exp, lot.created_at, lot.source)
         self.available += lot.amount
