@@ -487,3 +487,14 @@ async def test_store_fast_path_keeps_submission_order(nursery, tmp_path):
     await trio.testing.wait_all_tasks_blocked()
     assert order == ["A", "B"]
     store.close()
+
+
+async def test_bad_ids_are_refused_cleanly(node, org, autojump_clock):
+    with pytest.raises(Unprocessable):
+        await org.ask(PlaceHold("", UC))
+    with pytest.raises(Unprocessable):
+        await org.ask(PlaceHold(["not", "hashable"], UC))  # type: ignore[arg-type]
+    with pytest.raises(NotFound):
+        await org.ask(Capture({"x": 1}))  # type: ignore[arg-type]
+    assert (await org.ask(PlaceHold("ok", UC)))["status"] == "held"  # no reload, no 503
+    org.check_db(await org.state())

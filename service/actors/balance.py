@@ -377,7 +377,7 @@ class BalanceActor(Actor):
         before a restart), another organization's, or unknown. One query for the batch."""
         active, settling, recent = self.active, self.settling, self.recent
         unknown = {m.hold_id for m in msgs if type(m) in (PlaceHold, Capture, Release)
-                   and m.hold_id not in active and m.hold_id not in settling and m.hold_id not in recent}
+                   and type(m.hold_id) is str and m.hold_id not in active and m.hold_id not in settling and m.hold_id not in recent}
         if not unknown:
             return
         for r in sql.holds_by_ids(self.store, list(unknown)):
@@ -467,11 +467,13 @@ class BalanceActor(Actor):
         return h
 
     def _place(self, m: PlaceHold) -> Any:
+        if not isinstance(m.hold_id, str) or not m.hold_id:
+            raise Unprocessable("hold_id is required.", {"hold_id": m.hold_id})
         h = self._find(m.hold_id)
         if h is not None:
             self._record("dup", self._now, "hold", m.hold_id)
             return self._hold_reply(h)
-        if m.hold_id in self._foreign or not isinstance(m.hold_id, str) or not m.hold_id:
+        if m.hold_id in self._foreign:
             raise Conflict("This hold id is already in use.", {"hold_id": m.hold_id})
         amount = m.amount_uc
         if _bad_amount(amount, zero_ok=True):
@@ -511,6 +513,8 @@ class BalanceActor(Actor):
 
     def _settle(self, m, event: str) -> Hold | None:
         """Common part of capture and release: the hold, or None when it is a repeat."""
+        if not isinstance(m.hold_id, str):
+            raise NotFound("Hold not found.", {"hold_id": m.hold_id})
         h = self._find(m.hold_id)
         if h is None:
             raise NotFound("Hold not found.", {"hold_id": m.hold_id})
