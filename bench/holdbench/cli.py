@@ -223,6 +223,8 @@ def main(argv=None) -> int:
         print(f"{name}: {extra}")
     print(f"total operations {total_ops:,}; wall time {time.perf_counter() - t_begin:.0f} s; "
           f"violations {len(violations)}; machine at end: {machine_load()}")
+    if mode == "full" and not args.only and total_ops < 1_000_000:
+        print(f"NOTE: full mode ran {total_ops:,} operations, fewer than 1,000,000 (slow machine?)")
     for v in violations[:30]:
         print("VIOLATION", v)
     if jsonl:
