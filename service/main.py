@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import socket
 from functools import partial
 
 import trio
@@ -41,9 +42,24 @@ def ensure_operator_token(settings: Settings) -> str:
     return path.read_text().strip()
 
 
-def hypercorn_config(settings: Settings) -> Config:
+def prebind(settings: Settings) -> socket.socket | None:
+    """Port 0: bind the listening socket before the node is built and put the bound port in
+    the settings, so every URL the node keeps from its base URL (status and cancel URLs,
+    asset content redirects, signed links, checkout pages) carries the real port."""
+    if settings.port != 0 or settings.base_url:
+        return None
+    host = settings.host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    settings.port = sock.getsockname()[1]
+    return sock
+
+
+def hypercorn_config(settings: Settings, sock: socket.socket | None = None) -> Config:
     cfg = Config()
-    cfg.bind = [f"{settings.host}:{settings.port}"]
+    # a pre-bound socket is handed over by its descriptor (Hypercorn owns it from then on)
+    cfg.bind = [f"fd://{sock.detach()}"] if sock is not None else [f"{settings.host}:{settings.port}"]
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.keep_alive_timeout = 5
@@ -56,6 +72,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.operator_token = ensure_operator_token(settings)
     crash.configure(settings.crashpoint, settings.test_mode)
+    sock = prebind(settings)
     apply_all(settings.db_path)
     store = Store(settings.db_path)
     shutdown = trio.Event() if shutdown is None else shutdown
@@ -65,7 +82,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
             await services.start(actors)
             app = create_app(services)
             async with trio.open_nursery() as http:
-                urls = await http.start(partial(hypercorn_serve, app, hypercorn_config(settings),
+                urls = await http.start(partial(hypercorn_serve, app, hypercorn_config(settings, sock),
                                                 shutdown_trigger=shutdown.wait))
                 if not settings.base_url:  # port 0: URLs the API returns follow the bound port
                     settings.base_url = urls[0]
@@ -74,4 +91,6 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
             await services.aclose()
             actors.cancel_scope.cancel()
     finally:
+        if sock is not None and sock.fileno() != -1:  # never handed to Hypercorn
+            sock.close()
         store.close()
