@@ -4,6 +4,11 @@
 themselves so every failure has the spec's shape: invalid JSON (or non-UTF-8) is 400
 `request.bad_request`; a wrong type, missing or unknown field is 400
 `request.validation_failed` with `details.errors[] = {message, key, source}`.
+
+Hostile JSON (tests/test_hostile_input.py): nesting past the interpreter's recursion limit,
+an integer of more than 4,300 digits, and a string holding an unpaired UTF-16 surrogate
+escape (`"\\ud800"`: valid JSON syntax, but not text, and SQLite cannot store it) are all
+400 `request.bad_request`. An integer query parameter outside SQLite's 64-bit range is 400.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 from functools import wraps
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from quart import request
 from quart_schema.validation import QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, QUART_SCHEMA_REQUEST_ATTRIBUTE, DataSource
 
@@ -29,6 +34,13 @@ class Query(BaseModel):
     """Base of query strings: unknown parameters refused; values arrive as strings."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _int_fits_sqlite(cls, value):
+        if type(value) is int and not -(2**63) <= value < 2**63:
+            raise ValueError("Input is out of range")
+        return value
 
 
 class ValidationFailed(ApiError):
@@ -55,8 +67,10 @@ def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
             data = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise BadRequest("The request body is not valid UTF-8.") from None
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, or an integer of > 4300 digits
             raise BadRequest("The request body is not valid JSON.") from None
+        if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(data):
+            raise BadRequest("The request body is not valid JSON: a string holds an unpaired surrogate.")
     if not isinstance(data, dict):
         raise ValidationFailed("The request failed validation.",
                                {"errors": [{"message": "Body must be a JSON object", "key": None,
@@ -65,6 +79,24 @@ def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
         return model.model_validate(data)
     except ValidationError as e:
         raise ValidationFailed("The request failed validation.", {"errors": errors_of(e, "body")}) from None
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    """True when a string (key or value) cannot be encoded as UTF-8 (iterative: any depth)."""
+    todo = [data]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def body(model: type[BaseModel]) -> Callable:
