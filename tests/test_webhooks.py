@@ -79,6 +79,21 @@ async def test_events_lists_every_valid_name(node):
     assert list(EVENT_NAMES) == ALL_EVENTS
 
 
+async def test_events_path_is_not_a_webhook_id(node):
+    """`/v1/webhooks/events` is only the static route (OpenAPI: concrete paths win over
+    `/v1/webhooks/{webhook_id}`): other methods there are 405, and OPTIONS advertises GET."""
+    org = await node.create_org()
+    for method in ("PATCH", "DELETE"):
+        r = await node.call(method, "/v1/webhooks/events", org["api_key"], json={})
+        assert r.status_code == 405, method
+        assert set(r.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}
+    r = await node.call("OPTIONS", "/v1/webhooks/events", org["api_key"])
+    assert set(r.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}
+    hook = await create(node, org["api_key"])
+    r = await node.call("GET", f"/v1/webhooks/{hook['id']}", org["api_key"])
+    assert r.status_code == 200
+
+
 async def test_list_pages_with_limit_offset_and_total_newest_first(node):
     org = await node.create_org()
     key = org["api_key"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import trio
 from pydantic import Field
 from quart import Blueprint
+from werkzeug.routing import BaseConverter
 
 from service.actors import delivery
 from service.actors.delivery import CreateWebhook, DeleteWebhook, SendTest, UpdateWebhook
@@ -20,6 +21,16 @@ from service.http.schemas import Body, Query, body, clamp, query
 from service.storage import webhooks as sql
 
 bp = Blueprint("webhooks", __name__)
+
+
+class WebhookId(BaseConverter):
+    """A webhook id segment; never `events`, so `/v1/webhooks/events` is only the static route
+    (PATCH or DELETE there is a 405 with `Allow: GET, HEAD, OPTIONS`, not a webhook lookup)."""
+
+    regex = r"(?!events(?:/|$))[^/]+"
+
+
+bp.record_once(lambda state: state.app.url_map.converters.setdefault("webhookid", WebhookId))
 
 DEFAULT_PAGE, MAX_PAGE = 50, 200
 TEST_ROUTE_LIMIT = 20  # seconds: the test call waits up to 10 s for the receiver
@@ -95,7 +106,7 @@ async def list_events():
     return {"events": list(delivery.EVENT_NAMES)}
 
 
-@bp.get("/v1/webhooks/<webhook_id>")
+@bp.get("/v1/webhooks/<webhookid:webhook_id>")
 @requires("webhooks:read")
 async def get_webhook(webhook_id: str):
     return {"webhook": view(_get(webhook_id))}
@@ -109,7 +120,7 @@ async def create_webhook(data: WebhookCreate):
     return {"webhook": view(row) | {"secret": row["secret"]}}, 201
 
 
-@bp.patch("/v1/webhooks/<webhook_id>")
+@bp.patch("/v1/webhooks/<webhookid:webhook_id>")
 @requires("webhooks:update")
 @body(WebhookUpdate)
 async def update_webhook(webhook_id: str, data: WebhookUpdate):
@@ -121,14 +132,14 @@ async def update_webhook(webhook_id: str, data: WebhookUpdate):
     return {"webhook": view(row)}
 
 
-@bp.delete("/v1/webhooks/<webhook_id>")
+@bp.delete("/v1/webhooks/<webhookid:webhook_id>")
 @requires("webhooks:delete")
 async def delete_webhook(webhook_id: str):
     await ask(DeleteWebhook(principal().org_id, webhook_id))
     return "", 204
 
 
-@bp.post("/v1/webhooks/<webhook_id>/test")
+@bp.post("/v1/webhooks/<webhookid:webhook_id>/test")
 @requires("webhooks:update", limit=TEST_ROUTE_LIMIT)
 async def test_webhook(webhook_id: str):
     """Send a signed webhook.test to this webhook now (paused or not, subscribed or not) and
@@ -149,7 +160,7 @@ async def test_webhook(webhook_id: str):
             "delivery": {"id": sent["delivery_id"], "url": sent["url"], **result}}, 201
 
 
-@bp.get("/v1/webhooks/<webhook_id>/deliveries")
+@bp.get("/v1/webhooks/<webhookid:webhook_id>/deliveries")
 @requires("webhooks:read")
 @query(Limit)
 async def list_deliveries(webhook_id: str, q: Limit):
