@@ -251,7 +251,7 @@ async def test_project_create_slug_rules(node):
     assert r.status_code == 409
     assert strip(await j(r)) == {"error": {"code": "request.conflict", "message": "The slug is already taken.",
                                            "details": {"slug": "my-film"}}}
-    for bad in ["-a", "a-", "A", "a_b", "", "a" * 65]:
+    for bad in ["-a", "a-", "A", "a_b", "", "a" * 65, "ab\n"]:  # "ab\\n": `$` also matches before a final newline
         r = await node.call("POST", "/v1/projects", key, json={"name": "x", "slug": bad})
         assert r.status_code == 422, bad
         assert (await j(r))["error"]["code"] == "request.validation_failed"

@@ -21,7 +21,7 @@ from service.storage import accounts as sql
 from service.storage.db import Store
 from service.storage.events import emit
 
-SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # \Z: `$` also matches before a final newline
 SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
                 "and cannot start or end with a hyphen.")
 TOUCH_EVERY = 60.0
