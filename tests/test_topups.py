@@ -226,7 +226,8 @@ async def test_invalid_json_is_400_bad_request(tnode):
 
 @pytest.mark.parametrize("field, value", [("success_url", "/relative"), ("success_url", "ftp://x.example/"),
                                           ("cancel_url", "https://"), ("cancel_url", "javascript:alert(1)"),
-                                          ("success_url", "https://x.example/" + "a" * 2100)])
+                                          ("success_url", "https://x.example/" + "a" * 2100),
+                                          ("success_url", "http://["), ("cancel_url", "https://[::1/x")])
 async def test_bad_return_urls_are_422(tnode, field, value):
     org = await tnode.create_org()
     r = await create(tnode, org["api_key"], 500, **{field: value})

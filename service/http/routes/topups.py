@@ -63,8 +63,11 @@ def topup_view(row: dict) -> dict:
 def check_url(field: str, value: str | None) -> str | None:
     if value is None:
         return None
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc or len(value) > MAX_URL:
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:  # e.g. an unclosed IPv6 bracket: "http://["
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or len(value) > MAX_URL:
         raise Unprocessable(f"{field} must be an absolute http or https URL.", {"field": field})
     return value.strip()
 
