@@ -53,6 +53,12 @@ def test_serve_admin_and_shutdown(tmp_path):
             for _ in range(20):
                 assert c.post(url + "/healthz", content=b"x" * 1000, timeout=5).status_code == 405
                 assert c.get(url + "/healthz", timeout=5).status_code == 200
+                # the upload route streams its own body; other methods on its path must drain it
+                r = c.patch(url + "/v1/generation/uploads", content=b"x" * 5000, timeout=5,
+                            headers={"Authorization": f"Bearer {org['api_key']}",
+                                     "Content-Type": "multipart/form-data; boundary=b"})
+                assert r.status_code == 405
+                assert c.get(url + "/healthz", timeout=5).status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

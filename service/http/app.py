@@ -67,7 +67,9 @@ def create_app(services) -> QuartTrio:
     async def begin():
         g.request_id = str(uuid.uuid4())
         g.started = time.perf_counter()
-        upload = request.path == "/v1/generation/uploads"
+        # Only the upload route itself streams its body; any other method on its path is a
+        # 405 and must drain the body like every other route (the keep-alive hang otherwise).
+        upload = request.path == "/v1/generation/uploads" and request.method == "POST"
         limit = UPLOAD_BODY_LIMIT if upload else BODY_LIMIT
         # Quart sizes the body buffer when the request is built, from the app-wide limit;
         # tighten it per route here (a declared length over it is refused before reading).
