@@ -8,8 +8,10 @@ and the scenario's own end state. A meta test fails when a point has no scenario
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import time
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 
@@ -229,5 +231,33 @@ def test_crash_point(name, tmp_path, rx):
     s = Scenario(tmp_path, rx)
     try:
         SCENARIOS[name](s)
+    finally:
+        s.close()
+
+
+# -- recovery beyond the points ------------------------------------------------------------------
+def test_restart_with_more_rendering_jobs_than_slots(tmp_path, rx):
+    """A stop between a render's slot release and its final commit (the window of
+    `output_produced`) leaves more jobs `rendering` than the model has slots; after the
+    restart the ones waiting in line must render when granted, not hold a slot forever.
+    Found by the crash loop (seed 1): one job stayed `rendering` with its hold `held`."""
+    s = Scenario(tmp_path, rx)
+    try:
+        s.start()
+        ids = []
+        for i in range(5):  # proc-image renders 2 at a time
+            r = s.submit(f"line {i} [[delay:1.5]]")
+            assert r.status_code == 202, r.text
+            ids.append(r.json()["request_id"])
+        deadline = time.monotonic() + 10
+        while len(s.db("SELECT id FROM jobs WHERE status = 'rendering'")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert s.node.kill() == -9
+        with closing(sqlite3.connect(s.node.db_path)) as conn:  # the node is down: the state it would leave
+            conn.execute("UPDATE jobs SET status = 'rendering', started_at = created_at WHERE status = 'queued'")
+            conn.commit()
+        s.restart()
+        s.check(charged=Decimal("5.00"), timeout=30)
+        assert [s.get(f"/v1/generation/requests/{i}/status").json()["status"] for i in ids] == ["completed"] * 5
     finally:
         s.close()

@@ -234,7 +234,8 @@ class JobActor(Actor):
         if isinstance(msg, Cancel):
             return await self._cancel(msg)
         if isinstance(msg, SlotGranted):
-            if self.job is not None and self.job["status"] == "queued" and self.gen.slots.holds(
+            # `rendering` too: after a restart a job that was rendering may wait in line
+            if self.job is not None and self.job["status"] in ("queued", "rendering") and self.gen.slots.holds(
                     self.job["model"], self.job_id):
                 await self._start()
             return None
