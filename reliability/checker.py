@@ -229,13 +229,16 @@ def credits(node, org_id: str, key: str, client: httpx.Client | None = None) -> 
     try:
         h = {"Authorization": f"Bearer {key}"}
         ledger = Decimal(0)
+        by_kind: dict[str, Decimal] = {}
         offset, total = 0, None
         while total is None or offset < total:
             r = c.get(node.url + "/v1/billing/ledger", headers=h, params={"limit": 500, "offset": offset})
             r.raise_for_status()
             body = r.json()
             total = body["total"]
-            ledger += sum((dec(e["amount"]) for e in body["data"]), Decimal(0))
+            for e in body["data"]:
+                ledger += dec(e["amount"])
+                by_kind[e["kind"]] = by_kind.get(e["kind"], Decimal(0)) + dec(e["amount"])
             offset += len(body["data"])
             if not body["data"]:
                 break
@@ -253,7 +256,7 @@ def credits(node, org_id: str, key: str, client: httpx.Client | None = None) -> 
     for lot in lots:
         by_source[lot["source"]] = by_source.get(lot["source"], Decimal(0)) + Decimal(lot["amount_uc"]) / UC
     return {
-        "available": dec(bal["available"]), "held": dec(bal["held"]), "ledger": ledger,
+        "available": dec(bal["available"]), "held": dec(bal["held"]), "ledger": ledger, "ledger_by_kind": by_kind,
         "granted": by_source, "lots": lots,
         "expired": sum((Decimal(lot["expired_uc"]) for lot in lots), Decimal(0)) / UC,
         "captured": Decimal(captured) / UC,
