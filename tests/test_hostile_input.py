@@ -436,6 +436,8 @@ def malformed_bodies() -> dict[str, tuple[bytes, str]]:
         "non-utf8-names": (ok.replace(b'name="file"', b'name="fi\xffle"'), ctype),
         "many-parts": multipart([("file", "a.png", "image/png", png)] + [(f"x{i}", "1") for i in range(200)]),
         "nul-in-names": (ok.replace(b'filename="a.png"', b'filename="a\x00.png"'), ctype),
+        "rfc2231-non-latin1-boundary": (ok, "multipart/form-data; boundary*=UTF-8''%E2%98%83"),
+        "boundary-with-quotes-and-spaces": (ok, 'multipart/form-data; boundary="a b\\"c"'),
     }
 
 
@@ -464,3 +466,409 @@ async def test_malformed_multipart_is_a_clear_4xx(node, org, tmp_path, name):
         assert (r.status_code, e["code"]) == (400, "request.bad_request"), e
     assert leftovers(tmp_path) == []
     assert node.store.one("SELECT COUNT(*) AS n FROM assets")["n"] == 0
+
+
+# == against a real `genservice serve` ===========================================================
+OPERATOR = "hostile-operator-token"
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, url: str, data_dir: Path, log: Path) -> None:
+        self.proc = proc
+        self.url = url
+        m = re.match(r"http://([^:/]+):(\d+)", url)
+        self.host, self.port = m.group(1), int(m.group(2))
+        self.data_dir = data_dir
+        self.log = log
+        self.http = httpx.Client(base_url=url, timeout=30)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def status_kib(self, field: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise KeyError(field)
+
+    def rss(self) -> int:
+        """Resident memory now, bytes."""
+        return self.status_kib("VmRSS") * 1024
+
+    def peak(self) -> int:
+        """Peak resident memory since the last reset_peak(), bytes."""
+        return self.status_kib("VmHWM") * 1024
+
+    def reset_peak(self) -> bool:
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+            return True
+        except OSError:
+            return False
+
+    def open_fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def op(self, method: str, path: str, json=None) -> httpx.Response:
+        return self.http.request(method, "/operator/v1" + path, json=json,
+                                 headers={"Authorization": f"Bearer {OPERATOR}"})
+
+    def create_org(self, name: str = "Acme", email: str | None = None) -> dict:
+        r = self.op("POST", "/organizations", {"name": name, "owner_email": email or f"owner@{name.lower()}.test",
+                                               "approved": True})
+        assert r.status_code == 201, r.text
+        return r.json()["data"]
+
+
+@contextmanager
+def real_server(tmp_path: Path, **env_extra: str):
+    """A `genservice serve` subprocess on 127.0.0.1:0 (test mode, fresh data dir); its log
+    (stderr) goes to tmp_path/server.log. Stopped with SIGTERM (then SIGKILL) at the end."""
+    data = tmp_path / "data"
+    log = tmp_path / "server.log"
+    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_DATA_DIR": str(data),
+           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_OPERATOR_TOKEN": OPERATOR, **env_extra}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out,
+                                start_new_session=True)
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            m = re.search(r"listening on (http://\S+)", log.read_text(errors="replace"))
+            if m:
+                url = m.group(1).rstrip(",")
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("server did not start:\n" + log.read_text(errors="replace"))
+            else:
+                time.sleep(0.05)
+        server = Server(proc, url, data, log)
+        yield server
+    finally:
+        if server is not None:
+            server.http.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One real server for the module's real-server tests, warmed up (an upload of each image
+    type, a JSON write) so imports and thread pools are not counted as growth."""
+    with real_server(tmp_path_factory.mktemp("hostile")) as server:
+        org = server.create_org()
+        server.key = org["api_key"]
+        for fmt, ctype in (("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp")):
+            body, content_type = multipart([("file", "w", ctype, image_bytes(fmt))])
+            r = server.http.post("/v1/generation/uploads", content=body,
+                                 headers={"Content-Type": content_type, "Authorization": f"Bearer {server.key}"})
+            assert r.status_code == 201, r.text
+        r = server.http.post("/v1/projects", json={"name": "warm"}, headers={"Authorization": f"Bearer {server.key}"})
+        assert r.status_code == 201, r.text
+        yield server
+
+
+@contextmanager
+def measured(server: Server, figures: dict):
+    """Peak RSS growth of the server across the block (bytes) into figures['rss_growth']."""
+    time.sleep(0.2)
+    before = server.rss()
+    assert server.reset_peak(), "cannot reset the peak RSS (/proc/<pid>/clear_refs)"
+    started = time.perf_counter()
+    yield
+    figures["seconds"] = time.perf_counter() - started
+    time.sleep(0.2)
+    figures["rss_growth"] = max(server.peak(), server.rss()) - before
+    figures["rss_after_growth"] = server.rss() - before
+
+
+class RawExchange:
+    """One request over a raw socket: headers, then a body sent in pieces while a reader
+    thread waits for the answer, so the test can tell whether the answer came before the
+    body was finished, and whether (and when) the server then closed the connection."""
+
+    def __init__(self, server: Server, head: bytes) -> None:
+        self.sock = socket.create_connection((server.host, server.port), timeout=60)
+        self.started = time.perf_counter()
+        self.sock.sendall(head)
+        self.sent = 0
+        self.sent_when_answered: int | None = None
+        self.answer = bytearray()
+        self.answered_after: float | None = None  # seconds from the start
+        self.closed_after: float | None = None
+        self.answered = threading.Event()
+        self.closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _complete(self) -> bool:
+        head, sep, body = bytes(self.answer).partition(b"\r\n\r\n")
+        if not sep:
+            return False
+        m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        return m is None or len(body) >= int(m.group(1))
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                if self.sent_when_answered is None:
+                    self.sent_when_answered = self.sent
+                self.answer += data
+                if not self.answered.is_set() and self._complete():
+                    self.answered_after = time.perf_counter() - self.started
+                    self.answered.set()
+        except OSError:  # reset by the server: closed too
+            pass
+        finally:
+            self.closed_after = time.perf_counter() - self.started
+            self.closed.set()
+            self.answered.set()
+
+    def send_body(self, pieces, stop_when_answered: bool = True) -> None:
+        self.sock.settimeout(5)
+        try:
+            for piece in pieces:
+                if stop_when_answered and self.answered.is_set():
+                    return
+                self.sock.sendall(piece)
+                self.sent += len(piece)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            return
+
+    def finish(self, timeout: float = 60) -> tuple[int, dict[str, str], dict | None]:
+        assert self.answered.wait(timeout), "no answer"
+        head, _, body = bytes(self.answer).partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        try:
+            parsed = json.loads(body[: int(headers.get("content-length", len(body)))] or b"null")
+        except ValueError:
+            parsed = None
+        return status, headers, parsed
+
+    def wait_closed(self, timeout: float = 10) -> bool:
+        """True when the server closed the connection within `timeout` seconds."""
+        closed = self.closed.wait(timeout)
+        self.sock.close()
+        self._reader.join(5)
+        return closed
+
+
+def pieces(total: int, size: int = 256 * 1024, fill: bytes = b"\0"):
+    block = fill * size
+    left = total
+    while left > 0:
+        n = min(size, left)
+        yield block[:n]
+        left -= n
+
+
+def chunked(pieces_iter):
+    for piece in pieces_iter:
+        yield b"%x\r\n" % len(piece) + piece + b"\r\n"
+    yield b"0\r\n\r\n"
+
+
+def request_head(server: Server, method: str, path: str, headers: dict[str, str]) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {server.host}:{server.port}",
+             f"Authorization: Bearer {server.key}"] + [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+BOUNDARY = "hostileboundary0123"
+
+
+def multipart_head_and_tail(ctype: str = "image/png") -> tuple[bytes, bytes]:
+    head = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.png\"\r\n"
+            f"Content-Type: {ctype}\r\n\r\n").encode()
+    return head, f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+def test_real_51_mib_plus_1_declared_is_413_before_the_body_is_read(served, record_property):
+    total = 51 * MiB + 1
+    figures: dict = {}
+    with measured(served, figures):
+        x = RawExchange(served, request_head(served, "POST", UPLOADS, {
+            "Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(total)}))
+        x.send_body(pieces(total))
+        status, headers, body = x.finish()
+    record_property("figures", figures)
+    assert status == 413
+    assert body["error"]["code"] == "request.bad_request"
+    assert headers.get("connection") == "close"
+    assert x.sent_when_answered is not None and x.sent_when_answered < total  # answered mid-send
+    assert x.sent < total  # the client never got to finish
+    assert x.wait_closed(2) and x.closed_after < 1.0, x.closed_after
+    assert figures["rss_growth"] < 16 * MiB, figures
+    print("51MiB+1 declared:", {k: round(v / MiB, 2) if "rss" in k else round(v, 3) for k, v in figures.items()},
+          f"answered after {x.answered_after:.3f} s with {x.sent_when_answered} of {total} bytes sent;"
+          f" closed after {x.closed_after:.3f} s")
+
+
+@pytest.mark.parametrize("client", ["stops-when-answered", "keeps-sending"])
+def test_real_early_413s_close_at_once_and_leak_nothing(served, client):
+    """Twenty 413s answered before their body was read, the client either stopping at the
+    answer or sending all 51 MiB regardless: each connection is closed by the server within a
+    second, and the server's open descriptors and memory come back to where they were."""
+    total = 51 * MiB + 1
+    time.sleep(0.5)
+    fds_before = served.open_fds()
+    figures: dict = {}
+    closes = []
+    with measured(served, figures):
+        for _ in range(20):
+            x = RawExchange(served, request_head(served, "POST", UPLOADS, {
+                "Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(total)}))
+            x.send_body(pieces(total), stop_when_answered=client == "stops-when-answered")
+            status, headers, _body = x.finish()
+            assert (status, headers.get("connection")) == (413, "close")
+            assert x.wait_closed(5), "the server kept the connection open"
+            closes.append(x.closed_after)
+    time.sleep(0.5)
+    assert max(closes) < 1.0, closes
+    assert served.open_fds() <= fds_before + 1, (fds_before, served.open_fds())
+    assert figures["rss_growth"] < 16 * MiB, figures
+    print(f"early 413 x20 ({client}): slowest close {max(closes):.3f} s, fds {fds_before} -> {served.open_fds()},"
+          f" peak RSS growth {figures['rss_growth'] / MiB:.2f} MiB")
+
+
+def test_real_early_401_on_a_big_upload_closes(served):
+    total = 40 * MiB
+    x = RawExchange(served, request_head(served, "POST", UPLOADS, {
+        "Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(total),
+        "Authorization": "Bearer aak_" + "0" * 48}).replace(f"Bearer {served.key}".encode(), b"Bearer nope"))
+    x.send_body(pieces(total), stop_when_answered=False)
+    status, headers, body = x.finish()
+    assert (status, headers.get("connection"), body) == (401, "close", {"status": False, "error": "Unauthorized"})
+    assert x.wait_closed(5) and x.closed_after < 2.0
+    assert x.sent < total
+
+
+def test_real_51_mib_plus_1_chunked_is_413_with_memory_bounded(served):
+    head, tail = multipart_head_and_tail()
+    figures: dict = {}
+    with measured(served, figures):
+        x = RawExchange(served, request_head(served, "POST", UPLOADS, {
+            "Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Transfer-Encoding": "chunked"}))
+        x.send_body(chunked(iter([head, *pieces(51 * MiB + 1 - len(head) - len(tail)), tail])))
+        status, headers, body = x.finish()
+    assert status == 413, body
+    assert body["error"]["code"] == "request.bad_request"
+    assert headers.get("connection") == "close"
+    assert x.wait_closed()
+    assert figures["rss_growth"] < 16 * MiB, figures
+    assert list((served.data_dir / "assets" / "tmp").iterdir()) == []
+    print("51MiB+1 chunked:", {k: round(v / MiB, 2) if "rss" in k else v for k, v in figures.items()})
+
+
+def test_real_50_mib_plus_1_file_is_422(served):
+    head, tail = multipart_head_and_tail()
+    png = image_bytes("PNG")
+    size = 50 * MiB + 1
+    total = len(head) + size + len(tail)
+    figures: dict = {}
+    with measured(served, figures):
+        x = RawExchange(served, request_head(served, "POST", UPLOADS, {
+            "Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(total)}))
+        x.send_body(iter([head, png, *pieces(size - len(png)), tail]), stop_when_answered=False)
+        status, _headers, body = x.finish(timeout=120)
+    assert status == 422, body
+    assert (body["error"]["code"], body["error"]["message"]) == ("request.validation_failed", "File exceeds 50 MiB.")
+    assert x.sent == total
+    x.wait_closed(0)
+    assert figures["rss_growth"] < 16 * MiB, figures
+    assert list((served.data_dir / "assets" / "tmp").iterdir()) == []
+    print("50MiB+1 file:", {k: round(v / MiB, 2) if "rss" in k else v for k, v in figures.items()})
+
+
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_real_pixel_bomb_is_422_fast_with_bounded_memory(served, name):
+    data, ctype = BOMBS[name]
+    body, content_type = multipart([("file", "bomb.png", ctype, data)])
+    figures: dict = {}
+    with measured(served, figures):
+        r = served.http.post("/v1/generation/uploads", content=body,
+                             headers={"Content-Type": content_type, "Authorization": f"Bearer {served.key}"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"] == NOT_IMAGE
+    assert figures["seconds"] < 1.0, figures
+    assert figures["rss_growth"] < 50 * MiB, figures
+    print(f"bomb {name}:", {k: round(v / MiB, 2) if "rss" in k else round(v, 3) for k, v in figures.items()})
+
+
+def test_real_json_over_1_mib_is_413_declared_or_chunked(served):
+    # declared: refused from the length, before reading
+    total = 50 * MiB
+    figures: dict = {}
+    with measured(served, figures):
+        x = RawExchange(served, request_head(served, "POST", "/v1/projects", {
+            "Content-Type": "application/json", "Content-Length": str(total)}))
+        x.send_body(iter([b'{"name":"', *pieces(total - 11, fill=b"x"), b'"}']))
+        status, headers, body = x.finish()
+    assert status == 413 and body["error"]["code"] == "request.bad_request"
+    assert headers.get("connection") == "close"
+    assert x.sent < total and x.wait_closed()
+    assert figures["rss_growth"] < 16 * MiB, figures
+    # chunked: refused once more than 1 MiB arrived
+    figures2: dict = {}
+    with measured(served, figures2):
+        x = RawExchange(served, request_head(served, "POST", "/v1/projects", {
+            "Content-Type": "application/json", "Transfer-Encoding": "chunked"}))
+        x.send_body(chunked(iter([b'{"name":"', *pieces(total, fill=b"x"), b'"}'])))
+        status, headers, body = x.finish()
+    assert status == 413 and body["error"]["code"] == "request.bad_request"
+    assert x.sent < total and x.wait_closed()
+    assert figures2["rss_growth"] < 16 * MiB, figures2
+    print("json 50MiB declared:", round(figures["rss_growth"] / MiB, 2), "chunked:", round(figures2["rss_growth"] / MiB, 2),
+          "MiB")
+
+
+@pytest.mark.parametrize("shape", ["part-header-without-end", "text-field", "preamble", "epilogue"])
+def test_real_hostile_multipart_shapes_stay_bounded(served, shape):
+    """50 MiB spent where a multipart parser might buffer: one endless part header line, a
+    50 MiB text field, a 50 MiB preamble before the first boundary, a 50 MiB epilogue."""
+    size = 50 * MiB
+    png = image_bytes("PNG")
+    file_part = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.png\"\r\n"
+                 f"Content-Type: image/png\r\n\r\n").encode() + png
+    if shape == "part-header-without-end":
+        head = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.png\"\r\n"
+                "X-Pad: ").encode()
+        tail = b"\r\n\r\n" + png + f"\r\n--{BOUNDARY}--\r\n".encode()
+    elif shape == "text-field":
+        head = f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"project_id\"\r\n\r\n".encode()
+        tail = f"\r\n--{BOUNDARY}--\r\n".encode()
+    elif shape == "preamble":
+        head = b""
+        tail = b"\r\n" + file_part + f"\r\n--{BOUNDARY}--\r\n".encode()
+    else:
+        head = file_part + f"\r\n--{BOUNDARY}--\r\n".encode()
+        tail = b""
+    total = len(head) + size + len(tail)
+    figures: dict = {}
+    with measured(served, figures):
+        x = RawExchange(served, request_head(served, "POST", UPLOADS, {
+            "Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(total)}))
+        x.send_body(iter([head, *pieces(size, fill=b"p"), tail]), stop_when_answered=False)
+        status, _headers, body = x.finish(timeout=120)
+    x.wait_closed(0)
+    print(f"multipart {shape}: status {status}",
+          {k: round(v / MiB, 2) if "rss" in k else round(v, 2) for k, v in figures.items()})
+    if shape == "text-field":  # well-formed, but the field is over its 200 characters
+        assert (status, body["error"]["code"]) == (400, "request.validation_failed"), body
+        assert body["error"]["details"]["errors"][0]["key"] == "project_id"
+    else:
+        assert (status, body["error"]["code"]) == (400, "request.bad_request"), body
+    assert figures["seconds"] < 30, figures
+    assert figures["rss_growth"] < 16 * MiB, figures
+    assert list((served.data_dir / "assets" / "tmp").iterdir()) == []

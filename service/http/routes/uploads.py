@@ -1,6 +1,6 @@
 """`POST /v1/generation/uploads`: one file in, one asset out (201 `{data: asset}`).
 
-Multipart rules (multipart/form-data with a boundary, else 400 request.bad_request):
+Multipart rules (multipart/form-data with an ASCII boundary, else 400 request.bad_request):
 - `file` (required, exactly one): a file part (with a `filename`); its part Content-Type is
   the declared type. Accepted: PNG, JPEG, WebP, MP4, MP3, WAV, decided by the bytes
   (service.media.inspect). Over 50 MiB: 422 "File exceeds 50 MiB.". A body over 51 MiB:
@@ -8,7 +8,10 @@ Multipart rules (multipart/form-data with a boundary, else 400 request.bad_reque
 - `project_id` (optional text field, at most 200 characters): project id or slug; else the
   X-Service-Project header, else the default project. Unknown 404; archived 409.
 - At most 64 parts (else 400 request.bad_request, as for a body that is not valid
-  multipart). Any other part, a second `file`, a `file` sent as a plain field or a `project_id` sent
+  multipart). The parser holds at most `MAX_BUFFERED` bytes it could not yet place (a
+  preamble, a part's headers, an epilogue): more is 400 request.bad_request too, so a
+  50 MiB header line costs no more memory than a 2 MiB one.
+- Any other part, a second `file`, a `file` sent as a plain field or a `project_id` sent
   as a file: 400 request.validation_failed with `details.errors[] = {message, key,
   source: "body"}` ("Object contains unknown field", "Field required", ...).
 - Order of checks: multipart shape (400) -> project (404/409) -> size (422) -> type (422).
@@ -54,6 +57,7 @@ SLICE = 1 * MiB          # the parser is fed at most this much at a time
 THREAD_WRITE = 256 * 1024  # file data at least this big is written and hashed in a thread
 MAX_FIELD = 200
 MAX_PARTS = 64            # more parts than this: the body is not a plausible upload (400)
+MAX_BUFFERED = 2 * SLICE  # unplaced bytes the parser may hold (preamble, part headers, epilogue)
 MAX_ERRORS = 20
 
 
@@ -179,7 +183,7 @@ class Received:
 async def receive(boundary: str, temp: Path) -> Received:
     """Read the whole body, parsing what can be parsed; raises TooLarge past 51 MiB."""
     got = Received(temp)
-    decoder = MultipartDecoder(boundary.encode("latin-1"), max_parts=MAX_PARTS)
+    decoder = MultipartDecoder(boundary.encode("latin-1"), MAX_BUFFERED, max_parts=MAX_PARTS)
     total = 0
     try:
         async for chunk in request.body:
@@ -248,6 +252,8 @@ async def upload():
     p = principal()
     gen = services().generation
     boundary = request.mimetype_params.get("boundary")
+    if boundary is not None and not boundary.isascii():  # e.g. RFC 2231 `boundary*=UTF-8''%E2%98%83`
+        boundary = None
     try:
         if request.mimetype != "multipart/form-data" or not boundary:
             await _drain()
