@@ -56,6 +56,36 @@ def prebind(settings: Settings) -> socket.socket | None:
     return sock
 
 
+class EndShielded:
+    """ASGI wrapper: the last message of each HTTP response is sent shielded from
+    cancellation.
+
+    Hypercorn does its end-of-response work inside that send: it posts `http.disconnect` to
+    the app and then, for a `Connection: close` answer, closes the socket. Quart-Trio cancels
+    the request's tasks as soon as it reads that disconnect, which can land in the middle of
+    Hypercorn's close. A 413 answered before its body was read then closed after 0 s, after
+    5 s or never, and the server kept the socket (and tasks) after the client had gone
+    (tests/test_hostile_input.py). Hypercorn shields its socket writes itself; this shields
+    the rest of that one message (an empty end-of-body frame in practice).
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_end_shielded(message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+
+        return await self.app(scope, receive, send_end_shielded)
+
+
 def hypercorn_config(settings: Settings, sock: socket.socket | None = None) -> Config:
     cfg = Config()
     # a pre-bound socket is handed over by its descriptor (Hypercorn owns it from then on)
@@ -82,7 +112,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
             await services.start(actors)
             app = create_app(services)
             async with trio.open_nursery() as http:
-                urls = await http.start(partial(hypercorn_serve, app, hypercorn_config(settings, sock),
+                urls = await http.start(partial(hypercorn_serve, EndShielded(app), hypercorn_config(settings, sock),
                                                 shutdown_trigger=shutdown.wait))
                 if not settings.base_url:  # port 0: URLs the API returns follow the bound port
                     settings.base_url = urls[0]
