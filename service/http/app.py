@@ -18,7 +18,7 @@ from quart_schema.openapi import OpenAPIProvider
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from service.http import errors, routes
+from service.http import errors, openapi, routes
 
 MiB = 1024 * 1024
 UPLOAD_BODY_LIMIT = 51 * MiB
@@ -31,12 +31,37 @@ def route_modules() -> list[str]:
 
 
 class Provider(OpenAPIProvider):
-    """Mark JSON request bodies required; plain operation ids; document the bearer auth."""
+    """quart-schema's document, completed by `service.http.openapi`: responses per operation,
+    required JSON bodies, the rules checked after parsing, plain operation ids, bearer auth.
+    A /v1 route without an entry in `openapi.operations()` fails the document."""
+
+    def schema(self):
+        self._table = openapi.operations(self._app.config.get("SERVICES"))
+        doc = super().schema()
+        doc["components"] = openapi.components(doc.get("components", {}))
+        documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+        expected = {(m, openapi.PATH_PARAM.sub(r"{\1}", r)) for m, r in self._table}
+        if documented != expected:
+            raise openapi.DocumentError(f"routes and the OpenAPI table differ: "
+                                        f"{sorted(documented ^ expected)}")
+        return doc
 
     def build_request_body(self, model, source):
         body, defs = super().build_request_body(model, source)
         body["required"] = True
         return body, defs
+
+    def build_paths(self, rule):
+        paths, components = super().build_paths(rule)
+        func = self._app.view_functions[rule.endpoint]
+        for path, methods in paths.items():
+            for method, operation in methods.items():
+                op = self._table.get((method.upper(), openapi.normalize(rule.rule)))
+                if op is None:
+                    raise openapi.DocumentError(f"{method.upper()} {rule.rule} has no entry in "
+                                                "service/http/openapi.py")
+                methods[method] = openapi.apply(method.upper(), openapi.normalize(rule.rule), func, operation, op)
+        return paths, components
 
     def operation_id(self, method, path, func):
         oid = super().operation_id(method, path, func)

@@ -1,0 +1,647 @@
+"""The OpenAPI 3.1 document of `/v1` (served at `GET /v1/openapi.json`).
+
+quart-schema builds the skeleton from the routes: paths, path parameters, and the request
+body and query models that `service.http.schemas.body` / `query` record. This module adds
+what the models cannot say, from one table (`OPERATIONS`, one entry per `/v1` route and
+method; a route missing here makes the document fail to build):
+
+- the responses of every operation: the success status with its shape, and every error
+  the route can give: 400 (envelope), 401 and 403 (flat `{status: false, error}`), 404,
+  408 (flat timeout body), 409, 413, 422, 402, 503, as the route can answer them;
+- the rules the server checks after parsing (422, not 400), written as JSON Schema where
+  they can be, so generated "valid" requests are valid: non-blank names, slug and URL
+  shapes, enums of event names, roles, capabilities, aspect ratios, top-up limits;
+- the optional `X-Service-Project` header of project-scoped routes;
+- OpenAPI links from create answers to the operations on the created resource.
+
+Shapes follow spec "Resources" and the views (service/http/views.py, job_views, run_views,
+...). Response objects are open (`additionalProperties` allowed: the spec's additive
+changes); request bodies are closed (`additionalProperties: false`, the server refuses
+unknown fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe,
+/healthz) are hidden from the document.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.actors.balance import MAX_UC
+from service.actors.delivery import EVENT_NAMES, MAX_URL
+from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
+from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES
+from service.money import UC
+from service.roles import ROLE_IDS, ROLE_NAMES
+
+# -- schema helpers ----------------------------------------------------------------------------
+STR = {"type": "string"}
+INT = {"type": "integer"}
+BOOL = {"type": "boolean"}
+UUID = {"type": "string", "format": "uuid"}
+TS = {"type": "string", "format": "date-time"}
+CREDITS = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}$", "description": "Decimal string of credits."}
+HOLD_STATUSES = ("held", "captured", "released")
+MAX_THRESHOLD = MAX_UC // UC  # the largest low_balance_threshold, in credits
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: dict) -> dict:
+    t = schema.get("type")
+    if isinstance(t, str) and "$ref" not in schema and "enum" not in schema and "const" not in schema:
+        return {**schema, "type": [t, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def array(items: dict) -> dict:
+    return {"type": "array", "items": items}
+
+
+def obj(props: dict, required: list[str] | None = None, **extra) -> dict:
+    """An open response object: every listed field present (nulls are sent, never omitted)."""
+    return {"type": "object", "properties": props,
+            "required": list(props) if required is None else required, **extra}
+
+
+def data(schema: dict) -> dict:
+    return obj({"data": schema})
+
+
+# Python's whitespace (str.isspace), spelled out: the service strips with str.strip(), and a
+# pattern's \s means something else in ECMA-262 (no \x1c-\x1f or \x85; \ufeff is in).
+WS = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def non_blank(max_chars: int | None = None) -> dict:
+    """A string whose stripped text is non-empty (and at most `max_chars` characters)."""
+    if max_chars is None:
+        return {"type": "string", "pattern": f"[^{WS}]"}
+    return {"type": "string", "pattern": f"^[{WS}]*[^{WS}](?:[\\s\\S]{{0,{max_chars - 2}}}[^{WS}])?[{WS}]*$"}
+
+
+SLUG = {"type": "string", "pattern": r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$",
+        "description": "1 to 64 lowercase letters, digits and hyphens; no hyphen at either end."}
+INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
+         "description": "Query integers outside SQLite's 64-bit range are 400."}
+IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
+
+# -- component schemas -------------------------------------------------------------------------
+ASSET_OUTPUT = {
+    "id": UUID, "url": STR, "content_type": STR, "width": nullable(INT), "height": nullable(INT),
+    "duration_s": nullable({"type": "number"}),
+}
+JOB_STATUSES = ("queued", "rendering", "completed", "failed", "nsfw", "canceled")
+RUN_STATUSES = ("queued", "running", "completed", "failed", "canceled")
+STEP_STATUSES = ("pending", "running", "completed", "failed", "canceled")
+JOB_STATUS = {
+    "status": {"enum": list(JOB_STATUSES)}, "request_id": UUID, "status_url": STR, "cancel_url": STR,
+    "capability": STR, "model": STR, "project_id": UUID, "source": {"enum": ["api", "studio", "workflow"]},
+    "outputs": array(ref("AssetOutput")), "images": array(ref("AssetOutput")),
+    "video": nullable(ref("AssetOutput")),
+    "credits": obj({"estimate": CREDITS, "actual": nullable(CREDITS)}),
+    "error": nullable(STR), "created_at": TS, "finished_at": nullable(TS),
+}
+PRODUCT_RUN = {
+    "id": UUID, "status": {"enum": list(RUN_STATUSES)}, "product": STR, "product_version": INT,
+    "project_id": UUID, "inputs": {"type": "object"}, "steps": array(ref("RunStep")),
+    "outputs": {"type": "object", "additionalProperties": array(ref("AssetOutput"))},
+    "credits": obj({"estimate": CREDITS, "actual": nullable(CREDITS)}), "error": nullable(STR),
+    "status_url": STR, "cancel_url": STR, "created_at": TS, "started_at": nullable(TS),
+    "finished_at": nullable(TS),
+}
+PRICE = obj({"resolution": STR, "duration": nullable(INT), "credits": CREDITS})
+WEBHOOK = {
+    "id": UUID, "url": STR, "events": array(STR), "description": nullable(STR), "is_active": BOOL,
+    "created_at": TS, "updated_at": nullable(TS),
+}
+API_KEY = {
+    "id": UUID, "name": STR, "key_prefix": {"type": "string", "pattern": "^aak_[0-9a-f]{8}$"},
+    "user_id": UUID, "role_id": nullable(UUID), "expires_at": nullable(TS), "is_active": BOOL,
+    "created_at": TS, "last_used_at": nullable(TS),
+}
+TICKET = {
+    "id": UUID, "organization_id": UUID, "number": INT, "subject_line": STR, "type": {"enum": list(TYPES)},
+    "priority": {"enum": list(PRIORITIES)}, "state": {"enum": list(STATES)}, "body": STR,
+    "opened_by": nullable(UUID), "opened_by_email": nullable(STR), "created_at": TS, "updated_at": nullable(TS),
+}
+TOPUP = {
+    "id": UUID, "created_at": TS, "credits": CREDITS, "amount_cents": INT, "currency": STR,
+    "status": {"enum": ["pending", "paid", "expired"]}, "paid_at": nullable(TS),
+}
+
+SCHEMAS: dict[str, dict] = {
+    # errors
+    "Error": {
+        "type": "object", "required": ["error"],
+        "description": "The error envelope (spec \"Errors\").",
+        "properties": {"error": {
+            "type": "object", "required": ["code", "message", "request_id"],
+            "properties": {
+                "code": {"type": "string", "pattern": r"^[a-z_]+\.[a-z_]+$"},
+                "message": STR,
+                "details": {"type": "object"},
+                "request_id": STR,
+            },
+        }},
+    },
+    "Unauthorized": {
+        "type": "object", "required": ["status", "error"], "additionalProperties": False,
+        "description": "Flat authentication failure (spec \"Authentication\", Failures); never says why.",
+        "properties": {"status": {"const": False}, "error": {"const": "Unauthorized"}},
+    },
+    "Forbidden": {
+        "type": "object", "required": ["status", "error"], "additionalProperties": False,
+        "description": "Flat permission failure: the key's role lacks the route's permission.",
+        "properties": {"status": {"const": False}, "error": {"const": "Forbidden"}},
+    },
+    "Timeout": {
+        "type": "object", "required": ["error", "message"], "additionalProperties": False,
+        "description": "Flat route time-limit body (120 s for uploads, 10 s for most routes).",
+        "properties": {"error": {"const": "Request timeout"},
+                       "message": {"type": "string",
+                                   "pattern": "^Request took longer than [0-9]+ seconds to process$"}},
+    },
+    # accounts
+    "Project": obj({
+        "id": UUID, "organization_id": UUID, "name": STR, "slug": STR, "description": nullable(STR),
+        "is_default": BOOL, "is_archived": BOOL, "created_by": nullable(UUID), "created_at": TS,
+        "updated_at": nullable(TS), "archived_at": nullable(TS),
+    }),
+    "ApiKey": obj(API_KEY),
+    "ApiKeyCreated": obj({**API_KEY, "key": {"type": "string", "pattern": "^aak_[0-9a-f]{48}$",
+                                             "description": "The full key; shown only here."}}),
+    "Role": obj({"id": {"enum": list(ROLE_IDS.values())}, "name": {"enum": list(ROLE_NAMES)},
+                 "permissions": array(STR)}),
+    "RoleUser": obj({"id": UUID, "email": STR, "role": {"enum": list(ROLE_NAMES)}, "created_at": TS}),
+    # generation
+    "AssetOutput": obj(ASSET_OUTPUT),
+    "Asset": obj({**ASSET_OUTPUT, "kind": STR, "project_id": UUID, "job_id": nullable(UUID), "source": STR,
+                  "size_bytes": INT, "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                  "created_at": TS}),
+    "JobStatus": obj(JOB_STATUS),
+    "SubmitAccepted": obj({"status": {"const": "queued"}, "request_id": UUID, "status_url": STR,
+                           "cancel_url": STR, "credits_estimate": CREDITS}),
+    "Estimate": obj({"capability": STR, "model": STR, "resolution": nullable(STR),
+                     "duration": nullable({"type": "number"}), "credits": CREDITS, "tier": STR}),
+    "Capability": obj({
+        "id": STR, "description": STR, "output": nullable(STR), "prompt_required": BOOL,
+        "prompt_meaning": STR,
+        "inputs": array(obj({"name": STR, "kinds": array(STR), "min": INT, "max": INT})),
+        "aspect_ratios": array(STR),
+        "models": array(obj({"id": STR, "description": nullable(STR), "available": BOOL,
+                             "resolutions": array(STR), "durations": array(INT),
+                             "inputs": array(obj({"name": STR, "kinds": array(STR), "count": INT})),
+                             "prices": array(PRICE)})),
+    }),
+    "Model": obj({"id": STR, "description": nullable(STR), "available": BOOL,
+                  "capabilities": array(obj({"id": STR, "prices": array(PRICE)}))}),
+    # products and runs
+    "Product": obj({
+        "slug": STR, "name": STR, "category": {"enum": ["image", "video", "audio"]},
+        "kind": {"enum": ["workflow", "preset"]}, "description": STR, "thumbnail_url": nullable(STR),
+        "version": INT, "base": nullable(STR),
+        "inputs": {"type": "object", "additionalProperties": obj({
+            "type": STR, "label": STR, "description": nullable(STR), "required": BOOL, "default": {},
+            "options": array(STR), "hidden": BOOL})},
+        "outputs": array(STR),
+        "steps": array(obj({"key": STR, "capability": nullable(STR), "op": nullable(STR),
+                            "model": nullable(STR)})),
+        "available": BOOL, "unavailable_reasons": array(STR), "credits_estimate": nullable(CREDITS),
+    }),
+    "RunStep": obj({
+        "key": STR, "capability": nullable(STR), "op": nullable(STR), "model": nullable(STR),
+        "status": {"enum": list(STEP_STATUSES)}, "request_id": nullable(UUID),
+        "outputs": array(ref("AssetOutput")), "error": nullable(STR),
+    }),
+    "ProductRun": obj(PRODUCT_RUN),
+    "FeedItem": {
+        "oneOf": [
+            obj({"type": {"const": "job"}, "id": UUID, **JOB_STATUS}),
+            obj({"type": {"const": "run"}, "id": UUID, "source": {"const": "workflow"}, **PRODUCT_RUN}),
+        ],
+    },
+    # billing
+    "Balance": obj({
+        "organization_id": UUID, "available": CREDITS, "held": CREDITS,
+        "by_source": array(obj({"source": STR, "remaining": CREDITS})),
+        "next_expiry": nullable(TS), "next_expiry_amount": nullable(CREDITS),
+        "lots": array(obj({"id": UUID, "source": STR, "amount": CREDITS, "remaining": CREDITS,
+                           "expires_at": nullable(TS), "reason": nullable(STR), "created_at": TS})),
+    }),
+    "LedgerEntry": obj({
+        "id": UUID, "created_at": TS, "kind": STR, "amount": CREDITS, "source": nullable(STR),
+        "grant_id": nullable(UUID), "project_id": nullable(UUID), "job_id": nullable(UUID),
+        "workflow_run_id": nullable(UUID), "description": nullable(STR),
+    }),
+    "Hold": obj({
+        "id": UUID, "job_id": nullable(UUID), "workflow_run_id": nullable(UUID), "project_id": nullable(UUID),
+        "status": {"enum": list(HOLD_STATUSES)}, "amount": CREDITS, "captured": nullable(CREDITS),
+        "created_at": TS, "settled_at": nullable(TS),
+    }),
+    "UsageRow": obj({"project_id": UUID, "day": {"type": "string", "format": "date"}, "credits": CREDITS,
+                     "jobs": INT}),
+    "BillingSettings": obj({"low_balance_threshold": nullable(CREDITS), "low_balance_notified_at": nullable(TS)}),
+    "TopupQuote": obj({"usd_per_credit": STR, "min_credits": INT, "max_credits": INT, "expiry_days": INT,
+                       "currency": STR}),
+    "Topup": obj(TOPUP),
+    # webhooks
+    "Webhook": obj(WEBHOOK),
+    "WebhookCreated": obj({**WEBHOOK, "secret": {"type": "string", "description": "The signing secret; "
+                                                 "shown only here."}}),
+    "WebhookDelivery": obj({
+        "id": UUID, "event": STR, "status": STR, "created_at": TS, "sent_at": nullable(TS),
+        "completed_at": nullable(TS), "is_delivered": BOOL, "status_code": nullable(INT),
+        "error": nullable(STR), "error_class": nullable(STR), "duration_ms": nullable({"type": "number"}),
+    }),
+    "WebhookTestResult": obj({
+        "event": {"const": "webhook.test"}, "data": {"type": "object"},
+        "delivery": obj({"id": UUID, "url": STR, "is_delivered": BOOL, "status_code": nullable(INT),
+                         "error": nullable(STR), "duration_ms": nullable({"type": "number"})}),
+    }),
+    # support
+    "Ticket": obj(TICKET),
+    "TicketWithReplies": obj({**TICKET, "replies": array(obj({
+        "id": UUID, "author_kind": STR, "author": nullable(STR), "user_id": nullable(UUID), "body": STR,
+        "created_at": TS}))}),
+}
+
+# -- responses -----------------------------------------------------------------------------------
+PROCESS_TIME = {
+    "description": "Server processing time in milliseconds (on every response).",
+    "required": True,
+    "schema": {"type": "string", "pattern": r"^[0-9]+\.[0-9]{2}$"},
+}
+ERROR_TEXT = {
+    400: "Malformed request (request.bad_request) or a body that does not match the schema "
+         "(request.validation_failed, with details.errors[] = {message, key, source}).",
+    401: "Missing, unknown, revoked, paused or expired key (flat body).",
+    402: "billing.insufficient_credits: available credits do not cover the price (details required, "
+         "available); nothing created or charged.",
+    403: "The key's role lacks the route's permission (flat body).",
+    404: "Not found in the organization (another organization's ids answer the same), or unknown project.",
+    408: "The route's time limit was exceeded (flat timeout body).",
+    409: "request.conflict: archived project, slug taken, default project, closed ticket, expired top-up.",
+    413: "request.bad_request: the body is too large (1 MiB; 51 MiB for uploads).",
+    422: "A well-formed request that breaks a rule (request.validation_failed or a domain code).",
+    503: "request.service_unavailable (model, product, payment provider or a busy service) or "
+         "billing.not_configured.",
+}
+ERROR_SCHEMA = {401: "Unauthorized", 403: "Forbidden", 408: "Timeout"}
+
+
+def json_response(description: str, schema: dict | None, headers: dict | None = None) -> dict:
+    out: dict[str, Any] = {"description": description,
+                           "headers": {"X-Process-Time": PROCESS_TIME, **(headers or {})}}
+    if schema is not None:
+        out["content"] = {"application/json": {"schema": schema}}
+    return out
+
+
+def error_response(status: int, *, envelope_403: bool = False) -> dict:
+    if status == 403 and envelope_403:
+        schema = {"oneOf": [ref("Forbidden"), ref("Error")]}
+        text = ERROR_TEXT[403] + " Also auth.forbidden (envelope): binding a role broader than the caller's."
+        return json_response(text, schema)
+    return json_response(ERROR_TEXT[status], ref(ERROR_SCHEMA.get(status, "Error")))
+
+
+# -- the table -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Op:
+    status: int                         # the success status
+    schema: dict | None                 # its JSON body (None: no body)
+    errors: tuple[int, ...] = ()        # beyond those derived (401, 403, 408, 400, 413)
+    project_header: bool = False        # reads X-Service-Project
+    body: dict = field(default_factory=dict)      # property name -> schema (replaces the model's)
+    required: tuple[str, ...] | None = None       # body `required`, when it differs from the model's
+    body_extra: dict = field(default_factory=dict)  # more body keywords (anyOf, ...)
+    query: dict = field(default_factory=dict)     # query parameter name -> schema
+    path: dict = field(default_factory=dict)      # path parameter name -> schema
+    headers: dict = field(default_factory=dict)   # success response headers
+    links: dict = field(default_factory=dict)     # success response links
+    encoding: dict = field(default_factory=dict)  # multipart encoding
+    example: dict | None = None                   # a request body that succeeds
+    path_examples: dict = field(default_factory=dict)  # path parameter name -> an existing value
+
+
+def _links(op_ids: tuple[str, ...], param: str, expr: str) -> dict:
+    return {f"{oid}": {"operationId": oid, "parameters": {param: expr}} for oid in op_ids}
+
+
+def _submit_body(services) -> dict:
+    models = [m.id for m in services.catalog.models] if services is not None else []
+    resolutions = sorted({r for m in (services.catalog.models if services is not None else []) for r in m.resolutions})
+    durations = sorted({d for m in (services.catalog.models if services is not None else []) for d in m.durations})
+    body = {
+        "aspect_ratio": nullable({"enum": list(ASPECT_RATIOS)}),
+        "webhook_url": nullable({"type": "string", "description": "Job webhook URL; only https URLs are "
+                                 "called (any other string is stored and never called)."}),
+        "project_id": nullable(STR),
+    }
+    if models:
+        body["model"] = nullable({"enum": models})
+    if resolutions:
+        body["resolution"] = nullable({"enum": resolutions})
+    if durations:
+        body["duration"] = nullable({"enum": durations})
+    return body
+
+
+SUBMIT_ERRORS = (402, 404, 409, 422, 503)
+PROJECT_BODY = {"name": non_blank(), "slug": nullable(SLUG), "description": nullable(STR)}
+
+
+def operations(services=None) -> dict[tuple[str, str], Op]:
+    """Every `/v1` operation, keyed by (method, werkzeug rule)."""
+    submit = _submit_body(services)
+    product_slugs = _product_slugs()
+    quote = getattr(services, "topup_quote", None)
+    credits = {"type": "integer", "minimum": quote.min_credits if quote else 100,
+               "maximum": quote.max_credits if quote else 100000}
+    webhook_events = {"type": "array", "items": {"enum": list(EVENT_NAMES)}, "minItems": 1}
+    limit = {**INT64, "description": "Clamped to the route's range."}
+    offset = {**INT64, "description": "Negative values count as 0."}
+    job_links = _links(("request_status", "cancel_request"), "job_id", "$response.body#/request_id")
+    run_links = _links(("get_run", "cancel_run"), "run_id", "$response.body#/data/id")
+    asset_links = _links(("get_asset", "asset_content", "asset_url"), "asset_id", "$response.body#/data/id")
+    return {
+        # generation
+        ("GET", "/v1/generation/capabilities"): Op(200, data(array(ref("Capability")))),
+        ("GET", "/v1/generation/models"): Op(200, data(array(ref("Model")))),
+        ("POST", "/v1/generation/capabilities/<capability>"): Op(
+            202, ref("SubmitAccepted"), SUBMIT_ERRORS, True, body=submit,
+            path={"capability": {"type": "string", "enum": [c.id for c in CAPABILITIES]}}, links=job_links,
+            path_examples={"capability": "image.generate"},
+            example={"prompt": "A red fox in fresh snow", "aspect_ratio": "1:1", "resolution": "1k"}),
+        ("POST", "/v1/generation/models/<model>"): Op(
+            202, ref("SubmitAccepted"), SUBMIT_ERRORS, True, body=submit, links=job_links,
+            path={"model": {"type": "string", **({"enum": [m.id for m in services.catalog.models]}
+                                                   if services is not None else {})}},
+            path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
+        ("POST", "/v1/generation/estimate"): Op(
+            200, data(ref("Estimate")), (404, 422, 503), True,
+            body={**submit, "capability": nullable({"enum": [c.id for c in CAPABILITIES]})},
+            body_extra={"anyOf": [{"required": ["capability"], "properties": {"capability": STR}},
+                                  {"required": ["model"], "properties": {"model": STR}}]},
+            example={"capability": "image.generate", "resolution": "2k"}),
+        ("GET", "/v1/generation/requests"): Op(200, data(array(ref("JobStatus"))), (404,), True,
+                                               query={"limit": limit}),
+        ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, ref("JobStatus"), (404,)),
+        ("POST", "/v1/generation/requests/<job_id>/cancel"): Op(200, ref("JobStatus"), (404, 503)),
+        ("GET", "/v1/generation/assets"): Op(200, data(array(ref("Asset"))), (404,), True, query={"limit": limit}),
+        ("GET", "/v1/generation/assets/<asset_id>"): Op(200, data(ref("Asset")), (404,)),
+        ("GET", "/v1/generation/assets/<asset_id>/content"): Op(
+            302, None, (404,), headers={"Location": {"required": True, "description": "Signed URL of the file "
+                                                     "(valid 900 s, no key needed).", "schema": STR}}),
+        ("GET", "/v1/generation/assets/<asset_id>/url"): Op(
+            200, data(obj({"url": STR, "expires_in": {"type": "integer", "const": 900}})), (404,)),
+        ("POST", "/v1/generation/uploads"): Op(
+            201, data(ref("Asset")), (404, 409, 422, 503), True, links=asset_links,
+            body={"project_id": {"type": "string", "maxLength": 200}}),
+        # products and runs
+        ("GET", "/v1/workflows/products"): Op(200, data(array(ref("Product"))), query={
+            "category": {"enum": ["image", "video", "audio"]}}),
+        ("GET", "/v1/workflows/products/<slug>"): Op(200, data(ref("Product")), (404,),
+                                                     path={"slug": {"type": "string", "enum": product_slugs}}),
+        ("POST", "/v1/workflows/products/<slug>/estimate"): Op(
+            200, data(ref("Product")), (404, 422), True, path={"slug": {"type": "string", "enum": product_slugs}},
+            body={"project_id": nullable(STR)}, path_examples={"slug": "text-to-clip"},
+            example={"inputs": {"prompt": "A fox at dawn", "resolution": "480p"}}),
+        ("POST", "/v1/workflows/products/<slug>/runs"): Op(
+            202, data(ref("ProductRun")), SUBMIT_ERRORS, True, links=run_links,
+            path={"slug": {"type": "string", "enum": product_slugs}}, body={"project_id": nullable(STR)},
+            path_examples={"slug": "text-to-clip"}, example={"inputs": {"prompt": "A fox at dawn"}}),
+        ("GET", "/v1/workflows/runs"): Op(200, data(array(ref("ProductRun"))), (404,), True,
+                                          query={"limit": limit}),
+        ("GET", "/v1/workflows/runs/<run_id>"): Op(200, data(ref("ProductRun")), (404,)),
+        ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, data(ref("ProductRun")), (404, 503)),
+        ("GET", "/v1/runs"): Op(
+            200, data(obj({"items": array(ref("FeedItem")), "total": INT, "next_cursor": nullable(STR)})),
+            (404, 422), True, query={"limit": limit, "source": {"enum": ["api", "studio", "workflow"]}}),
+        # projects
+        ("GET", "/v1/projects"): Op(200, data(array(ref("Project")))),
+        ("GET", "/v1/projects/<project_id>"): Op(200, data(ref("Project")), (404,)),
+        ("POST", "/v1/projects"): Op(
+            201, data(ref("Project")), (409, 422, 503), body=PROJECT_BODY, required=("name",),
+            example={"name": "Spring campaign", "description": "Stills and clips for the launch"},
+            links=_links(("get_project", "update_project", "archive_project"), "project_id",
+                         "$response.body#/data/id")),
+        ("PATCH", "/v1/projects/<project_id>"): Op(
+            200, data(ref("Project")), (404, 409, 422, 503),
+            body={"name": non_blank(), "slug": SLUG, "description": nullable(STR)}),
+        ("POST", "/v1/projects/<project_id>/archive"): Op(200, data(ref("Project")), (404, 409, 503)),
+        # billing
+        ("GET", "/v1/billing/balance"): Op(200, data(ref("Balance"))),
+        ("GET", "/v1/billing/ledger"): Op(
+            200, obj({"data": array(ref("LedgerEntry")), "total": INT}), (503,),
+            query={"project_id": UUID, "since": TS, "until": TS, "limit": limit, "offset": offset}),
+        ("GET", "/v1/billing/holds"): Op(200, data(array(ref("Hold"))),
+                                         query={"status": {"enum": list(HOLD_STATUSES)}, "limit": limit}),
+        ("GET", "/v1/billing/usage"): Op(200, data(array(ref("UsageRow"))), query={"since": TS}),
+        ("GET", "/v1/billing/settings"): Op(200, data(ref("BillingSettings"))),
+        ("PUT", "/v1/billing/settings"): Op(
+            200, data(ref("BillingSettings")), (422, 503),
+            body={"low_balance_threshold": {
+                "description": "Credits, zero or more with at most two decimal places, as a JSON number "
+                               "or a decimal string; null turns the warning off. Out of range, more "
+                               "places or a string that is not a number: 422.",
+                "anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_THRESHOLD},
+                          {"type": "string"}, {"type": "null"}]}},
+            example={"low_balance_threshold": "25.00"}),
+        ("GET", "/v1/billing/topups/quote"): Op(200, data(ref("TopupQuote"))),
+        ("GET", "/v1/billing/topups"): Op(200, data(array(ref("Topup"))), query={"limit": limit}),
+        ("GET", "/v1/billing/topups/<topup_id>"): Op(200, data(ref("Topup")), (404,)),
+        ("POST", "/v1/billing/topups"): Op(
+            201, data(obj({"topup": ref("Topup"), "checkout_url": STR})), (422, 503),
+            body={"credits": credits},
+            links=_links(("get_topup",), "topup_id", "$response.body#/data/topup/id"), example={"credits": 500}),
+        # API keys
+        ("GET", "/v1/api-keys"): Op(200, data(array(ref("ApiKey")))),
+        ("GET", "/v1/api-keys/<key_id>"): Op(200, data(ref("ApiKey")), (404,)),
+        ("POST", "/v1/api-keys"): Op(
+            201, data(ref("ApiKeyCreated")), (422, 503),
+            body={"name": non_blank(), "role_id": nullable({"enum": list(ROLE_IDS.values())}),
+                  "expires_at": nullable(TS)},
+            links=_links(("get_key", "update_key", "revoke_key"), "key_id", "$response.body#/data/id"),
+            example={"name": "CI deploys", "role_id": ROLE_IDS["member"]}),
+        ("PATCH", "/v1/api-keys/<key_id>"): Op(200, data(ref("ApiKey")), (404, 422, 503),
+                                               body={"name": nullable(non_blank())}),
+        ("DELETE", "/v1/api-keys/<key_id>"): Op(204, None, (404, 503)),
+        # roles
+        ("GET", "/v1/roles"): Op(200, data(array(ref("Role"))),
+                                 links=_links(("get_role", "role_users"), "role_id", "$response.body#/data/0/id")),
+        ("GET", "/v1/roles/<role_id>"): Op(200, data(ref("Role")), (404,)),
+        ("GET", "/v1/roles/<role_id>/users"): Op(200, data(array(ref("RoleUser"))), (404,)),
+        # account webhooks
+        ("GET", "/v1/webhooks"): Op(200, obj({"webhooks": array(ref("Webhook")), "total": INT}),
+                                    query={"limit": limit, "offset": offset}),
+        ("GET", "/v1/webhooks/events"): Op(200, obj({"events": array({"enum": list(EVENT_NAMES)})})),
+        ("GET", "/v1/webhooks/<webhook_id>"): Op(200, obj({"webhook": ref("Webhook")}), (404,)),
+        ("GET", "/v1/webhooks/<webhook_id>/deliveries"): Op(
+            200, obj({"deliveries": array(ref("WebhookDelivery"))}), (404,), query={"limit": limit}),
+        ("POST", "/v1/webhooks"): Op(
+            201, obj({"webhook": ref("WebhookCreated")}), (422, 503),
+            body={"events": webhook_events},
+            links=_links(("get_webhook", "update_webhook", "delete_webhook", "test_webhook", "list_deliveries"),
+                         "webhook_id", "$response.body#/webhook/id"),
+            example={"url": "https://hooks.example.com/genservice", "events": ["api_key.created"],
+                     "description": "ops"}),
+        ("PATCH", "/v1/webhooks/<webhook_id>"): Op(
+            200, obj({"webhook": ref("Webhook")}), (404, 422, 503),
+            body={"events": nullable(webhook_events)}),
+        ("POST", "/v1/webhooks/<webhook_id>/test"): Op(201, ref("WebhookTestResult"), (404, 503)),
+        ("DELETE", "/v1/webhooks/<webhook_id>"): Op(204, None, (404, 503)),
+        # support tickets
+        ("GET", "/v1/support/tickets"): Op(200, data(array(ref("Ticket"))),
+                                           query={"limit": limit, "state": {"enum": list(STATES)}}),
+        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, data(ref("TicketWithReplies")), (404,)),
+        ("POST", "/v1/support/tickets"): Op(
+            201, data(ref("TicketWithReplies")), (422, 503),
+            body={"subject_line": non_blank(MAX_SUBJECT), "body": non_blank(MAX_BODY),
+                  "type": {"enum": list(TYPES)}, "priority": {"enum": list(PRIORITIES)}},
+            links=_links(("get_ticket", "reply"), "ticket_id", "$response.body#/data/id"),
+            example={"subject_line": "Uploads fail", "body": "A PNG upload answers 422.", "type": "bug",
+                     "priority": "P3"}),
+        ("POST", "/v1/support/tickets/<ticket_id>/replies"): Op(
+            201, data(ref("TicketWithReplies")), (404, 409, 422, 503), body={"body": non_blank(MAX_BODY)}),
+    }
+
+
+def _product_slugs() -> list[str]:
+    from service.catalog.products import list_products
+
+    return [p.slug for p in list_products()]
+
+
+# -- applying the table to quart-schema's operation objects ----------------------------------------
+PROJECT_HEADER = {
+    "name": "X-Service-Project", "in": "header", "required": False,
+    "description": "Project id or slug; used when the body or query names no project (else the "
+                   "organization's default project). Unknown: 404.",
+    "schema": {"type": "string"},
+}
+
+
+class DocumentError(Exception):
+    """The route table and the app disagree (a route without an entry, a patched field the model lacks)."""
+
+
+def _clean(schema: dict) -> dict:
+    """A parameter schema without pydantic's noise: `anyOf [X, null]` -> X, no title, no null default."""
+    schema = {k: v for k, v in schema.items() if k != "title" and not (k == "default" and v is None)}
+    any_of = schema.get("anyOf")
+    if isinstance(any_of, list):
+        rest = [s for s in any_of if s != {"type": "null"}]
+        if len(rest) == 1:
+            del schema["anyOf"]
+            schema = {**rest[0], **schema}
+    return schema
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items()
+                if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
+    """The operation object for one route and method, completed from `op`."""
+    where = f"{method} {rule}"
+    operation = copy.deepcopy(operation)
+    params = []
+    for p in operation.get("parameters", []):
+        p = dict(p)
+        p["schema"] = _clean(p.get("schema", {}))
+        if p["in"] == "query" and p["name"] in op.query:
+            p["schema"] = {**op.query[p["name"]], **({"description": p["schema"]["description"]}
+                                                      if "description" in p["schema"] else {})}
+        if p["in"] == "path" and p["name"] in op.path:
+            p["schema"] = op.path[p["name"]]
+        if p["in"] == "path" and p["name"] in op.path_examples:
+            p["example"] = op.path_examples[p["name"]]
+        if p["in"] == "header" and p["name"].lower() == "idempotency-key":
+            p["schema"] = IDEMPOTENCY_KEY
+        params.append(p)
+    names = {(p["in"], p["name"]) for p in params}
+    for name in op.query:
+        if ("query", name) not in names:
+            raise DocumentError(f"{where}: query parameter {name!r} is not in the route's model")
+    for name in op.path:
+        if ("path", name) not in names:
+            raise DocumentError(f"{where}: path parameter {name!r} is not in the rule")
+    if op.project_header:
+        params.append(dict(PROJECT_HEADER))
+    operation["parameters"] = params
+
+    request_body = operation.get("requestBody")
+    if request_body is not None:
+        (media, content), = request_body["content"].items()
+        schema = _strip_titles(content["schema"])
+        props = schema.setdefault("properties", {})
+        for name, patch in op.body.items():
+            if name not in props:
+                raise DocumentError(f"{where}: body field {name!r} is not in the route's model")
+            keep = {k: v for k, v in props[name].items() if k == "description" or (k == "default" and v is not None)}
+            props[name] = {**patch, **keep}
+        if op.required is not None:
+            schema["required"] = list(op.required)
+        schema.update(op.body_extra)
+        schema["additionalProperties"] = False
+        content["schema"] = schema
+        # The server reads a missing body as `{}`: the body is required exactly when `{}` is invalid.
+        request_body["required"] = bool(schema.get("required") or schema.get("anyOf"))
+        if op.encoding:
+            content["encoding"] = op.encoding
+        if op.example is not None:
+            content["example"] = op.example
+    elif op.body or op.example is not None:
+        raise DocumentError(f"{where}: body patches or an example for a route without a body model")
+    for name in op.path_examples:
+        if ("path", name) not in names:
+            raise DocumentError(f"{where}: path example for {name!r}, not a path parameter")
+
+    has_input = request_body is not None or any(p["in"] in ("query",) for p in params) or any(
+        p["in"] == "header" and p["name"].lower() == "idempotency-key" for p in params)
+    permission = getattr(func, "permission", "missing")
+    if permission == "missing":
+        raise DocumentError(f"{where}: the view is not wrapped in @requires")
+    statuses = {401, 408, *op.errors}
+    if permission is not None:
+        statuses.add(403)
+    if has_input:
+        statuses.add(400)
+    if request_body is not None:
+        statuses.add(413)
+
+    success = json_response("Success.", op.schema, op.headers)
+    if op.links:
+        success["links"] = op.links
+    responses: dict[str, dict] = {str(op.status): success}
+    for status in sorted(statuses):
+        responses[str(status)] = error_response(status, envelope_403=(method, rule) == ("POST", "/v1/api-keys"))
+    operation["responses"] = responses
+    operation["security"] = [{"bearer": []}]
+    if permission is not None:
+        operation["x-permission"] = permission
+    return operation
+
+
+def components(existing: dict) -> dict:
+    out = dict(existing)
+    out["schemas"] = {**existing.get("schemas", {}), **SCHEMAS}
+    return out
+
+
+PATH_PARAM = re.compile(r"<(?:[^:<>]*:)?([^<>]+)>")
+
+
+def normalize(rule: str) -> str:
+    """A werkzeug rule without converter names: `/v1/x/<conv:name>` -> `/v1/x/<name>`."""
+    return PATH_PARAM.sub(r"<\1>", rule)
