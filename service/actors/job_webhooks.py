@@ -29,7 +29,13 @@ from service.storage.db import Store
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0
-CONCURRENCY = 32
+# POSTs in flight at once, node-wide (as many as account-webhook deliveries). Rows are sent in
+# the order they became due, so a due row waits while this many receivers are slow: at 32,
+# 100 hanging receivers (each 10 s) held a healthy job's webhook for about 22 s, past the
+# 15 s of reliability goal R7 (tests/test_webhook_faults.py). With 256, a healthy receiver
+# waits for a slow one only when more than 256 are slow at once (there is no per-organization
+# cap here, unlike account webhooks).
+CONCURRENCY = 256
 
 
 class JobWebhooks:
