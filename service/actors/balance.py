@@ -62,6 +62,8 @@ SIGNUP_DAYS = 30
 NOTHING: frozenset = frozenset()
 UNAVAILABLE = "The balance could not be updated; try again."
 IN_FLIGHT = 2      # batches decided but not yet committed: one committing, the next queued behind it
+SPLIT_FROM = 128   # a burst of at least this many messages is decided in two halves (smaller commits;
+                   # measured: helps p99 at 256 requesters, costs CPU at 64)
 
 
 class ChainBroken(Exception):
@@ -213,6 +215,11 @@ class BalanceActor(Actor):
             self.notified_at = settings["low_balance_notified_at"]
 
     # -- the loop's hooks ----------------------------------------------------------------------
+    def batch_limit(self, waiting: int) -> int:
+        """A big burst is decided in two halves: the second is decided (and queued behind)
+        while the first commits, so deciding and committing overlap instead of alternating."""
+        return waiting if waiting < SPLIT_FROM else (waiting + 1) // 2
+
     def next_deadline(self) -> float | None:
         order = self.order
         return order[0].expires_at if order else None

@@ -105,6 +105,10 @@ class Actor:
                     raise
         return out
 
+    def batch_limit(self, waiting: int) -> int:
+        """How many of the `waiting` messages one handle_batch call takes (default: all)."""
+        return MAILBOX
+
     def next_deadline(self) -> float | None:
         """Service time of the next timed event, or None."""
         return None
@@ -321,7 +325,8 @@ class Registry(Generic[A]):
                 if first is None:
                     continue
             batch = [first]
-            while len(batch) < MAILBOX:
+            limit = actor.batch_limit(recv.statistics().current_buffer_used + 1)
+            while len(batch) < limit:
                 try:
                     batch.append(recv.receive_nowait())
                 except trio.WouldBlock:
