@@ -219,7 +219,8 @@ def main(argv=None) -> int:
             print(f"W4 per-org p99 (ms): actor {t['extra_actor']}, naive {t['extra_naive']}")
     for name, s in single.items():
         extra = {k: v for k, v in s.items() if k in ("lots", "restarts", "abandoned", "retried", "commit_faults",
-                                                       "ledger_rows", "logged")}
+                                                       "ledger_rows", "logged", "lot_expiries", "expired_under_holds",
+                                                       "charged_from_expired", "returned_to_expired", "refusals")}
         print(f"{name}: {extra}")
     print(f"total operations {total_ops:,}; wall time {time.perf_counter() - t_begin:.0f} s; "
           f"violations {len(violations)}; machine at end: {machine_load()}")

@@ -29,6 +29,7 @@ class RefModel:
         self.lots: dict[str, dict] = {}
         self.holds: dict[str, dict] = {}
         self.settles: dict[str, int] = defaultdict(int)
+        self.stats: dict[str, int] = defaultdict(int)   # coverage: what the run exercised
 
     def live(self):
         return [lot for lot in self.lots.values() if not lot["expired"]]
@@ -65,6 +66,9 @@ class RefModel:
                     bad(f"lot {lot_id} expired {free}, model says {lot['remaining'] - lot['reserved']}")
                 lot["expired"] = True
                 lot["expired_uc"] += lot["remaining"] - lot["reserved"]
+                self.stats["lot_expiries"] += 1
+                if lot["reserved"]:
+                    self.stats["expired_under_holds"] += 1
             elif kind == "hold":
                 _, _, hid, amount, slices, avail_before = e
                 for lot in self.live():
@@ -74,6 +78,7 @@ class RefModel:
                 if avail_before != avail:
                     bad(f"hold {hid}: actor available {avail_before}, model {avail}")
                 if slices is None:
+                    self.stats["refusals"] += 1
                     if amount <= avail:
                         bad(f"false 402 for hold {hid}: {amount} <= available {avail}")
                     continue
@@ -111,6 +116,7 @@ class RefModel:
                     lot["reserved"] -= s
                     if lot["expired"]:
                         lot["expired_uc"] += s - c
+                        self.stats["charged_from_expired" if c else "returned_to_expired"] += 1
                 h["status"] = "captured" if kind == "capture" else "released"
                 h["captured"] = amount if kind == "capture" else None
             # dup / settings / notify: no state change

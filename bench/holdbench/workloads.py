@@ -200,6 +200,9 @@ class ActorRun:
             m.replay(org, trace, res.violations)
             models[org] = m
         self.models = models
+        for m in models.values():
+            for k, v in m.stats.items():
+                res.extra[k] = res.extra.get(k, 0) + v
         await self.eng.memory_equals_db(list(self.eng.traces), res.violations)
         res.commits = self.eng.store.batches
 
