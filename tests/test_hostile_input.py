@@ -659,6 +659,10 @@ class RawExchange:
     def wait_closed(self, timeout: float = 10) -> bool:
         """True when the server closed the connection within `timeout` seconds."""
         closed = self.closed.wait(timeout)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader (close alone does not)
+        except OSError:
+            pass
         self.sock.close()
         self._reader.join(5)
         return closed
