@@ -1,6 +1,8 @@
 """Schemathesis hooks for tests/test_schemathesis.py (loaded through SCHEMATHESIS_HOOKS).
 
-One hook, `before_call`, edits each request just before it is sent, in every phase
+`filter_failure` drops two schemathesis misjudgements, matched by failure kind and
+operation (why: tests/test_schemathesis.py's docstring). `before_call` edits each request
+just before it is sent, in every phase
 (examples, coverage, fuzzing, stateful). Every edit keeps a value valid if it was valid and
 invalid if it was invalid, so schemathesis still judges the case as generated. The edits
 keep the run fast and keep the fuzzer from sawing off the branch it sits on; none hides a
@@ -90,6 +92,25 @@ def _positive_body(case) -> bool:
 
 
 @schemathesis.hook
+def filter_failure(context, failure, case, response):
+    """Drop exactly two schemathesis misjudgements (each described in test_schemathesis.py);
+    every other failure stands."""
+    kind = type(failure).__name__
+    label = case.operation.label
+    if kind == "ObjectLevelAuthorizationViolation" and label == "GET /v1/roles/{role_id}":
+        return False  # the four roles are global: the same ids and bodies in every organization
+    if kind == "AcceptedNegativeData" and label == "POST /v1/generation/uploads" and _generated_positive(case):
+        return False  # a valid upload relabelled negative because its body holds bytes
+    return True
+
+
+def _generated_positive(case) -> bool:
+    meta = case.meta
+    description = getattr(getattr(getattr(meta, "phase", None), "data", None), "description", None)
+    return description == "Positive test case"
+
+
+@schemathesis.hook
 def before_call(context, case, kwargs):
     path = case.operation.path
     method = case.method.upper()
@@ -107,7 +128,9 @@ def before_call(context, case, kwargs):
             # Schemathesis re-validates an edited body, and a body holding bytes never
             # validates (JSON Schema has no bytes), so the edit would relabel this valid
             # upload as negative. The swap keeps it valid: keep the case as generated.
-            case._sync_validated_hashes()
+            sync = getattr(case, "_sync_validated_hashes", None)  # schemathesis 4.32 internals
+            assert sync is not None, "schemathesis changed: see tests/schemathesis_hooks.py"
+            sync()
         return
     body = case.body
     body.update(_integral(body))
