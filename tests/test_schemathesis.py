@@ -27,8 +27,9 @@ What is configured rather than fixed, and why (CONFIG below and schemathesis_hoo
   bodies in every organization, service/roles.py and spec "Roles"; the check does not match
   the `{data: [...]}` list to the `{data: {...}}` item, which is how it otherwise recognises
   shared objects), and negative_data_rejection on an upload schemathesis generated as
-  positive but relabelled negative after the auth header was added (it re-validates the
-  body, and a body holding bytes never validates: JSON Schema has no bytes).
+  positive ("Positive test case", its own sample PNG) but judged as negative: when it
+  re-validates a case, a body holding bytes never validates (JSON Schema has no bytes).
+  Seen in the stateful phase with the WFC identities.
 - The stateful phase runs 4x the examples (100 scenarios at 25) with up to 40 steps each,
   so most of the document's and the inferred links are walked (about 100-135 of 232).
 - schemathesis_hooks.py: the run's own keys are never revoked or paused, uploads carry a
