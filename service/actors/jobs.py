@@ -80,11 +80,12 @@ from service.actors.runtime import Actor, Registry
 from service.assets.files import FileStore, hash_file
 from service.assets.signing import UrlSigner, load_secret
 from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, render_limiter, runnable
+from service.idempotency import TTL_S as IDEMPOTENCY_TTL, KeyedLocks, replay
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
 from service.crash import crashpoint
-from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError, Unprocessable
+from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
 from service.machines import JOB
 from service.media.inspect import MediaInfo, inspect_file
 from service.storage import generation as sql
@@ -93,7 +94,6 @@ log = logging.getLogger(__name__)
 
 FINAL = views.FINAL
 SETTLE_RETRY_S = 5.0
-IDEMPOTENCY_TTL_S = 24 * 3600.0
 Notify = Callable[[dict], None]
 
 
@@ -290,7 +290,7 @@ class JobActor(Actor):
             if idem is not None:
                 sql.put_idempotency(conn, {**idem, "job_id": row["id"], "response": json.dumps(response),
                                            "created_at": now_s},
-                                    older_than=now_s - IDEMPOTENCY_TTL_S)
+                                    older_than=now_s - IDEMPOTENCY_TTL)
 
         try:
             await gen.store.write(tx)
@@ -554,7 +554,7 @@ class Generation:
         self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
         self.webhooks = JobWebhooks(services.store, services.clock, lambda: services.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
-        self._idem_locks: dict[tuple[str, str], list] = {}
+        self._idem_locks = KeyedLocks()
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
 
@@ -624,22 +624,12 @@ class Generation:
         The same key with the same request hash returns the first 202 body (no second job or
         hold); with another hash: 422. Concurrent requests with one key are serialised.
         """
-        slot = self._idem_locks.setdefault((org_id, key), [trio.Lock(), 0])
-        slot[1] += 1
-        try:
-            async with slot[0]:
-                row = sql.get_idempotency(self.store, org_id, key)
-                if row is not None and row["created_at"] >= self.clock.now() - IDEMPOTENCY_TTL_S:
-                    if row["request_hash"] != request_hash:
-                        raise Unprocessable(
-                            "Idempotency-Key was already used with a different request; use a new key.",
-                            {"header": "Idempotency-Key", "request_id": row["job_id"]})
-                    return json.loads(row["response"])
-                return await make({"organization_id": org_id, "key": key, "request_hash": request_hash})
-        finally:
-            slot[1] -= 1
-            if slot[1] == 0:
-                self._idem_locks.pop((org_id, key), None)
+        async with self._idem_locks.hold((org_id, key)):
+            stored = replay(sql.get_idempotency(self.store, org_id, key), request_hash, self.clock.now(),
+                            id_field="job_id", detail="request_id")
+            if stored is not None:
+                return stored
+            return await make({"organization_id": org_id, "key": key, "request_hash": request_hash})
 
     async def cancel(self, org_id: str, job_id: str) -> dict:
         job = sql.job_in_org(self.store, org_id, job_id)
@@ -663,7 +653,7 @@ class Generation:
         placed, dropped = await trio.to_thread.run_sync(files.recover_uploads, shas.get)
         if placed or dropped:
             log.info("uploads: %d finished, %d dropped after a stop", placed, dropped)
-        cutoff = self.clock.now() - IDEMPOTENCY_TTL_S
+        cutoff = self.clock.now() - IDEMPOTENCY_TTL
         await self.store.write(lambda c: sql.purge_idempotency(c, cutoff))
         await self.webhooks.recover()
         for hold in sql.orphan_holds(self.store):

@@ -58,7 +58,6 @@ recovery step wakes every open run and cancels step jobs still open under a fina
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -78,6 +77,8 @@ from service.catalog import products as catalog_products
 from service.crash import crashpoint
 from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
                             Unprocessable)
+from service.idempotency import TTL_S as IDEMPOTENCY_TTL, KeyedLocks, replay
+from service.idempotency import request_hash as idem_hash
 from service.machines import RUN, STEP
 from service.money import fmt, to_uc
 from service.storage import billing as billing_sql
@@ -86,7 +87,6 @@ from service.storage import products as sql
 
 log = logging.getLogger(__name__)
 
-IDEMPOTENCY_TTL_S = 24 * 3600.0
 MSG_FLAGGED = "Generation was flagged by the content filter. Credits were released."
 MSG_JOB_CANCELED = "The step's generation job was canceled. Credits were released."
 MSG_VERSION_GONE = "The product version this run started with is no longer defined."
@@ -304,7 +304,7 @@ class RunActor(Actor):
             sql.insert_run(conn, run, steps)
             if idem is not None:
                 sql.put_run_key(conn, {**idem, "run_id": run["id"], "response": json.dumps(view),
-                                       "created_at": now}, older_than=now - IDEMPOTENCY_TTL_S)
+                                       "created_at": now}, older_than=now - IDEMPOTENCY_TTL)
 
         try:
             await self.p.store.write(tx)
@@ -580,7 +580,7 @@ class Products:
         self.base_url = services.settings.public_base_url
         self.runs = RunRegistry(lambda key: RunActor(self), services.clock)
         self.cursor_key = cursor_key(load_secret(services.settings.data_dir))
-        self._locks: dict[tuple[str, str], list] = {}
+        self._locks = KeyedLocks()
 
     @property
     def generation(self):
@@ -664,32 +664,19 @@ class Products:
         if idempotency_key is None:
             return await self._start(org_id, user_id, slug, inputs, project, None)
         if request_hash is None:
-            request_hash = hashlib.sha256(json.dumps(
-                {"product": slug, "project_id": project["id"], "inputs": inputs},
-                sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-        lock_key = (org_id, idempotency_key)
-        slot = self._locks.setdefault(lock_key, [trio.Lock(), 0])
-        slot[1] += 1
-        try:
-            async with slot[0]:
-                for _ in range(2):
-                    row = sql.get_run_key(self.store, org_id, idempotency_key)
-                    if row is not None and row["created_at"] >= self.clock.now() - IDEMPOTENCY_TTL_S:
-                        if row["request_hash"] != request_hash:
-                            raise Unprocessable(
-                                "Idempotency-Key was already used with a different request; use a new key.",
-                                {"header": "Idempotency-Key", "run_id": row["run_id"]})
-                        return json.loads(row["response"])
-                    try:
-                        return await self._start(org_id, user_id, slug, inputs, project, {
-                            "organization_id": org_id, "key": idempotency_key, "request_hash": request_hash})
-                    except KeyTaken:
-                        continue  # another node task won the key: answer as it did
-                raise Unprocessable("Idempotency-Key is in use; retry.", {"header": "Idempotency-Key"})
-        finally:
-            slot[1] -= 1
-            if slot[1] == 0:
-                self._locks.pop(lock_key, None)
+            request_hash = idem_hash({"product": slug, "project_id": project["id"], "inputs": inputs})
+        async with self._locks.hold((org_id, idempotency_key)):
+            for _ in range(2):
+                stored = replay(sql.get_run_key(self.store, org_id, idempotency_key), request_hash,
+                                self.clock.now(), id_field="run_id", detail="run_id")
+                if stored is not None:
+                    return stored
+                try:
+                    return await self._start(org_id, user_id, slug, inputs, project, {
+                        "organization_id": org_id, "key": idempotency_key, "request_hash": request_hash})
+                except KeyTaken:
+                    continue  # another node task won the key: answer as it did
+            raise Unprocessable("Idempotency-Key is in use; retry.", {"header": "Idempotency-Key"})
 
     async def _start(self, org_id, user_id, slug, inputs, project, idempotency) -> dict:
         p = self.product_or_404(slug)
@@ -727,7 +714,7 @@ class Products:
     async def recover(self) -> None:
         """At start, after the job recovery: purge old idempotency keys, wake every open run
         (it resumes itself), cancel step jobs still open under a run that is final."""
-        cutoff = self.clock.now() - IDEMPOTENCY_TTL_S  # not inside the write: it may run in a thread
+        cutoff = self.clock.now() - IDEMPOTENCY_TTL  # not inside the write: it may run in a thread
         await self.store.write(lambda c: sql.purge_run_keys(c, cutoff))
         open_ids = sql.open_run_ids(self.store)
         for run_id in open_ids:

@@ -5,38 +5,25 @@ in the spec's fixed order: project -> model -> availability -> prompt -> aspect_
 resolution -> duration -> quality -> inputs -> price -> credits (402, nothing created).
 
 Beyond the spec: an optional `Idempotency-Key` header on both submit routes (see
-`IDEMPOTENCY_DOC`).
+`service.http.idempotency`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
-from service.errors import BadRequest, NotFound
+from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, services
+from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import Body, Query, body, clamp, query
+from service.idempotency import request_hash
 
 bp = Blueprint("generation", __name__)
 
-IDEMPOTENCY_DOC = (
-    "Optional. A client-chosen key (1 to 255 visible ASCII characters) that makes a submit safe "
-    "to retry: within 24 hours, repeating the same key with the same request (route, body and "
-    "X-Service-Project header) returns the original 202 answer and creates no second job and no "
-    "second credit hold. The same key with a different request answers 422 "
-    "request.validation_failed. Keys are per organization. Without the header every submit "
-    "creates a new job."
-)
 
-
-class IdempotencyHeaders(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    idempotency_key: str | None = Field(default=None, alias="Idempotency-Key", description=IDEMPOTENCY_DOC)
 
 
 class SubmitBody(Body):
@@ -81,15 +68,6 @@ async def models():
     return {"data": gen().models_view()}
 
 
-def _idempotency_key() -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not 1 <= len(key) <= 255 or not all(33 <= ord(ch) <= 126 for ch in key):
-        raise BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.",
-                         {"header": "Idempotency-Key"})
-    return key
-
 
 async def _submit(data: SubmitBody, *, capability: str | None = None, model: str | None = None):
     p = principal()
@@ -102,15 +80,12 @@ async def _submit(data: SubmitBody, *, capability: str | None = None, model: str
         return await g.submit(plan, org_id=p.org_id, project_id=project["id"], source="api",
                               webhook_url=data.webhook_url, idempotency=idempotency)
 
-    key = _idempotency_key()
+    key = idempotency_key()
     if key is None:
         return await make(None), 202
     route = f"capabilities/{capability}" if capability is not None else f"models/{model}"
-    canonical = json.dumps({"route": route, "body": fields,
-                            "project": request.headers.get("X-Service-Project")},
-                           sort_keys=True, separators=(",", ":"))
-    request_hash = hashlib.sha256(canonical.encode()).hexdigest()
-    return await g.idempotent(p.org_id, key, request_hash, make), 202
+    digest = request_hash({"route": route, "body": fields, "project": request.headers.get("X-Service-Project")})
+    return await g.idempotent(p.org_id, key, digest, make), 202
 
 
 @bp.post("/v1/generation/capabilities/<capability>")

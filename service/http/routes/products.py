@@ -22,33 +22,20 @@ Decisions where the spec is open:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
-from service.errors import BadRequest
 from service.http.auth import principal, requires, resolve_project, services
+from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import Body, Query, body, query
+from service.idempotency import request_hash
 
 bp = Blueprint("products", __name__)
 
-IDEMPOTENCY_DOC = (
-    "Optional. A client-chosen key (1 to 255 visible ASCII characters) that makes a run start "
-    "safe to retry: within 24 hours, repeating the same key with the same request (product, "
-    "body and X-Service-Project header) returns the original 202 answer and starts no second "
-    "run. The same key with a different request answers 422 request.validation_failed. Keys "
-    "are per organization."
-)
 
-
-class IdempotencyHeaders(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    idempotency_key: str | None = Field(default=None, alias="Idempotency-Key", description=IDEMPOTENCY_DOC)
 
 
 class ProductsQuery(Query):
@@ -63,15 +50,6 @@ class RunBody(Body):
 def products():
     return services().products
 
-
-def _idempotency_key() -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not 1 <= len(key) <= 255 or not all(33 <= ord(ch) <= 126 for ch in key):
-        raise BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.",
-                         {"header": "Idempotency-Key"})
-    return key
 
 
 @bp.get("/v1/workflows/products")
@@ -113,13 +91,11 @@ async def start_run(slug: str, data: RunBody):
     pr.product_or_404(slug)
     p = principal()
     project = resolve_project(data.project_id, write=True)
-    key = _idempotency_key()
-    request_hash = None
+    key = idempotency_key()
+    digest = None
     if key is not None:
-        canonical = json.dumps({"product": slug, "body": data.model_dump(exclude_unset=True),
-                                "project": request.headers.get("X-Service-Project")},
-                               sort_keys=True, separators=(",", ":"))
-        request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+        digest = request_hash({"product": slug, "body": data.model_dump(exclude_unset=True),
+                               "project": request.headers.get("X-Service-Project")})
     view = await pr.start(p.org_id, p.user_id, slug, data.inputs, project, idempotency_key=key,
-                          request_hash=request_hash)
+                          request_hash=digest)
     return {"data": view}, 202
