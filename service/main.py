@@ -100,7 +100,10 @@ def hypercorn_config(settings: Settings, sock: socket.socket | None = None) -> C
 
 async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock: Clock | None = None,
                 task_status=trio.TASK_STATUS_IGNORED) -> None:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # The database holds webhook signing secrets (kept to sign) and the asset-URL key: every
+    # file the node creates is readable by its own user only.
+    os.umask(0o077)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     settings.operator_token = ensure_operator_token(settings)
     crash.configure(settings.crashpoint, settings.test_mode)
     sock = prebind(settings)

@@ -40,6 +40,8 @@ def test_serve_admin_and_shutdown(tmp_path):
         assert httpx.get(url + "/healthz").json() == {"status": "ok"}
         token_file = tmp_path / "data" / "operator-token"
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+        assert stat.S_IMODE((tmp_path / "data" / "genservice.db").stat().st_mode) == 0o600
         out = subprocess.run([sys.executable, "-m", "service", "admin", "--url", url, "create-org",
                               "Acme", "owner@acme.test"], env=env, capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr

@@ -83,3 +83,22 @@ def test_migrations_apply_once(tmp_path):
     assert {"organizations", "users", "api_keys", "projects", "events", "emails"} <= names
     applied = conn.execute("SELECT count(*) FROM _sqlite_migrations WHERE name = 'm001_accounts'").fetchone()[0]
     assert applied == 1
+
+
+async def test_write_after_writer_stopped_fails_cleanly(tmp_path):
+    from service.storage.db import StorageClosed
+
+    path = tmp_path / "c.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (v TEXT)").connection.close()
+    s = Store(path, inline=False)
+    async with trio.open_nursery() as n:
+        await n.start(s.run)
+        await s.write(lambda c: c.execute("INSERT INTO t VALUES ('a')"))
+        n.cancel_scope.cancel()
+    with pytest.raises(StorageClosed):
+        await s.write(lambda c: c.execute("INSERT INTO t VALUES ('b')"))
+    with trio.CancelScope() as scope:  # a task being torn down sees Cancelled, not an error
+        scope.cancel()
+        await s.write(lambda c: c.execute("INSERT INTO t VALUES ('c')"))
+    assert scope.cancelled_caught
+    s.close()

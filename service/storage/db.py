@@ -55,6 +55,10 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+class StorageClosed(RuntimeError):
+    """A write arrived after the writer task stopped."""
+
+
 class _Write:
     __slots__ = ("fn", "done", "result", "error")
 
@@ -78,6 +82,7 @@ class Store:
         self.batches = 0
         self.writes = 0
         self.broken: BaseException | None = None
+        self._stopped = False
         self.commit_ewma = 0.0  # seconds, moving average of batch commit time
         self._queued = 0        # writes submitted to the writer task and not yet committed
 
@@ -103,12 +108,25 @@ class Store:
         if self.broken is not None:
             raise RuntimeError("storage is broken") from self.broken
         item = _Write(fn)
+        if self._stopped:
+            return self._closed(item)
         if not self._queued and self._fast_path_ok():
             self._commit([item])  # no write queued or in flight, nothing else to run: commit now
             item.done.set()
             return item
+        try:
+            self._send.send_nowait(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return self._closed(item)
         self._queued += 1
-        self._send.send_nowait(item)
+        return item
+
+    @staticmethod
+    def _closed(item: _Write) -> _Write:
+        """The writer has stopped (shutdown): fail through `wait`, whose checkpoint turns this
+        into Cancelled for a task that is itself being torn down."""
+        item.error = StorageClosed("storage is closed")
+        item.done.set()
         return item
 
     async def wait(self, item: _Write) -> Any:
@@ -121,6 +139,12 @@ class Store:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The writer task: take what is queued, commit it as one batch, wake the writers."""
         task_status.started()
+        try:
+            await self._run_batches()
+        finally:
+            self._stopped = True
+
+    async def _run_batches(self) -> None:
         async with self._recv:
             while True:
                 first = await self._recv.receive()
