@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("add-member", lambda a: ("POST", f"/organizations/{a.org_id}/members",
                                  {"email": a.email, "role": a.role}),
         (("org_id",), {}), (("email",), {}), (("role",), {}))
+    cmd("invite", lambda a: ("POST", f"/organizations/{a.org_id}/invitations", {"email": a.email, "role": a.role}),
+        (("org_id",), {}), (("email",), {}), (("role",), {}), help="invite a member (prints the link token)")
+    cmd("accept-invite", lambda a: ("POST", "/invitations/accept", {"token": a.token}), (("token",), {}))
     cmd("set-role", lambda a: ("PATCH", f"/organizations/{a.org_id}/members/{a.user_id}", {"role": a.role}),
         (("org_id",), {}), (("user_id",), {}), (("role",), {}))
     cmd("remove-member", lambda a: ("DELETE", f"/organizations/{a.org_id}/members/{a.user_id}", None),

@@ -25,6 +25,8 @@ SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # \Z: `$` also
 SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
                 "and cannot start or end with a hyphen.")
 TOUCH_EVERY = 60.0
+INVITE_VALID = 14 * 86400.0  # spec Limits: an invitation link is valid for 14 days
+INVALID_INVITE = "The invitation is not valid: unknown, already used, replaced by a resend, or expired."
 
 
 def new_key() -> str:
@@ -75,6 +77,24 @@ class ChangeRole:
 class RemoveMember:
     org_id: str
     user_id: str
+
+
+@dataclass
+class Invite:
+    org_id: str
+    email: str
+    role: str
+
+
+@dataclass
+class ResendInvite:
+    org_id: str
+    invitation_id: str
+
+
+@dataclass
+class AcceptInvite:
+    token: str
 
 
 @dataclass
@@ -211,6 +231,70 @@ class AccountsActor(Actor):
                      {"member_id": m.user_id, "member_email": user["email"], "role": user["role"]}, now)
 
         await self.store.write(tx)
+
+    # -- invitations ---------------------------------------------------------------------------
+    def _new_link(self, now: float) -> tuple[str, str, str]:
+        token = "inv_" + secrets.token_hex(24)
+        return token, hashlib.sha256(token.encode()).hexdigest(), iso(now + INVITE_VALID)
+
+    async def on_Invite(self, m: Invite) -> dict:
+        _check_role(m.role)
+        now = self.clock.now()
+        now_iso = iso(now)
+        invitation_id, member_id = sql.new_id(), sql.new_id()
+        token, digest, expires = self._new_link(now)
+
+        def tx(conn):
+            _require_org(conn, m.org_id)
+            conn.execute("INSERT INTO invitations (id, organization_id, member_id, email, role, token_hash, "
+                         "created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+                         (invitation_id, m.org_id, member_id, m.email, m.role, digest, now_iso, expires))
+            emit(conn, m.org_id, "member.invited", {"member_id": member_id, "member_email": m.email,
+                                                    "role": m.role}, now_iso)
+
+        await self.store.write(tx)
+        return {"invitation_id": invitation_id, "member_id": member_id, "email": m.email, "role": m.role,
+                "expires_at": expires, "token": token}
+
+    async def on_ResendInvite(self, m: ResendInvite) -> dict:
+        now = self.clock.now()
+        now_iso = iso(now)
+        token, digest, expires = self._new_link(now)
+
+        def tx(conn):
+            inv = conn.execute("SELECT * FROM invitations WHERE id = ? AND organization_id = ? "
+                               "AND accepted_at IS NULL", (m.invitation_id, m.org_id)).fetchone()
+            if inv is None:
+                raise NotFound("Invitation not found.")
+            conn.execute("UPDATE invitations SET token_hash = ?, expires_at = ? WHERE id = ?",
+                         (digest, expires, inv["id"]))
+            emit(conn, m.org_id, "member.invited", {"member_id": inv["member_id"], "member_email": inv["email"],
+                                                    "role": inv["role"]}, now_iso)
+            return inv
+
+        inv = await self.store.write(tx)
+        return {"invitation_id": inv["id"], "member_id": inv["member_id"], "email": inv["email"],
+                "role": inv["role"], "expires_at": expires, "token": token}
+
+    async def on_AcceptInvite(self, m: AcceptInvite) -> dict:
+        now_iso = self.clock.iso_now()
+        digest = hashlib.sha256(m.token.encode()).hexdigest()
+        key = new_key()
+
+        def tx(conn):
+            inv = conn.execute("SELECT * FROM invitations WHERE token_hash = ?", (digest,)).fetchone()
+            if inv is None or inv["accepted_at"] is not None or inv["expires_at"] <= now_iso:
+                raise NotFound(INVALID_INVITE)
+            conn.execute("UPDATE invitations SET accepted_at = ? WHERE id = ?", (now_iso, inv["id"]))
+            sql.insert_user(conn, inv["member_id"], inv["organization_id"], inv["email"], inv["role"], now_iso)
+            self._insert_key(conn, inv["organization_id"], inv["member_id"], key, "Default key", None, None,
+                             now_iso)
+            emit(conn, inv["organization_id"], "member.joined",
+                 {"member_id": inv["member_id"], "member_email": inv["email"], "role": inv["role"]}, now_iso)
+            return inv
+
+        inv = await self.store.write(tx)
+        return {"user_id": inv["member_id"], "organization_id": inv["organization_id"], "api_key": key}
 
     # -- API keys ----------------------------------------------------------------------------
     def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:

@@ -78,3 +78,24 @@ def m001_accounts(db: Database) -> None:
         );
         """
     )
+
+
+@migrations()
+def m002_invitations(db: Database) -> None:
+    db.executescript(
+        """
+        -- A pending member: the link's token is kept only as a SHA-256 digest; a resend
+        -- replaces it (the previous link stops working). member_id becomes the user's id.
+        CREATE TABLE invitations (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            member_id TEXT NOT NULL UNIQUE,
+            email TEXT NOT NULL,
+            role TEXT NOT NULL,
+            token_hash TEXT NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            accepted_at TEXT
+        );
+        """
+    )

@@ -12,7 +12,8 @@ from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import hide
 
-from service.actors.accounts import AddMember, ApproveOrg, ChangeRole, CreateOrg, RemoveMember
+from service.actors.accounts import (AcceptInvite, AddMember, ApproveOrg, ChangeRole, CreateOrg, Invite,
+                                     RemoveMember, ResendInvite)
 from service.http.auth import constant_time_equal, services
 from service.http.errors import AuthFailure
 from service.http.schemas import Body, body
@@ -47,6 +48,15 @@ class MemberAdd(Body):
 
 class MemberUpdate(Body):
     role: str
+
+
+class InviteBody(Body):
+    email: str
+    role: str
+
+
+class AcceptBody(Body):
+    token: str
 
 
 async def ask(msg):
@@ -90,3 +100,27 @@ async def change_role(org_id: str, user_id: str, data: MemberUpdate):
 async def remove_member(org_id: str, user_id: str):
     await ask(RemoveMember(org_id, user_id))
     return "", 204
+
+
+@bp.post("/operator/v1/organizations/<org_id>/invitations")
+@operator
+@body(InviteBody)
+async def invite(org_id: str, data: InviteBody):
+    """Invite a member: fires `member.invited`; the answer carries the link's token once (valid
+    14 days on the service clock). The dashboard's email delivery is outside this node."""
+    return {"data": await ask(Invite(org_id, data.email, data.role))}, 201
+
+
+@bp.post("/operator/v1/organizations/<org_id>/invitations/<invitation_id>/resend")
+@operator
+async def resend_invite(org_id: str, invitation_id: str):
+    """A new link (14 days); the previous one stops working. Fires `member.invited` again."""
+    return {"data": await ask(ResendInvite(org_id, invitation_id))}
+
+
+@bp.post("/operator/v1/invitations/accept")
+@operator
+@body(AcceptBody)
+async def accept_invite(data: AcceptBody):
+    """The invited person accepts: a joined member with a new key; fires `member.joined`."""
+    return {"data": await ask(AcceptInvite(data.token))}, 201
