@@ -89,6 +89,7 @@ from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits,
 from service.machines import JOB
 from service.media.inspect import MediaInfo, inspect_file
 from service.storage import generation as sql
+from service.storage import idempotency as idem_sql
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,7 @@ class JobActor(Actor):
         def tx(conn):
             sql.insert_job(conn, row)
             if idem is not None:
-                sql.put_idempotency(conn, {**idem, "job_id": row["id"], "response": json.dumps(response),
+                idem_sql.put(conn, "idempotency_keys", {**idem, "job_id": row["id"], "response": json.dumps(response),
                                            "created_at": now_s},
                                     older_than=now_s - IDEMPOTENCY_TTL)
 
@@ -625,7 +626,7 @@ class Generation:
         hold); with another hash: 422. Concurrent requests with one key are serialised.
         """
         async with self._idem_locks.hold((org_id, key)):
-            stored = replay(sql.get_idempotency(self.store, org_id, key), request_hash, self.clock.now(),
+            stored = replay(idem_sql.get(self.store, "idempotency_keys", org_id, key), request_hash, self.clock.now(),
                             id_field="job_id", detail="request_id")
             if stored is not None:
                 return stored
@@ -654,7 +655,7 @@ class Generation:
         if placed or dropped:
             log.info("uploads: %d finished, %d dropped after a stop", placed, dropped)
         cutoff = self.clock.now() - IDEMPOTENCY_TTL
-        await self.store.write(lambda c: sql.purge_idempotency(c, cutoff))
+        await self.store.write(lambda c: idem_sql.purge(c, "idempotency_keys", cutoff))
         await self.webhooks.recover()
         for hold in sql.orphan_holds(self.store):
             log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])

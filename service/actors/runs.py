@@ -83,6 +83,7 @@ from service.machines import RUN, STEP
 from service.money import fmt, to_uc
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
+from service.storage import idempotency as idem_sql
 from service.storage import products as sql
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,7 @@ class RunActor(Actor):
         def tx(conn):
             sql.insert_run(conn, run, steps)
             if idem is not None:
-                sql.put_run_key(conn, {**idem, "run_id": run["id"], "response": json.dumps(view),
+                idem_sql.put(conn, "product_run_keys", {**idem, "run_id": run["id"], "response": json.dumps(view),
                                        "created_at": now}, older_than=now - IDEMPOTENCY_TTL)
 
         try:
@@ -667,7 +668,7 @@ class Products:
             request_hash = idem_hash({"product": slug, "project_id": project["id"], "inputs": inputs})
         async with self._locks.hold((org_id, idempotency_key)):
             for _ in range(2):
-                stored = replay(sql.get_run_key(self.store, org_id, idempotency_key), request_hash,
+                stored = replay(idem_sql.get(self.store, "product_run_keys", org_id, idempotency_key), request_hash,
                                 self.clock.now(), id_field="run_id", detail="run_id")
                 if stored is not None:
                     return stored
@@ -715,7 +716,7 @@ class Products:
         """At start, after the job recovery: purge old idempotency keys, wake every open run
         (it resumes itself), cancel step jobs still open under a run that is final."""
         cutoff = self.clock.now() - IDEMPOTENCY_TTL  # not inside the write: it may run in a thread
-        await self.store.write(lambda c: sql.purge_run_keys(c, cutoff))
+        await self.store.write(lambda c: idem_sql.purge(c, "product_run_keys", cutoff))
         open_ids = sql.open_run_ids(self.store)
         for run_id in open_ids:
             self.runs.get(run_id)

@@ -7,6 +7,7 @@ import sqlite3
 import uuid
 
 from service.errors import Conflict
+from service.storage.rows import insert
 
 KEY_COLUMNS = "id, name, key_prefix, user_id, role_id, expires_at, is_active, created_at, last_used_at"
 PROJECT_COLUMNS = ("id, organization_id, name, slug, description, is_default, is_archived, "
@@ -56,8 +57,7 @@ def owner_email(conn, org_id: str) -> str | None:
 
 # -- API keys ------------------------------------------------------------------------------
 def insert_key(conn, row: dict) -> None:
-    cols = ", ".join(row)
-    conn.execute(f"INSERT INTO api_keys ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+    insert(conn, "api_keys", row)
 
 
 def get_key(conn_or_store, org_id: str, key_id: str) -> dict | None:
@@ -98,14 +98,9 @@ def key_for_auth(store, key_hash: str) -> dict | None:
 # -- projects ------------------------------------------------------------------------------
 def insert_project(conn, row: dict) -> None:
     try:
-        insert_key_like(conn, "projects", row)
+        insert(conn, "projects", row)
     except sqlite3.IntegrityError:
         raise Conflict("The slug is already taken.", {"slug": row["slug"]}) from None
-
-
-def insert_key_like(conn, table: str, row: dict) -> None:
-    cols = ", ".join(row)
-    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
 
 
 def slug_taken(conn, org_id: str, slug: str) -> bool:

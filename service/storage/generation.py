@@ -11,6 +11,8 @@ import json
 import sqlite3
 from typing import Iterable
 
+from service.storage.rows import insert
+
 JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, source, workflow_run_id, "
                "status, prompt, params, price_uc, actual_uc, hold_id, hold_settled, webhook_url, error, "
                "created_at, started_at, finished_at")
@@ -25,11 +27,6 @@ def _one(conn_or_store, sql: str, params: tuple | list) -> dict | None:
     return conn_or_store.one(sql, params)
 
 
-def _insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
-    cols = ", ".join(row)
-    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
-
-
 def _update(conn: sqlite3.Connection, table: str, key: str, value, fields: dict) -> int:
     sets = ", ".join(f"{k} = ?" for k in fields)
     return conn.execute(f"UPDATE {table} SET {sets} WHERE {key} = ?", (*fields.values(), value)).rowcount
@@ -40,7 +37,7 @@ def insert_job(conn: sqlite3.Connection, row: dict) -> None:
     row = dict(row)
     if not isinstance(row.get("params"), str):
         row["params"] = json.dumps(row["params"], separators=(",", ":"))
-    _insert(conn, "jobs", row)
+    insert(conn, "jobs", row)
 
 
 def update_job(conn: sqlite3.Connection, job_id: str, fields: dict) -> None:
@@ -80,7 +77,7 @@ def params_of(job: dict) -> dict:
 
 # -- assets ----------------------------------------------------------------------------------
 def insert_asset(conn: sqlite3.Connection, row: dict) -> None:
-    _insert(conn, "assets", row)
+    insert(conn, "assets", row)
 
 
 def get_asset(conn_or_store, asset_id: str) -> dict | None:
@@ -143,7 +140,7 @@ def orphan_holds(store) -> list[dict]:
 
 # -- job webhooks (outbox) -------------------------------------------------------------------
 def insert_webhook(conn: sqlite3.Connection, row: dict) -> None:
-    _insert(conn, "job_webhooks", row)
+    insert(conn, "job_webhooks", row)
 
 
 def update_webhook(conn: sqlite3.Connection, webhook_id: str, fields: dict) -> None:
@@ -176,20 +173,3 @@ def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
     return unknown, released
 
 
-# -- idempotency keys ------------------------------------------------------------------------
-def get_idempotency(store, org_id: str, key: str) -> dict | None:
-    return store.one("SELECT * FROM idempotency_keys WHERE organization_id = ? AND key = ?", (org_id, key))
-
-
-def put_idempotency(conn: sqlite3.Connection, row: dict, *, older_than: float) -> None:
-    """Insert the key's row, replacing one that expired (created before `older_than`).
-
-    A live row with the same key makes this raise sqlite3.IntegrityError.
-    """
-    conn.execute("DELETE FROM idempotency_keys WHERE organization_id = ? AND key = ? AND created_at < ?",
-                 (row["organization_id"], row["key"], older_than))
-    _insert(conn, "idempotency_keys", row)
-
-
-def purge_idempotency(conn: sqlite3.Connection, older_than: float) -> int:
-    return conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?", (older_than,)).rowcount

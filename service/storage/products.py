@@ -11,6 +11,8 @@ import json
 import sqlite3
 from typing import Any, Iterable
 
+from service.storage.rows import insert
+
 RUN_COLUMNS = ("id, organization_id, project_id, product, product_version, status, inputs, run_values, "
                "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at")
 STEP_COLUMNS = ("run_id, key, position, capability, op, model, status, request_id, outputs, cost_uc, error, "
@@ -30,11 +32,6 @@ def _all(conn_or_store, sql: str, params: tuple | list) -> list[dict]:
     return conn_or_store.all(sql, params)
 
 
-def _insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
-    cols = ", ".join(row)
-    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
@@ -45,12 +42,12 @@ def insert_run(conn: sqlite3.Connection, run: dict, steps: Iterable[dict]) -> No
     for k in ("inputs", "run_values", "outputs"):
         if row.get(k) is not None and not isinstance(row[k], str):
             row[k] = _json(row[k])
-    _insert(conn, "product_runs", row)
+    insert(conn, "product_runs", row)
     for s in steps:
         s = dict(s)
         if not isinstance(s.get("outputs", "[]"), str):
             s["outputs"] = _json(s["outputs"])
-        _insert(conn, "product_run_steps", s)
+        insert(conn, "product_run_steps", s)
 
 
 def update_run(conn: sqlite3.Connection, run_id: str, fields: dict) -> None:
@@ -141,25 +138,6 @@ def jobs_by_ids(store, job_ids: Iterable[str]) -> dict[str, dict]:
 
 def loads(text: str | None, default: Any = None) -> Any:
     return default if text is None else json.loads(text)
-
-
-# -- run-start idempotency keys ----------------------------------------------------------------
-def get_run_key(store, org_id: str, key: str) -> dict | None:
-    return store.one("SELECT * FROM product_run_keys WHERE organization_id = ? AND key = ?", (org_id, key))
-
-
-def put_run_key(conn: sqlite3.Connection, row: dict, *, older_than: float) -> None:
-    """Insert the key's row, replacing one that expired (created before `older_than`).
-
-    A live row with the same key makes this raise sqlite3.IntegrityError.
-    """
-    conn.execute("DELETE FROM product_run_keys WHERE organization_id = ? AND key = ? AND created_at < ?",
-                 (row["organization_id"], row["key"], older_than))
-    _insert(conn, "product_run_keys", row)
-
-
-def purge_run_keys(conn: sqlite3.Connection, older_than: float) -> int:
-    return conn.execute("DELETE FROM product_run_keys WHERE created_at < ?", (older_than,)).rowcount
 
 
 # -- the merged feed of GET /v1/runs ------------------------------------------------------------
