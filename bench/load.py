@@ -42,7 +42,7 @@ import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import _read_response  # noqa: E402
+import loadgen  # noqa: E402
 from server import create_org, running_server  # noqa: E402
 
 ROUTES = {
@@ -54,38 +54,12 @@ ROUTES = {
 
 # -- install-free client -----------------------------------------------------------------------
 async def closed_loop(host: str, port: int, path: str, headers: dict, connections: int, seconds: float) -> dict:
-    """`connections` keep-alive connections, each sending the next request as soon as the
-    previous answer is in, for `seconds`."""
-    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    req = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{extra}\r\n".encode()
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    deadline = time.perf_counter() + seconds
-
-    async def worker():
-        stream = await trio.open_tcp_stream(host, port)
-        buf = bytearray()
-        async with stream:
-            while time.perf_counter() < deadline:
-                t0 = time.perf_counter()
-                await stream.send_all(req)
-                status = await _read_response(stream, buf)
-                latencies.append((time.perf_counter() - t0) * 1000)
-                statuses[status] = statuses.get(status, 0) + 1
-
-    t0 = time.perf_counter()
-    async with trio.open_nursery() as n:
-        for _ in range(connections):
-            n.start_soon(worker)
-    elapsed = time.perf_counter() - t0
-    xs = sorted(latencies)
-
-    def pct(p):
-        return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
-
-    return {"rps": round(len(xs) / elapsed, 1), "p50_ms": round(pct(0.50), 2), "p99_ms": round(pct(0.99), 2),
-            "requests": len(xs), "non_2xx": sum(n for s, n in statuses.items() if not 200 <= s < 300),
-            "statuses": {str(k): v for k, v in sorted(statuses.items())}}
+    """The install-free client of bench/loadgen.py for `seconds`, in this script's shape."""
+    res = await loadgen.run(host, port, path, headers=headers, connections=connections, seconds=seconds)
+    return {"rps": round(res.rps, 1), "p50_ms": round(res.pct(0.50), 2), "p99_ms": round(res.pct(0.99), 2),
+            "requests": res.requests,
+            "non_2xx": sum(n for s, n in res.statuses.items() if not 200 <= s < 300),
+            "statuses": {str(k): v for k, v in sorted(res.statuses.items())}}
 
 
 def run_loadgen(url: str, path: str, key: str, connections: int, seconds: float) -> dict:

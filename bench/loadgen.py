@@ -23,7 +23,7 @@ class Result:
 
     def pct(self, p: float) -> float:
         xs = sorted(self.latencies_ms)
-        return xs[min(len(xs) - 1, int(len(xs) * p))]
+        return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
 
     def summary(self) -> dict:
         return {"rps": round(self.rps, 1), "p50_ms": round(self.pct(0.50), 2), "p99_ms": round(self.pct(0.99), 2),
@@ -55,19 +55,27 @@ async def _read_response(stream, buf: bytearray) -> int:
 
 
 async def run(host: str, port: int, path: str, *, headers: dict | None = None, connections: int = 10,
-              total: int = 2000) -> Result:
+              total: int = 2000, seconds: float | None = None) -> Result:
+    """`connections` keep-alive connections, each sending its next request as soon as the
+    previous answer is in: `total` requests in all, or for `seconds` when given."""
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    req = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
+    req = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{extra}\r\n".encode()
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     remaining = [total]
+    deadline = None if seconds is None else time.perf_counter() + seconds
+
+    def more() -> bool:
+        if deadline is not None:
+            return time.perf_counter() < deadline
+        remaining[0] -= 1
+        return remaining[0] >= 0
 
     async def worker():
         stream = await trio.open_tcp_stream(host, port)
         buf = bytearray()
         async with stream:
-            while remaining[0] > 0:
-                remaining[0] -= 1
+            while more():
                 t0 = time.perf_counter()
                 await stream.send_all(req)
                 status = await _read_response(stream, buf)
