@@ -89,6 +89,28 @@ def _state_changed(conn, t: dict, new: str, now: str) -> None:
           "state": new, "previous_state": t["state"]}, now)
 
 
+def _moved(conn, org_id: str, ticket_id: str, move) -> tuple[dict, str, tuple]:
+    """The ticket and the outcome of `move(state)` (a TICKET transition): 404 for an unknown
+    ticket, 409 for a move the table refuses (a closed ticket)."""
+    t = sql.get_ticket(conn, org_id, ticket_id)
+    if t is None:
+        raise _not_found()
+    try:
+        new, effects = move(t["state"])
+    except IllegalTransition:
+        raise _closed(t) from None
+    return t, new, effects
+
+
+def _add_reply(conn, t: dict, new: str, now: str, **reply) -> None:
+    """Store a reply and move the ticket to `new` (or just mark it updated)."""
+    sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], created_at=now, **reply))
+    if new != t["state"]:
+        sql.set_state(conn, t["id"], new, now)
+    else:
+        sql.touch(conn, t["id"], now)
+
+
 class TicketsActor(Actor):
     def __init__(self, store: Store, clock: Clock, wake: Callable[[], None]) -> None:
         self.store = store
@@ -133,21 +155,10 @@ class TicketsActor(Actor):
         now = self.clock.iso_now()
 
         def tx(conn):
-            t = sql.get_ticket(conn, m.org_id, m.ticket_id)
-            if t is None:
-                raise _not_found()
-            try:
-                new, effects = TICKET.apply(t["state"], "customer_reply")
-            except IllegalTransition:
-                raise _closed(t) from None
+            t, new, effects = _moved(conn, m.org_id, m.ticket_id, lambda st: TICKET.apply(st, "customer_reply"))
             user = accounts_sql.get_user(conn, m.org_id, m.user_id)
-            sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], author_kind="customer",
-                                        author=user["email"] if user else m.user_id, user_id=m.user_id,
-                                        body=body, created_at=now))
-            if new != t["state"]:
-                sql.set_state(conn, t["id"], new, now)
-            else:
-                sql.touch(conn, t["id"], now)
+            _add_reply(conn, t, new, now, author_kind="customer", author=user["email"] if user else m.user_id,
+                       user_id=m.user_id, body=body)
             if "state_changed" in effects:
                 _state_changed(conn, t, new, now)
             return _detail(conn, m.org_id, t["id"])
@@ -160,19 +171,8 @@ class TicketsActor(Actor):
         now = self.clock.iso_now()
 
         def tx(conn):
-            t = sql.get_ticket(conn, m.org_id, m.ticket_id)
-            if t is None:
-                raise _not_found()
-            try:
-                new, effects = TICKET.apply(t["state"], "support_reply")
-            except IllegalTransition:
-                raise _closed(t) from None
-            sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], author_kind="support",
-                                        author=author, user_id=None, body=body, created_at=now))
-            if new != t["state"]:
-                sql.set_state(conn, t["id"], new, now)
-            else:
-                sql.touch(conn, t["id"], now)
+            t, new, effects = _moved(conn, m.org_id, m.ticket_id, lambda st: TICKET.apply(st, "support_reply"))
+            _add_reply(conn, t, new, now, author_kind="support", author=author, user_id=None, body=body)
             for effect in effects:
                 if effect == "replied":
                     emit(conn, m.org_id, "support.ticket.replied",
@@ -191,13 +191,7 @@ class TicketsActor(Actor):
         now = self.clock.iso_now()
 
         def tx(conn):
-            t = sql.get_ticket(conn, m.org_id, m.ticket_id)
-            if t is None:
-                raise _not_found()
-            try:
-                new, effects = TICKET.transition_to(t["state"], m.state)
-            except IllegalTransition:
-                raise _closed(t) from None
+            t, new, effects = _moved(conn, m.org_id, m.ticket_id, lambda st: TICKET.transition_to(st, m.state))
             if new != t["state"]:
                 sql.set_state(conn, t["id"], new, now)
             if "state_changed" in effects:
