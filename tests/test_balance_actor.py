@@ -498,3 +498,64 @@ async def test_bad_ids_are_refused_cleanly(node, org, autojump_clock):
         await org.ask(Capture({"x": 1}))  # type: ignore[arg-type]
     assert (await org.ask(PlaceHold("ok", UC)))["status"] == "held"  # no reload, no 503
     org.check_db(await org.state())
+
+
+async def test_optimistic_new_hold_ids_are_caught_by_the_primary_key(node, org, autojump_clock, monkeypatch, caplog):
+    """With the store's fast path open, a new hold id is not read before deciding. A repeat
+    of a hold settled before a restart is refused by the primary key, rolled back alone and
+    decided again reading the id: the original hold, no 503, no log. A refusal of an unread
+    id reads it first; another organization's id still gets 409."""
+    monkeypatch.setattr(type(node.store), "fast_path_open", lambda self: True)
+    reads: list[list[str]] = []
+    real = sql.holds_by_ids
+    monkeypatch.setattr(sql, "holds_by_ids", lambda store, ids: reads.append(list(ids)) or real(store, ids))
+    taken: list[str] = []
+    real_persist = sql.persist
+
+    def persist(conn, org_id, w):
+        try:
+            return real_persist(conn, org_id, w)
+        except sql.HoldIdTaken:
+            taken.append(w.hold_inserts[0][0])
+            raise
+
+    monkeypatch.setattr(sql, "persist", persist)
+    other = Org(node, await node.create_org(email="b@b.test"))
+    await other.ask(PlaceHold("theirs", UC))
+    assert (await org.ask(PlaceHold("h1", UC)))["status"] == "held"
+    await org.ask(Capture("h1"))
+    assert reads == []  # new ids and a capture of a hold in memory: no read
+    await org.ask(Stop())
+    repeat = await org.ask(PlaceHold("h1", 5 * UC))
+    assert (repeat["status"], repeat["amount_uc"], repeat["captured_uc"]) == ("captured", UC, UC)
+    assert (reads, taken) == ([["h1"]], ["h1"])  # read only after the primary key refused the insert
+    await org.ask(Stop())
+    assert (await org.ask(PlaceHold("h1", 1000 * UC)))["status"] == "captured"  # not a 402
+    assert reads == [["h1"], ["h1"]]
+    with pytest.raises(Conflict):
+        await org.ask(PlaceHold("theirs", UC))
+    assert taken == ["h1", "theirs"]
+    state = await org.state()
+    assert (state["available_uc"], state["held_uc"], state["holds"]) == (199 * UC, 0, {})
+    assert node.store.scalar("SELECT COUNT(*) FROM credit_holds WHERE organization_id = ?", (org.id,)) == 1
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    org.check_db(state)
+
+
+async def test_commit_now_only_when_nothing_is_queued(nursery, tmp_path):
+    """`commit_now` commits at once or does nothing: never behind or ahead of a queued write."""
+    from service.storage.db import Store
+    from service.storage.migrate import apply_all
+
+    apply_all(tmp_path / "db")
+    store = Store(tmp_path / "db")
+    await nursery.start(store.run)
+    ran = []
+    item = store.commit_now(lambda conn: ran.append("now"))
+    assert item is not None and item.done.is_set() and item.error is None and ran == ["now"]
+    store._fast_path_ok = lambda: False
+    queued = store.submit(lambda conn: ran.append("queued"))  # handed to the writer task
+    assert store.commit_now(lambda conn: ran.append("never")) is None
+    await store.wait(queued)
+    assert ran == ["now", "queued"]
+    store.close()

@@ -287,9 +287,17 @@ class BalanceActor(Actor):
         self._last_write = None
         self._tail = None
 
-    def _decide(self, msgs: list[Any]) -> "_Batch":
+    def _decide(self, msgs: list[Any], *, read_new: bool = False) -> "_Batch":
         """Decide `msgs` in memory (no await) and submit the batch's write, chained to the
-        previous one: it refuses to apply if the previous write of this epoch did not."""
+        previous one: it refuses to apply if the previous write of this epoch did not.
+
+        Optimistic when nothing of this actor is in flight and the store would commit at
+        once on this thread (one requester, low load): a new hold id is not looked up
+        before deciding; the hold's primary key refuses a repeat, the write rolls back
+        alone, and the batch is decided again from a reload, reading the ids first. A
+        refusal (402, validation) of a hold id not yet looked up reads it first, since a
+        repeat must return the original hold."""
+        optimistic = bool(msgs) and not read_new and self._tail is None and self.store.fast_path_open()
         now = self.clock.now()
         self._now = now
         self._now_iso = self._iso(now)
@@ -301,8 +309,9 @@ class BalanceActor(Actor):
         self._foreign: frozenset | set = NOTHING
         self._settled: list[Hold] = []
         self._pending_trace: list | None = [] if self.trace is not None else None
+        self._unread: frozenset | set = NOTHING
         if msgs:
-            self._prefetch(msgs)
+            self._prefetch(msgs, optimistic)
         self._expire_due(now)
         replies = [self._apply(m) for m in msgs]
         w = self._flush()
@@ -317,8 +326,14 @@ class BalanceActor(Actor):
                 sql.persist(conn, org_id, w)
                 return True
 
-            batch.item = self.store.submit(write)
-            self._last_write = batch.item
+            if optimistic:
+                item = self.store.commit_now(write)
+                if item is None or isinstance(item.error, sql.HoldIdTaken):
+                    self._reload()  # nothing of this batch was applied and nothing is in flight
+                    return self._decide(msgs, read_new=True)
+            else:
+                item = self.store.submit(write)
+            batch.item = self._last_write = item
         self._tail = batch
         return batch
 
@@ -379,15 +394,32 @@ class BalanceActor(Actor):
         except ApiError as e:  # validation happens before any mutation
             return fail(e)
 
-    def _prefetch(self, msgs: list[Any]) -> None:
+    def _prefetch(self, msgs: list[Any], optimistic: bool) -> None:
         """Holds named by the batch that memory does not know: new, settled long ago (or
-        before a restart), another organization's, or unknown. One query for the batch."""
+        before a restart), another organization's, or unknown. One query for the batch;
+        an optimistic batch leaves new hold ids unread (`_unread`, see `_decide`)."""
         active, settling, recent = self.active, self.settling, self.recent
-        unknown = {m.hold_id for m in msgs if type(m) in (PlaceHold, Capture, Release)
-                   and type(m.hold_id) is str and m.hold_id not in active and m.hold_id not in settling and m.hold_id not in recent}
+        unknown: dict[str, bool] = {}  # id -> named by a capture or release
+        for m in msgs:
+            t = type(m)
+            if t is PlaceHold or t is Capture or t is Release:
+                hid = m.hold_id
+                if type(hid) is str and hid not in active and hid not in settling and hid not in recent:
+                    unknown[hid] = unknown.get(hid, False) or t is not PlaceHold
         if not unknown:
             return
-        for r in sql.holds_by_ids(self.store, list(unknown)):
+        if optimistic:
+            self._unread = {hid for hid, settles in unknown.items() if not settles}
+            if len(self._unread) == len(unknown):
+                return
+            self._lookup([hid for hid, settles in unknown.items() if settles])
+        else:
+            self._lookup(list(unknown))
+
+    def _lookup(self, ids: list[str]) -> None:
+        """Read holds by id into what memory knows: settled ones as recent, another
+        organization's as foreign."""
+        for r in sql.holds_by_ids(self.store, ids):
             if r["organization_id"] != self.org_id:
                 if self._foreign is NOTHING:
                     self._foreign = set()
@@ -483,6 +515,10 @@ class BalanceActor(Actor):
         if m.hold_id in self._foreign:
             raise Conflict("This hold id is already in use.", {"hold_id": m.hold_id})
         amount = m.amount_uc
+        if m.hold_id in self._unread and (_bad_amount(amount, zero_ok=True) or amount > self.available):
+            self._unread.discard(m.hold_id)  # refusing: a repeat must get its original hold instead
+            self._lookup([m.hold_id])
+            return self._place(m)
         if _bad_amount(amount, zero_ok=True):
             raise Unprocessable("A hold amount must be a whole number of micro-credits, zero or more.",
                                 {"amount_uc": amount})

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sqlite3
 from contextlib import contextmanager
 from typing import Any
 
@@ -110,6 +111,10 @@ SQL_SETTINGS_UPSERT = ("INSERT INTO billing_settings (organization_id, low_balan
 LOW_BALANCE_SUBJECT = "Your credit balance is low"
 
 
+class HoldIdTaken(Exception):
+    """A new hold's id is already in `credit_holds` (the actor decided without reading it)."""
+
+
 def persist(conn, org_id: str, w: Writes) -> None:
     """Apply one batch (runs inside `Store.write`, i.e. in the group-commit transaction)."""
     if w.lot_inserts:
@@ -117,7 +122,12 @@ def persist(conn, org_id: str, w: Writes) -> None:
     if w.lot_updates:
         conn.executemany(SQL_LOT_UPDATE, w.lot_updates)
     if w.hold_inserts:
-        conn.executemany(SQL_HOLD_INSERT, w.hold_inserts)
+        try:
+            conn.executemany(SQL_HOLD_INSERT, w.hold_inserts)
+        except sqlite3.IntegrityError as e:
+            if "credit_holds.id" in str(e):
+                raise HoldIdTaken(str(e)) from e
+            raise
     if w.hold_updates:
         conn.executemany(SQL_HOLD_UPDATE, w.hold_updates)
     if w.ledger:
@@ -156,7 +166,14 @@ def load_org(store, org_id: str) -> tuple[list[dict], list[dict], dict | None]:
     return lots, holds, settings
 
 
+SQL_HOLD_BY_ID = f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id = ?"
+
+
 def holds_by_ids(store, ids: list[str]) -> list[dict]:
+    """The hold rows among `ids` (most calls ask for one new id, which is not there: one
+    cached statement and no row built)."""
+    if len(ids) == 1:
+        return store.reader.execute(SQL_HOLD_BY_ID, ids).fetchall()
     out: list[dict] = []
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]

@@ -121,6 +121,23 @@ class Store:
         self._queued += 1
         return item
 
+    def commit_now(self, fn: Callable[[sqlite3.Connection], Any]) -> _Write | None:
+        """Commit `fn` at once on this thread if the fast path is open (see `fast_path_open`);
+        None, with nothing done, if it is not. The caller knows the outcome before it
+        awaits anything (the balance actor decides optimistically on that)."""
+        if not self.fast_path_open():
+            return None
+        item = _Write(fn)
+        self._commit([item])
+        item.done.set()
+        return item
+
+    def fast_path_open(self) -> bool:
+        """A write submitted now would commit at once on this thread: no write is queued
+        or in flight, the store is running, and the fast path's conditions hold."""
+        return (not self._queued and not self._stopped and self.broken is None
+                and self._fast_path_ok())
+
     @staticmethod
     def _closed(item: _Write) -> _Write:
         """The writer has stopped (shutdown): fail through `wait`, whose checkpoint turns this
