@@ -92,8 +92,30 @@ async def test_restart_limit_keeps_actor_down(registry):
 
 
 async def test_ask_timeout(registry, autojump_clock):
+    t0 = trio.current_time()
     with pytest.raises(AskTimeout):
         await registry.ask("a", "slow", timeout=5)
+    assert trio.current_time() - t0 == pytest.approx(5)
+
+
+async def test_ask_timeouts_fire_at_their_own_deadlines(registry, nursery, autojump_clock):
+    """One task times asks out: a shorter timeout asked after a longer one still fires first."""
+    t0, fired = trio.current_time(), {}
+
+    async def ask(key, timeout):
+        try:
+            await registry.ask(key, "slow", timeout=timeout)
+        except AskTimeout:
+            fired[key] = trio.current_time() - t0
+
+    async with trio.open_nursery() as n:
+        n.start_soon(ask, "long", 30)
+        await trio.sleep(1)
+        n.start_soon(ask, "short", 3)
+    assert fired == {"long": pytest.approx(30), "short": pytest.approx(4)}
+    assert (await registry.ask("a", "inc"))[0] == 1  # answered asks are not timed out
+    await trio.sleep(100)
+    assert (await registry.ask("a", "inc"))[0] == 2
 
 
 class Timer(Actor):

@@ -41,7 +41,7 @@ class _Slot:
     """The one-shot reply of an ask: the asker parks its task on it and the actor
     reschedules it (cheaper than a reply channel per ask)."""
 
-    __slots__ = ("task", "value", "state")
+    __slots__ = ("task", "value", "state", "deadline")
 
     WAITING, ANSWERED, GONE = 0, 1, 2
 
@@ -49,6 +49,44 @@ class _Slot:
         self.task = None
         self.value: Any = None
         self.state = _Slot.WAITING
+        self.deadline = math.inf
+
+
+_TIMED_OUT = object()
+
+
+class _Timeouts:
+    """Ask timeouts of one registry: one task wakes at the soonest deadline of the parked
+    asks and fails the ones whose time is up. Cheaper than a cancel scope per ask (about a
+    third of an idle actor's round trip); asks with the same timeout never wake it early."""
+
+    def __init__(self) -> None:
+        self.parked: set[_Slot] = set()
+        self._wake_at = math.inf
+        self._scope: trio.CancelScope | None = None
+
+    def add(self, slot: _Slot) -> None:
+        self.parked.add(slot)
+        if slot.deadline < self._wake_at:
+            self._wake_at = slot.deadline
+            if self._scope is not None:
+                self._scope.cancel()
+
+    async def run(self) -> None:
+        while True:
+            now, soonest = trio.current_time(), math.inf
+            for slot in list(self.parked):
+                if slot.deadline <= now:
+                    self.parked.discard(slot)
+                    if slot.state == _Slot.WAITING and slot.task is not None:
+                        slot.state = _Slot.GONE
+                        trio.lowlevel.reschedule(slot.task, outcome.Value(_TIMED_OUT))
+                elif slot.deadline < soonest:
+                    soonest = slot.deadline
+            self._wake_at = soonest
+            with trio.CancelScope(deadline=soonest) as self._scope:
+                await trio.sleep_forever()
+            self._scope = None
 
 
 class Envelope:
@@ -137,9 +175,10 @@ A = TypeVar("A", bound=Actor)
 
 
 class ActorRef:
-    def __init__(self, key: Hashable, send: trio.MemorySendChannel) -> None:
+    def __init__(self, key: Hashable, send: trio.MemorySendChannel, timeouts: _Timeouts) -> None:
         self.key = key
         self._send = send
+        self._timeouts = timeouts
         self.gone = False
 
     async def ask(self, msg: Any, timeout: float = ASK_TIMEOUT) -> Any:
@@ -147,23 +186,30 @@ class ActorRef:
             raise ActorGone(str(self.key))
         slot = _Slot()
         env = Envelope(msg, slot)
+        deadline = trio.current_time() + timeout
         try:
-            with trio.fail_after(timeout):
-                try:
-                    self._send.send_nowait(env)
-                except trio.WouldBlock:
+            try:
+                self._send.send_nowait(env)
+            except trio.WouldBlock:
+                with trio.fail_at(deadline):  # a full mailbox: rare
                     await self._send.send(env)
-                if slot.state == _Slot.ANSWERED:
-                    await trio.lowlevel.checkpoint()
-                    value = slot.value
-                else:
-                    slot.task = trio.lowlevel.current_task()
+            if slot.state == _Slot.ANSWERED:
+                await trio.lowlevel.checkpoint()
+                value = slot.value
+            else:
+                slot.task = trio.lowlevel.current_task()
+                slot.deadline = deadline
 
-                    def abort(_raise_cancel) -> trio.lowlevel.Abort:
-                        slot.state = _Slot.GONE
-                        return trio.lowlevel.Abort.SUCCEEDED
+                def abort(_raise_cancel) -> trio.lowlevel.Abort:
+                    slot.state = _Slot.GONE
+                    return trio.lowlevel.Abort.SUCCEEDED
 
+                timeouts = self._timeouts
+                timeouts.add(slot)
+                try:
                     value = await trio.lowlevel.wait_task_rescheduled(abort)
+                finally:
+                    timeouts.parked.discard(slot)
         except trio.TooSlowError:
             raise AskTimeout(str(self.key)) from None
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -171,6 +217,8 @@ class ActorRef:
         finally:
             if slot.state == _Slot.WAITING:
                 slot.state = _Slot.GONE
+        if value is _TIMED_OUT:
+            raise AskTimeout(str(self.key))
         if isinstance(value, _Failure):
             raise value.error
         return value
@@ -195,10 +243,12 @@ class Registry(Generic[A]):
         self.clock = clock
         self._refs: dict[Hashable, ActorRef] = {}
         self._nursery: trio.Nursery | None = None
+        self._timeouts = _Timeouts()
         self.restarts = 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._timeouts.run)
             self._nursery = nursery
             task_status.started()
             await trio.sleep_forever()
@@ -209,7 +259,7 @@ class Registry(Generic[A]):
             if self._nursery is None:
                 raise ActorGone(f"{self.name} registry is not running")
             send, recv = trio.open_memory_channel(MAILBOX)
-            ref = ActorRef(key, send)
+            ref = ActorRef(key, send, self._timeouts)
             self._refs[key] = ref
             self._nursery.start_soon(self._supervise, key, ref, recv)
         return ref
