@@ -370,8 +370,8 @@ class BalanceActor(Actor):
             batch.ok = True
             for h in batch.settled:  # committed: remembered compactly for repeats
                 self.settling.pop(h.id, None)
-                self._remember(Settled(h.id, h.job_id, h.workflow_run_id, h.project_id, h.description, h.status,
-                                       h.amount, h.captured, h.created_at, h.settled_at))
+                self._remember((h.id, h.job_id, h.workflow_run_id, h.project_id, h.description, h.status,
+                                h.amount, h.captured, h.created_at, h.settled_at))
             if batch.trace:
                 self.trace.extend(batch.trace)
             return batch.replies
@@ -427,13 +427,13 @@ class BalanceActor(Actor):
             elif r["status"] == "held":
                 raise RuntimeError(f"hold {r['id']} is held in the DB but not in memory")
             else:
-                self._remember(Settled(r["id"], r["job_id"], r["workflow_run_id"], r["project_id"],
-                                       r["description"], r["status"], r["amount_uc"], r["captured_uc"],
-                                       r["created_at"], r["settled_at"]))
+                self._remember((r["id"], r["job_id"], r["workflow_run_id"], r["project_id"], r["description"],
+                                r["status"], r["amount_uc"], r["captured_uc"], r["created_at"], r["settled_at"]))
 
-    def _remember(self, hold: Settled) -> None:
+    def _remember(self, hold: tuple) -> None:
+        """`hold` is a plain tuple of `Settled`'s fields."""
         recent = self.recent
-        recent[hold.id] = tuple(hold)
+        recent[hold[0]] = hold
         if len(recent) > RECENT:
             recent.popitem(last=False)
 

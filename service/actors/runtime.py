@@ -375,12 +375,10 @@ class Registry(Generic[A]):
                 if first is None:
                     continue
             batch = [first]
-            limit = actor.batch_limit(recv.statistics().current_buffer_used + 1)
-            while len(batch) < limit:
-                try:
+            waiting = recv.statistics().current_buffer_used
+            if waiting:
+                for _ in range(min(waiting, actor.batch_limit(waiting + 1) - 1)):
                     batch.append(recv.receive_nowait())
-                except trio.WouldBlock:
-                    break
             try:
                 replies = await actor.handle_batch([e.msg for e in batch])
             except Exception:

@@ -67,7 +67,9 @@ def new_id() -> str:
 
 
 def dump_slices(slices: list[tuple[str, int]]) -> str:
-    return json.dumps(slices, separators=(",", ":"))
+    """JSON of ``[[lot_id, uc], ...]``, formatted directly (it is on every hold's path): lot
+    ids come from `new_id`, so they hold nothing JSON would escape."""
+    return "[" + ",".join([f'["{lot_id}",{uc:d}]' for lot_id, uc in slices]) + "]"
 
 
 def load_slices(text: str) -> list[tuple[str, int]]:
