@@ -122,10 +122,12 @@ class Store:
         return item
 
     def commit_now(self, fn: Callable[[sqlite3.Connection], Any]) -> _Write | None:
-        """Commit `fn` at once on this thread if the fast path is open (see `fast_path_open`);
-        None, with nothing done, if it is not. The caller knows the outcome before it
-        awaits anything (the balance actor decides optimistically on that)."""
-        if not self.fast_path_open():
+        """Commit `fn` at once on this thread, for a caller that has just seen
+        `fast_path_open()` (with no checkpoint since); None, with nothing done, if a write
+        is queued or in flight meanwhile (order first) or the store has stopped. The caller
+        knows the outcome before it awaits anything (the balance actor decides
+        optimistically on that)."""
+        if self._queued or self._stopped or self.broken is not None:
             return None
         item = _Write(fn)
         self._commit([item])
