@@ -29,6 +29,12 @@ is never idle waiting for this actor. Batches are answered in order; each batch'
 applies only if the previous one of the same epoch did. If a commit fails (or a bug strikes
 mid-batch), that batch and every batch decided on top of it fail with 503, and memory is
 reloaded from SQLite once (a new epoch): the actor never continues from mutated memory.
+
+Hold ids the batch names that memory does not know are read from the DB before deciding
+(a repeat after a restart must return the original hold), except when nothing is in
+flight and the store commits at once on this thread (one requester, low load): then a new
+hold id is inserted unread, and a repeat, refused by the primary key, rolls back alone and
+the batch is decided again from a reload (`_decide`). Measured in `bench/README.md`.
 """
 
 from __future__ import annotations
