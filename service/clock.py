@@ -7,6 +7,7 @@ so they re-check their deadlines at once.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Callable
@@ -33,8 +34,13 @@ class Clock:
         return self._ensure() + trio.current_time()
 
     def trio_time(self, service_ts: float) -> float:
-        """The trio clock reading at which service time reaches `service_ts`."""
-        return service_ts - self._ensure()
+        """The trio clock reading at which service time reaches `service_ts` (rounded up,
+        so that `now() >= service_ts` holds once trio's clock gets there)."""
+        offset = self._ensure()
+        t = service_ts - offset
+        while offset + t < service_ts:
+            t = math.nextafter(t, math.inf)
+        return t
 
     def advance(self, seconds: float) -> float:
         self._ensure()

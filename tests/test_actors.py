@@ -161,6 +161,48 @@ async def test_clock_advance_wakes_actor_at_once(nursery, autojump_clock):
     assert len(Timer.fired) == 1 and trio.current_time() - before < 1
 
 
+class Movable(Actor):
+    """Its deadline is whatever the last message set."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.deadline = None
+        self.fired = []
+
+    def next_deadline(self):
+        return self.deadline
+
+    async def on_deadline(self):
+        self.fired.append(self.clock.now())
+        self.deadline = None
+
+    async def handle(self, msg):
+        if msg == "fired":
+            return self.fired
+        self.deadline = msg
+        return None
+
+
+async def test_deadline_moved_by_a_message_fires_at_the_new_time_only(nursery, autojump_clock):
+    clock = Clock(start=1000.0)
+    reg = Registry("movable", lambda k: Movable(clock), clock)
+    await nursery.start(reg.run)
+    await reg.ask("m", 1100.0)
+    await trio.sleep(10)
+    await reg.ask("m", 1050.0)   # earlier: fires at 1050, not 1100
+    await trio.sleep(35)
+    assert await reg.ask("m", "fired") == []
+    await trio.sleep(10)
+    assert await reg.ask("m", "fired") == [pytest.approx(1050.0)]
+    await reg.ask("m", 1080.0)
+    await reg.ask("m", 1200.0)   # later: nothing at 1080
+    await trio.sleep(100)
+    assert await reg.ask("m", "fired") == [pytest.approx(1050.0)]
+    clock.advance(100)           # the test clock jumps past it: fires at once
+    await trio.sleep(0.001)
+    assert len(await reg.ask("m", "fired")) == 2
+
+
 class Once(Actor):
     async def handle(self, msg):
         self.done = True
