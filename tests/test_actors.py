@@ -3,8 +3,9 @@ limit, actors that finish, and replies to callers that went away."""
 
 import pytest
 import trio
+import trio.testing
 
-from service.actors.runtime import MAX_RESTARTS, Actor, Registry
+from service.actors.runtime import MAX_RESTARTS, Actor, Deferred, Registry
 from service.clock import Clock
 from service.errors import ActorGone, AskTimeout, NotFound
 
@@ -223,3 +224,25 @@ async def test_reply_to_departed_caller_is_dropped(registry, autojump_clock):
         await registry.ask("a", "slow", timeout=50)
     await trio.sleep(200)  # the actor replies to nobody, without raising
     assert (await registry.ask("a", "inc"))[0] == 2
+
+
+class Later(Actor):
+    """Every batch is answered later, by a wait that never ends."""
+
+    async def handle_batch(self, msgs):
+        return Deferred(trio.sleep_forever)
+
+
+async def test_cancelled_while_a_burst_is_handed_over_stops_cleanly():
+    """Teardown race: the loop has been handed a message (no longer cancellable there) when
+    the registry is cancelled and the answerer stops first. The loop must not crash with
+    BrokenResourceError on the closed answer queue; it stops with the cancellation."""
+    reg = Registry("later", lambda k: Later(), Clock(start=0.0))
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as n:
+            await n.start(reg.run)
+            reg.tell("a", 1)                         # answered later: the answerer waits on it
+            await trio.testing.wait_all_tasks_blocked()
+            reg.tell("a", 2)                         # handed to the parked loop ...
+            scope.cancel()                           # ... and everything is cancelled at once
+    assert scope.cancelled_caught

@@ -427,7 +427,15 @@ class Registry(Generic[A]):
                     env.answer(_Failure(ActorGone("actor crashed while handling the request")))
                 raise
             if isinstance(replies, Deferred):
-                later.send_nowait((batch, replies))
+                try:
+                    later.send_nowait((batch, replies))
+                except trio.BrokenResourceError:
+                    # The answerer has stopped: it was cancelled (teardown) while this loop, handed
+                    # a message, could not be. Answer the burst, then stop with the cancellation.
+                    for env in batch:
+                        env.answer(_Failure(ActorGone("actor is stopping")))
+                    await trio.lowlevel.checkpoint()
+                    raise
                 continue
             for env, value in zip(batch, replies):
                 env.answer(value)
