@@ -296,13 +296,8 @@ class BalanceActor(Actor):
     def _decide(self, msgs: list[Any], *, read_new: bool = False) -> "_Batch":
         """Decide `msgs` in memory (no await) and submit the batch's write, chained to the
         previous one: it refuses to apply if the previous write of this epoch did not.
-
-        Optimistic when nothing of this actor is in flight and the store would commit at
-        once on this thread (one requester, low load): a new hold id is not looked up
-        before deciding; the hold's primary key refuses a repeat, the write rolls back
-        alone, and the batch is decided again from a reload, reading the ids first. A
-        refusal (402, validation) of a hold id not yet looked up reads it first, since a
-        repeat must return the original hold."""
+        Optimistic about new hold ids when nothing is in flight (module docstring); a
+        refusal of an id not yet read reads it first (`_place`)."""
         optimistic = bool(msgs) and not read_new and self._tail is None and self.store.fast_path_open()
         now = self.clock.now()
         self._now = now

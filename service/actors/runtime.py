@@ -70,7 +70,7 @@ class _Timeouts:
         if slot.deadline < self._wake_at:
             self._wake_at = slot.deadline
             if self._scope is not None:
-                self._scope.cancel()
+                self._scope.deadline = slot.deadline
 
     async def run(self) -> None:
         while True:
@@ -183,20 +183,26 @@ class _Alarm:
     when the deadline changes, so a message costs no timer work (a cancel scope around
     every receive cost a sixth of an idle balance actor's CPU per message)."""
 
-    def __init__(self, send: trio.MemorySendChannel) -> None:
+    def __init__(self, send: trio.MemorySendChannel, clock: Clock) -> None:
         self._send = send
-        self.at = math.inf
-        self.stale = False  # the clock moved: the armed trio time no longer matches
+        self._clock = clock
+        self.at = math.inf      # trio time the alarm goes off
+        self._deadline = None   # the service-time deadline it was set for
+        self._stale = False     # the clock moved: `at` no longer matches `_deadline`
         self._scope: trio.CancelScope | None = None
         self._life = trio.CancelScope()
 
-    def arm(self, at: float) -> None:
-        self.at, self.stale = at, False
+    def follow(self, deadline: float | None) -> None:
+        """Set for the actor's current deadline (service time, None: none)."""
+        if deadline == self._deadline and not self._stale:
+            return
+        self._deadline, self._stale = deadline, False
+        self.at = math.inf if deadline is None else self._clock.trio_time(deadline)
         if self._scope is not None:
-            self._scope.deadline = at
+            self._scope.deadline = self.at
 
     def wake(self) -> None:
-        self.stale = True
+        self._stale = True
         self._poke()
 
     def _poke(self) -> None:
@@ -364,7 +370,7 @@ class Registry(Generic[A]):
             env.answer(_Failure(ActorGone("actor is down")))
 
     async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, send: trio.MemorySendChannel) -> None:
-        alarm = _Alarm(send)
+        alarm = _Alarm(send, self.clock)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
             later_send, later_recv = trio.open_memory_channel(math.inf)
@@ -395,15 +401,12 @@ class Registry(Generic[A]):
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, clock: Clock,
                         alarm: "_Alarm", later: trio.MemorySendChannel) -> None:
-        armed = None  # the service-time deadline the alarm is set for
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:
                 await actor.on_deadline()
                 continue
-            if deadline != armed or alarm.stale:
-                alarm.arm(math.inf if deadline is None else clock.trio_time(deadline))
-                armed = deadline
+            alarm.follow(deadline)
             if actor.done:
                 try:
                     first = recv.receive_nowait()

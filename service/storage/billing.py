@@ -168,14 +168,7 @@ def load_org(store, org_id: str) -> tuple[list[dict], list[dict], dict | None]:
     return lots, holds, settings
 
 
-SQL_HOLD_BY_ID = f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id = ?"
-
-
 def holds_by_ids(store, ids: list[str]) -> list[dict]:
-    """The hold rows among `ids` (most calls ask for one new id, which is not there: one
-    cached statement and no row built)."""
-    if len(ids) == 1:
-        return store.reader.execute(SQL_HOLD_BY_ID, ids).fetchall()
     out: list[dict] = []
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]

@@ -110,10 +110,8 @@ class Store:
         item = _Write(fn)
         if self._stopped:
             return self._closed(item)
-        if not self._queued and self._fast_path_ok():
-            self._commit([item])  # no write queued or in flight, nothing else to run: commit now
-            item.done.set()
-            return item
+        if self.fast_path_open():  # no write queued or in flight, nothing else to run: commit now
+            return self._commit_now(item)
         try:
             self._send.send_nowait(item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -129,7 +127,9 @@ class Store:
         optimistically on that)."""
         if self._queued or self._stopped or self.broken is not None:
             return None
-        item = _Write(fn)
+        return self._commit_now(_Write(fn))
+
+    def _commit_now(self, item: _Write) -> _Write:
         self._commit([item])
         item.done.set()
         return item
