@@ -23,7 +23,7 @@ from service import crash
 from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
-from service.services import build
+from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
 
@@ -112,9 +112,9 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     shutdown = trio.Event() if shutdown is None else shutdown
     try:
         async with trio.open_nursery() as actors:
-            services = build(settings, store, clock or Clock())
-            await services.start(actors)
-            app = create_app(services)
+            node = build(settings, store, clock or Clock())
+            await node.start(actors)
+            app = create_app(node)
             # Everything built at start lives for the whole run: keep it out of the cyclic
             # collector's full passes (they paused the loop ~100 ms with many live actors).
             gc.collect()
@@ -126,7 +126,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                     settings.base_url = urls[0]
                 log.info("genservice listening on %s", ", ".join(urls))
                 task_status.started(urls)
-            await services.aclose()
+            await node.aclose()
             actors.cancel_scope.cancel()
     finally:
         if sock is not None and sock.fileno() != -1:  # never handed to Hypercorn

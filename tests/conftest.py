@@ -11,7 +11,7 @@ import trio
 from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
-from service.services import build
+from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
 
@@ -21,7 +21,7 @@ START = 1_790_000_000.0  # a fixed service time for deterministic timestamps
 
 class Node:
     def __init__(self, services, app) -> None:
-        self.services = services
+        self.parts = services
         self.app = app
         self.client = app.test_client()
         self.store = services.store
@@ -79,7 +79,7 @@ async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = Tr
 
 async def stop_node(node: Node) -> None:
     """Shutdown order of a real node: closers, then actors, then storage."""
-    await node.services.aclose()
+    await node.parts.aclose()
     node.scope.cancel()
     await node.stopped.wait()
     node.store.close()

@@ -121,7 +121,7 @@ async def test_tampered_links_are_refused(node, org):
         assert r.status_code == 403, path
         assert err(await r.get_json()) == FORBIDDEN
     # a correctly signed exp more than 900 s ahead was never issued by this node: refused
-    signer = node.services.generation.signer
+    signer = node.parts.generation.signer
     far = math.floor(node.clock.now()) + 901
     r = await node.client.get(f"/files/{a['id']}?exp={far}&sig={signer._sig(a['id'], far)}")
     assert r.status_code == 403
@@ -138,7 +138,7 @@ async def test_signed_url_lifetime_on_the_mock_clock(node, org, autojump_clock):
     """Valid at 0 and 899 s after issue, refused at 900 s. Asset created without threads;
     autojump is paused while a file is read (a worker thread counts as idle time)."""
     key = org["api_key"]
-    gen = node.services.generation
+    gen = node.parts.generation
     data = image_bytes("PNG", 9, 9)
     sha = hashlib.sha256(data).hexdigest()
     path = gen.files.path(sha)

@@ -32,7 +32,7 @@ class Org:
         self.key = org["api_key"]
 
     async def ask(self, msg):
-        return await self.node.services.balances.ask(self.id, msg)
+        return await self.node.parts.balances.ask(self.id, msg)
 
     async def state(self) -> dict:
         return await self.ask(Snapshot())
@@ -48,7 +48,7 @@ class Org:
         store = self.node.store
         assert sql.ledger_sum(store, self.id) == state["available_uc"]
         assert sql.committed_available(store, self.id) == state["available_uc"]
-        fresh = BalanceActor(self.node.services, self.id)
+        fresh = BalanceActor(self.node.parts, self.id)
         fresh._load()
         assert fresh.state() == state
         for lot_id, lot in state["lots"].items():
@@ -386,7 +386,7 @@ async def test_stop_then_fresh_actor_loads_the_same_state(node, org, autojump_cl
     before = await org.state()
     await org.ask(Stop())
     await trio.testing.wait_all_tasks_blocked()
-    assert org.id not in node.services.balances.keys()
+    assert org.id not in node.parts.balances.keys()
     assert await org.state() == before
     node.clock.advance(10)
     await trio.testing.wait_all_tasks_blocked()

@@ -214,7 +214,7 @@ class BalanceMachine(RuleBasedStateMachine):
         conn = self.store.conn
         acc.insert_org(conn, ORG, "Model", iso(START), True)
         acc.insert_user(conn, "u1", ORG, "owner@model.test", "owner", iso(START))
-        self.services = SimpleNamespace(store=self.store, clock=self.clock)
+        self.parts = SimpleNamespace(store=self.store, clock=self.clock)
         rng = random.Random(20260921)  # ids in no particular order, but replayed exactly
         self._real_new_id = sql.new_id
         sql.new_id = lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4))
@@ -228,7 +228,7 @@ class BalanceMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def fresh(self) -> BalanceActor:
-        actor = BalanceActor(self.services, ORG)
+        actor = BalanceActor(self.parts, ORG)
         actor._load()
         return actor
 

@@ -42,7 +42,7 @@ class Org:
         return await body(await self.node.call("GET", path, key or self.key))
 
     async def ask(self, msg):
-        return await self.node.services.balances.ask(self.id, msg)
+        return await self.node.parts.balances.ask(self.id, msg)
 
     def signup_lot(self):
         return self.node.store.one("SELECT id FROM credit_lots WHERE grant_id = ?", (f"signup:{self.id}",))["id"]

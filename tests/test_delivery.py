@@ -482,7 +482,7 @@ async def test_events_during_shutdown_stay_pending_for_the_next_start(tmp_path):
         async with running_node(tmp_path, rx) as node:
             org = await node.create_org()
             hook = await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
-            await node.services.aclose()  # what serve() does once HTTP has drained
+            await node.parts.aclose()  # what serve() does once HTTP has drained
             await node.add_member(org["organization_id"], "member")
             await quiet()
             assert rx.hits == []
@@ -513,7 +513,7 @@ async def test_a_crashed_delivery_actor_reloads_and_still_sends(tmp_path, monkey
         await node.add_member(org["organization_id"], "member")
         [hit] = await rx.wait_for(1)
         await quiet()
-        assert crashes and node.services.webhook_delivery.restarts == 1
+        assert crashes and node.parts.webhook_delivery.restarts == 1
         assert len(rx.hits) == 1
         assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]
         # the actor is still serving requests

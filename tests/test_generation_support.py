@@ -130,7 +130,7 @@ async def running_node(tmp_path: Path, **settings):
             yield node
         finally:
             with trio.CancelScope(shield=True):
-                await node.services.aclose()
+                await node.parts.aclose()
             nursery.cancel_scope.cancel()
     node.store.close()
 

@@ -77,5 +77,5 @@ async def test_invite_rejects_unknown_role_and_org(node):
 async def test_token_stored_as_digest_only(node):
     org = await node.create_org()
     inv = await invite(node, org["organization_id"])
-    raw = b"".join(p.read_bytes() for p in node.services.settings.data_dir.glob("genservice.db*"))
+    raw = b"".join(p.read_bytes() for p in node.parts.settings.data_dir.glob("genservice.db*"))
     assert inv["token"].encode() not in raw

@@ -111,7 +111,7 @@ async def test_slots_are_fair_fifo_per_model(node, org):
     for rid in first:
         await wait_status(node, key, rid, wanted=("rendering",))
     line = [(await submit(node, key, {"prompt": f"b{i} [[delay:0.05]]"}))["request_id"] for i in range(5)]
-    gen: Generation = node.services.generation
+    gen: Generation = node.parts.generation
     assert gen.slots.stats("proc-image") == (2, 5)
     assert [(await status(node, key, r))["status"] for r in line] == ["queued"] * 5
     for rid in first + line:
@@ -127,7 +127,7 @@ async def test_failed_and_canceled_jobs_free_their_slot(node, org):
         await submit(node, key, {"prompt": f"[[fail:internal]] {i}"})
     rid = (await submit(node, key, {"prompt": "after"}))["request_id"]
     assert (await wait_status(node, key, rid))["status"] == "completed"
-    assert node.services.generation.slots.stats("proc-image") == (0, 0)
+    assert node.parts.generation.slots.stats("proc-image") == (0, 0)
 
 
 async def test_restart_recovery_completes_queued_and_rendering_jobs(tmp_path):
@@ -179,11 +179,11 @@ async def test_restart_settles_a_hold_left_open_and_releases_an_orphan_hold(tmp_
         await wait_status(n1, key, done)
         await wait_hold(n1, key, done, "released")
         # ... simulated: a fresh held hold for a failed job marked unsettled
-        await n1.services.balances.ask(org["organization_id"], PlaceHold("h-unsettled", 3_000_000, job_id="j-x"))
+        await n1.parts.balances.ask(org["organization_id"], PlaceHold("h-unsettled", 3_000_000, job_id="j-x"))
         await n1.store.write(lambda c: c.execute(
             "UPDATE jobs SET hold_id = 'h-unsettled', hold_settled = 0 WHERE id = ?", (done,)))
         # and an orphan: a hold placed for a job that was never committed
-        await n1.services.balances.ask(org["organization_id"], PlaceHold("h-orphan", 2_000_000, job_id="never"))
+        await n1.parts.balances.ask(org["organization_id"], PlaceHold("h-orphan", 2_000_000, job_id="never"))
         assert (await balance(n1, key))["held"] == "5.00"
     async with running_node(tmp_path, test_mode=True) as n2:
         with trio.fail_after(10):
@@ -197,7 +197,7 @@ async def test_restart_settles_a_hold_left_open_and_releases_an_orphan_hold(tmp_
 
 # -- the workflow interface ---------------------------------------------------------------------
 async def test_workflow_submit_notify_and_watch(node, org):
-    gen: Generation = node.services.generation
+    gen: Generation = node.parts.generation
     org_id, project_id = org["organization_id"], org["default_project_id"]
     seen: list[dict] = []
     plan = gen.plan(org_id, project_id, capability="image.generate", body={"prompt": "step"})
@@ -224,7 +224,7 @@ async def test_workflow_submit_notify_and_watch(node, org):
 
 
 async def test_workflow_watchers_hear_a_cancel_once(node, org):
-    gen: Generation = node.services.generation
+    gen: Generation = node.parts.generation
     org_id, project_id = org["organization_id"], org["default_project_id"]
     seen: list[dict] = []
     plan = gen.plan(org_id, project_id, capability="image.generate", body={"prompt": "[[delay:60]]"})
@@ -241,7 +241,7 @@ async def test_workflow_watchers_hear_a_cancel_once(node, org):
 
 async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch):
     key = org["api_key"]
-    gen: Generation = node.services.generation
+    gen: Generation = node.parts.generation
     rid = (await submit(node, key, {"prompt": "adopt [[delay:0.3]]"}))["request_id"]
     await wait_status(node, key, rid, wanted=("rendering",))
     handle = gen.jobs.renders[rid]
@@ -320,7 +320,7 @@ async def test_a_failed_job_write_releases_the_hold_and_creates_nothing(node, or
     assert node.store.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
     assert (await balance(node, key))["available"] == "200.00"
     await trio.sleep(0.01)
-    assert node.services.generation.jobs.keys() == []
+    assert node.parts.generation.jobs.keys() == []
     monkeypatch.undo()
     rid = (await submit(node, key, {"prompt": "fine"}))["request_id"]
     assert (await wait_status(node, key, rid))["status"] == "completed"

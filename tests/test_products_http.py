@@ -181,7 +181,7 @@ async def test_unavailable_product_is_503(node, org):
 async def test_balance_must_cover_the_whole_estimate(node, org):
     key, org_id = org["api_key"], org["organization_id"]
     # leave 15.00 available: enough for a 480p run (11.00), not for a 720p one (21.00)
-    await node.services.balances.ask(org_id, PlaceHold(str(uuid.uuid4()), 185_000_000))
+    await node.parts.balances.ask(org_id, PlaceHold(str(uuid.uuid4()), 185_000_000))
     r = await node.call("POST", PRODUCTS + "/text-to-clip/runs", key,
                         json={"inputs": {"prompt": "x", "resolution": "720p"}})
     assert r.status_code == 402

@@ -43,7 +43,7 @@ async def api_job(node, key, prompt="a cat") -> str:
 
 
 async def studio_job(node, org) -> str:
-    gen = node.services.generation
+    gen = node.parts.generation
     plan = gen.plan(org["organization_id"], org["default_project_id"], capability="image.generate",
                     body={"prompt": "a studio cat"})
     resp = await gen.submit(plan, org_id=org["organization_id"], project_id=org["default_project_id"],

@@ -310,7 +310,7 @@ async def test_balance_used_up_between_steps(node, key):
     run = await start(node, key, {"prompt": "a harbour [[delay:1]]"})
     await wait_for(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
     # while the still renders, something else takes all but 5.00 (the still holds 1.00)
-    await node.services.balances.ask(node.org["organization_id"], PlaceHold(str(uuid.uuid4()), 194_000_000))
+    await node.parts.balances.ask(node.org["organization_id"], PlaceHold(str(uuid.uuid4()), 194_000_000))
     done = await wait_final(node, key, run["id"])
     assert done["status"] == "failed"
     assert done["error"] == "clip: Not enough credits to start this step (required 10.00, available 5.00)."

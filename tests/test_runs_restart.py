@@ -13,7 +13,7 @@ from service.actors import runs as runs_mod
 from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
-from service.services import build
+from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
 

@@ -245,7 +245,7 @@ async def test_routes_match_openapi(node):
     routes = _routes(node.app)
     assert documented == routes, {"undocumented": sorted(routes - documented),
                                   "not routes": sorted(documented - routes)}
-    table = {(m, re.sub(r"<([^<>]+)>", r"{\1}", r)) for m, r in openapi.operations(node.services)}
+    table = {(m, re.sub(r"<([^<>]+)>", r"{\1}", r)) for m, r in openapi.operations(node.parts)}
     assert table == routes, {"no table entry": sorted(routes - table), "no route": sorted(table - routes)}
     bare = {f"{m.upper()} {p}": op["x-undocumented"] for p, ops in doc["paths"].items() for m, op in ops.items()
             if "x-undocumented" in op}

@@ -18,7 +18,7 @@ from service.clock import Clock, iso, parse_iso
 from service.config import Settings
 from service.errors import ActorGone
 from service.http.app import create_app
-from service.services import build
+from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
 
@@ -80,7 +80,7 @@ async def start(nursery, tmp_path, *, balances=None, **overrides) -> Node:
 async def tnode(nursery, tmp_path):
     n = await start(nursery, tmp_path, balances=FakeBalances(), test_mode=True)
     yield n
-    await n.services.aclose()
+    await n.parts.aclose()
     n.store.close()
 
 
@@ -400,7 +400,7 @@ async def test_restart_completes_paid_topups_without_a_lot(nursery, tmp_path):
     fb.fail = 100  # the balance actor stays down until the "restart"
     assert (await pay(n1, t["id"])).status_code == 503
     assert row(n1, t["id"])["lot_id"] is None
-    await n1.services.aclose()
+    await n1.parts.aclose()
 
     fb2 = FakeBalances()
     n2 = await start(nursery, data, balances=fb2, test_mode=True)  # recovery runs in start
@@ -452,13 +452,13 @@ async def test_switch_body_and_auth(tnode):
     assert r.status_code == 400
     r = await tnode.client.post("/operator/v1/test/payment-provider", json={"fail_checkout": True})
     assert r.status_code == 401 and await j(r) == UNAUTHORIZED
-    assert tnode.services.payments.fail_checkout is False
+    assert tnode.parts.payments.fail_checkout is False
 
 
 # -- outside test mode -------------------------------------------------------------------
 async def test_no_provider_outside_test_mode(nursery, tmp_path):
     n = await start(nursery, tmp_path, balances=FakeBalances(), test_mode=False)
-    assert n.services.payments is None
+    assert n.parts.payments is None
     org = await n.create_org()
     r = await create(n, org["api_key"], 500)
     assert r.status_code == 503

@@ -103,7 +103,7 @@ async def stripe_node(nursery, tmp_path):
                         stripe_api_base=fake.url)
         n.fake = fake
         yield n
-        await n.services.aclose()
+        await n.parts.aclose()
         n.store.close()
 
 

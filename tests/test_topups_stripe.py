@@ -39,7 +39,7 @@ async def stripe_node(nursery, tmp_path, fake, **overrides):
 async def snode(nursery, tmp_path, fake):
     n = await stripe_node(nursery, tmp_path, fake)
     yield n
-    await n.services.aclose()
+    await n.parts.aclose()
     n.store.close()
 
 
@@ -125,12 +125,12 @@ async def test_stripe_unreachable_is_503(nursery, tmp_path, fake):
     r = await n.call("POST", "/v1/billing/topups", org["api_key"], json={"credits": 500})
     assert r.status_code == 503 and err(await j(r))["message"] == CHECKOUT_FAILED
     assert n.store.one("SELECT status FROM topups")["status"] == "expired"
-    await n.services.aclose()
+    await n.parts.aclose()
     n.store.close()
 
 
 async def test_a_slow_stripe_is_cut_off_in_time(snode, fake):
-    snode.services.payments.deadline = 0.3
+    snode.parts.payments.deadline = 0.3
     fake.delay = 5
     org = await snode.create_org()
     with trio.fail_after(3):
@@ -141,13 +141,13 @@ async def test_a_slow_stripe_is_cut_off_in_time(snode, fake):
 
 async def test_test_switch_also_stops_stripe_checkouts_in_test_mode(nursery, tmp_path, fake):
     n = await stripe_node(nursery, tmp_path, fake, test_mode=True)
-    assert n.services.payments.name == "stripe"
+    assert n.parts.payments.name == "stripe"
     r = await n.op("POST", "/test/payment-provider", {"fail_checkout": True})
     assert await j(r) == {"data": {"provider": "stripe", "fail_checkout": True}}
     org = await n.create_org()
     assert (await n.call("POST", "/v1/billing/topups", org["api_key"], json={"credits": 500})).status_code == 503
     assert fake.creates == []
-    await n.services.aclose()
+    await n.parts.aclose()
     n.store.close()
 
 
@@ -308,5 +308,5 @@ async def test_webhook_without_a_secret_is_503(nursery, tmp_path, fake):
     assert err(await j(r)) == {"code": "billing.not_configured",
                                "message": "Stripe webhooks are not configured on this node."}
     assert row(n, t["id"])["status"] == "pending"
-    await n.services.aclose()
+    await n.parts.aclose()
     n.store.close()

@@ -215,13 +215,13 @@ async def test_restart_finishes_a_committed_upload_and_drops_the_rest(tmp_path):
                "kind": "image", "content_type": "image/png", "width": 20, "height": 20, "duration_s": None,
                "size_bytes": len(png), "sha256": sha, "created_at": "2026-01-01T00:00:00.000000Z"}
         await n1.store.write(lambda c: gsql.insert_asset(c, row))
-        gen = n1.services.generation
+        gen = n1.parts.generation
         gen.files.upload_temp(row["id"]).write_bytes(png)
         # stopped mid-upload: a temp file with no row
         gen.files.upload_temp("22222222-2222-4222-8222-222222222222").write_bytes(b"partial")
     async with running_node(tmp_path, test_mode=True) as n2:
         assert leftovers(tmp_path) == []
-        assert n2.services.generation.files.path(sha).read_bytes() == png
+        assert n2.parts.generation.files.path(sha).read_bytes() == png
         r = await n2.call("GET", f"/v1/generation/assets/{row['id']}/content", org["api_key"])
         r = await n2.client.get(local(r.headers["Location"]))
         assert await r.get_data() == png

@@ -160,9 +160,9 @@ def _bad_amount(v: Any, zero_ok: bool) -> bool:
 
 
 class BalanceActor(Actor):
-    def __init__(self, services, org_id: str, *, trace: list | None = None) -> None:
-        self.store = services.store
-        self.clock = services.clock
+    def __init__(self, node, org_id: str, *, trace: list | None = None) -> None:
+        self.store = node.store
+        self.clock = node.clock
         self.org_id = org_id
         self.trace = trace        # a list: committed decisions are appended (benchmark, tests)
         self._slots = trio.Semaphore(IN_FLIGHT)

@@ -1,4 +1,4 @@
-"""Messages of the balance actor (one actor per organization, registry `services.balances`,
+"""Messages of the balance actor (one actor per organization, registry `node.balances`,
 key = organization id). Every message that moves money carries an id and is idempotent on
 it, because an ask can time out after the actor committed. Amounts are integer
 micro-credits; times are service-time floats (seconds since the epoch).

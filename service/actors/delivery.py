@@ -257,9 +257,9 @@ class Sent:
 class DeliveryActor(Actor):
     def __init__(self, registry: "DeliveryRegistry") -> None:
         self.registry = registry
-        self.services = registry.services
-        self.store = registry.services.store
-        self.clock = registry.services.clock
+        self.node = registry.node
+        self.store = registry.node.store
+        self.clock = registry.node.clock
         self.queue = FairQueue(MAX_IN_FLIGHT, PER_ORG, PER_WEBHOOK)
         self.seen_writes = -1
         self.next_poll = 0.0
@@ -422,10 +422,10 @@ def _not_found() -> NotFound:
 class DeliveryRegistry(Registry):
     """The registry of the one delivery actor; its nursery also hosts the send tasks."""
 
-    def __init__(self, services) -> None:
-        self.services = services
+    def __init__(self, node) -> None:
+        self.node = node
         self.stopping = False
-        super().__init__("delivery", lambda key: DeliveryActor(self), services.clock)
+        super().__init__("delivery", lambda key: DeliveryActor(self), node.clock)
 
     def spawn(self, fn, *args) -> None:
         if self._nursery is None:
@@ -462,7 +462,7 @@ class DeliveryRegistry(Registry):
             "X-Service-Delivery": row["id"],
             "X-Service-Event": row["event"],
         }
-        sender = self.services.sender
+        sender = self.node.sender
         try:
             outcome = await sender.post(row["url"], body, headers, timeout=TIMEOUT)
         except Exception:  # noqa: BLE001 - a bug in one send must not stop the others

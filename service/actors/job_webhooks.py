@@ -42,7 +42,7 @@ class JobWebhooks:
     def __init__(self, store: Store, clock: Clock, sender: Callable[[], object]) -> None:
         self.store = store
         self.clock = clock
-        self._sender = sender  # returns the node's net.client.Sender (services.sender)
+        self._sender = sender  # returns the node's net.client.Sender (node.sender)
         self._wake = trio.Event()
         self._ready = trio.Event()
         self._limiter = trio.CapacityLimiter(CONCURRENCY)

@@ -3,7 +3,7 @@
 Interfaces
 ==========
 
-`services.generation` is a `Generation` (this module); `services.jobs` its `JobRegistry`
+`node.generation` is a `Generation` (this module); `node.jobs` its `JobRegistry`
 (key = job id). The HTTP routes and the products engine use the facade, never the rows:
 
     plan = gen.plan(org_id, project_id, capability="image.generate", model=None, body={...})
@@ -28,9 +28,9 @@ For a product step (products engineer), submit with `source="workflow"`,
 `workflow_run_id=run_id` and `notify=callback`. `notify(status_object)` is called exactly
 once per registration, synchronously inside the job actor, with the final status object
 (completed, failed, nsfw or canceled) right after that status is committed; it must not
-block: make it `lambda st: services.runs.tell(run_id, StepJobEnded(key, st))` (asks flow
+block: make it `lambda st: node.runs.tell(run_id, StepJobEnded(key, st))` (asks flow
 run -> job -> balance; a job only ever *tells* the run). Watchers are kept on the registry
-(`services.jobs.watchers`): they survive a job actor's crash and reload, not a node
+(`node.jobs.watchers`): they survive a job actor's crash and reload, not a node
 restart; after a restart the run actor re-registers with `await gen.watch(job_id, notify)`, which calls
 `notify` at once when the job is already final, so no ending is missed. To stop a step,
 `await gen.cancel(org_id, job_id)` (the hold is released; a render already running ends
@@ -55,7 +55,7 @@ Job lifecycle (machines.JOB)
   (hold released; the render task is cancelled and its output discarded; the webhook row
   waits until the render has ended, then is sent with the canceled status); final ->
   unchanged. The actor finishes (`done`) once final, settled and no render is left.
-- Recovery (`Generation.recover`, a `services.recoveries` step): every queued or rendering
+- Recovery (`Generation.recover`, a `node.recoveries` step): every queued or rendering
   job continues (rendering ones first, then queued, oldest first, through the same slot
   line; built-in models re-render); a job whose backend is not runnable here fails with
   failure message 5 and releases its hold; final jobs with an unsettled hold are settled.
@@ -541,26 +541,26 @@ class Generation:
     """The node's generation part: catalog, job registry, slots, files, signer, webhooks,
     and the uploads registry (service.actors.job_uploads)."""
 
-    def __init__(self, services) -> None:
-        self.services = services
-        self.settings = services.settings
-        self.store = services.store
-        self.clock = services.clock
-        self.catalog = services.catalog
-        self.base_url = services.settings.public_base_url
-        self.files = FileStore(services.settings.data_dir)
-        self.signer = UrlSigner(load_secret(services.settings.data_dir), self.base_url, services.clock)
-        self.jobs = JobRegistry(lambda key: JobActor(self), services.clock)
-        self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), services.clock)
+    def __init__(self, node) -> None:
+        self.node = node
+        self.settings = node.settings
+        self.store = node.store
+        self.clock = node.clock
+        self.catalog = node.catalog
+        self.base_url = node.settings.public_base_url
+        self.files = FileStore(node.settings.data_dir)
+        self.signer = UrlSigner(load_secret(node.settings.data_dir), self.base_url, node.clock)
+        self.jobs = JobRegistry(lambda key: JobActor(self), node.clock)
+        self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
         self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
-        self.webhooks = JobWebhooks(services.store, services.clock, lambda: services.sender)
+        self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
         self._idem_locks = KeyedLocks()
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
 
     def balances(self) -> Registry:
-        return self.services.balances
+        return self.node.balances
 
     def _capacity(self, model_id: str) -> int:
         m = self.catalog.model(model_id)

@@ -1,5 +1,5 @@
-"""Product runs: one actor per run (registry `services.runs`, key = run id), and the
-`Products` facade the HTTP routes use (`services.products`).
+"""Product runs: one actor per run (registry `node.runs`, key = run id), and the
+`Products` facade the HTTP routes use (`node.products`).
 
 Interfaces
 ==========
@@ -574,26 +574,26 @@ def _actual_uc(status: dict) -> int:
 class Products:
     """The node's product part: the run registry and what the HTTP routes call."""
 
-    def __init__(self, services) -> None:
-        self.services = services
-        self.store = services.store
-        self.clock = services.clock
-        self.base_url = services.settings.public_base_url
-        self.runs = RunRegistry(lambda key: RunActor(self), services.clock)
-        self.cursor_key = cursor_key(load_secret(services.settings.data_dir))
+    def __init__(self, node) -> None:
+        self.node = node
+        self.store = node.store
+        self.clock = node.clock
+        self.base_url = node.settings.public_base_url
+        self.runs = RunRegistry(lambda key: RunActor(self), node.clock)
+        self.cursor_key = cursor_key(load_secret(node.settings.data_dir))
         self._locks = KeyedLocks()
 
     @property
     def generation(self):
-        return self.services.generation
+        return self.node.generation
 
     @property
     def files(self):
-        return self.services.generation.files
+        return self.node.generation.files
 
     @property
     def catalog(self):
-        return self.services.catalog
+        return self.node.catalog
 
     def notifier(self, run_id: str, key: str, job_id: str):
         runs = self.runs

@@ -42,7 +42,7 @@ class Provider(OpenAPIProvider):
     tests/test_schemathesis.py fails on it."""
 
     def schema(self):
-        self._table = openapi.operations(self._app.config.get("SERVICES"))
+        self._table = openapi.operations(self._app.config.get("NODE"))
         doc = super().schema()
         doc["components"] = openapi.components(doc.get("components", {}))
         return doc
@@ -72,9 +72,9 @@ class Provider(OpenAPIProvider):
         return oid.split("_", 1)[1] if oid and "_" in oid else oid
 
 
-def create_app(services) -> QuartTrio:
+def create_app(node) -> QuartTrio:
     app = QuartTrio("genservice", static_folder=None)
-    app.config["SERVICES"] = services
+    app.config["NODE"] = node
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
     app.config["JSON_SORT_KEYS"] = False

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from functools import wraps
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import trio
 from quart import current_app, g, request
@@ -22,6 +22,9 @@ from service.errors import Conflict, NotFound
 from service.http.errors import AuthFailure, RouteTimeout
 from service.roles import ROLE_BY_ID, allows, within
 from service.storage import accounts as sql
+
+if TYPE_CHECKING:
+    from service.node import Node
 
 ROUTE_LIMIT = 10
 UPLOAD_LIMIT = 120
@@ -36,8 +39,8 @@ class Principal:
     role: str
 
 
-def services():
-    return current_app.config["SERVICES"]
+def node() -> Node:
+    return current_app.config["NODE"]
 
 
 def authenticate() -> Principal:
@@ -46,7 +49,7 @@ def authenticate() -> Principal:
     if scheme.lower() != "bearer" or not token.startswith("aak_"):
         raise AuthFailure(401)
     digest = hashlib.sha256(token.strip().encode()).hexdigest()
-    svc = services()
+    svc = node()
     row = sql.key_for_auth(svc.store, digest)
     if row is None:
         raise AuthFailure(401)
@@ -97,7 +100,7 @@ def resolve_project(body_project: str | None = None, *, write: bool = False) -> 
     Unknown -> 404; a write into an archived project -> 409 "The project is archived."
     """
     p = principal()
-    store = services().store
+    store = node().store
     ref = body_project or request.headers.get("X-Service-Project") or None
     project = sql.get_project(store, p.org_id, ref) if ref else sql.default_project(store, p.org_id)
     if project is None:

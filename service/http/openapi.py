@@ -337,10 +337,10 @@ def _links(op_ids: tuple[str, ...], param: str, expr: str) -> dict:
     return {f"{oid}": {"operationId": oid, "parameters": {param: expr}} for oid in op_ids}
 
 
-def _submit_body(services) -> dict:
-    models = [m.id for m in services.catalog.models] if services is not None else []
-    resolutions = sorted({r for m in (services.catalog.models if services is not None else []) for r in m.resolutions})
-    durations = sorted({d for m in (services.catalog.models if services is not None else []) for d in m.durations})
+def _submit_body(node) -> dict:
+    models = [m.id for m in node.catalog.models] if node is not None else []
+    resolutions = sorted({r for m in (node.catalog.models if node is not None else []) for r in m.resolutions})
+    durations = sorted({d for m in (node.catalog.models if node is not None else []) for d in m.durations})
     body = {
         "aspect_ratio": nullable({"enum": list(ASPECT_RATIOS)}),
         "webhook_url": nullable({"type": "string", "description": "Job webhook URL; only https URLs are "
@@ -360,11 +360,11 @@ SUBMIT_ERRORS = (402, 404, 409, 422, 503)
 PROJECT_BODY = {"name": non_blank(), "slug": nullable(SLUG), "description": nullable(STR)}
 
 
-def operations(services=None) -> dict[tuple[str, str], Op]:
+def operations(node=None) -> dict[tuple[str, str], Op]:
     """Every `/v1` operation, keyed by (method, werkzeug rule)."""
-    submit = _submit_body(services)
+    submit = _submit_body(node)
     product_slugs = _product_slugs()
-    quote = getattr(services, "topup_quote", None)
+    quote = (node.topup_quote if node is not None else None)
     credits = {"type": "integer", "minimum": quote.min_credits if quote else 100,
                "maximum": quote.max_credits if quote else 100000}
     webhook_events = {"type": "array", "items": {"enum": list(EVENT_NAMES)}, "minItems": 1}
@@ -384,8 +384,8 @@ def operations(services=None) -> dict[tuple[str, str], Op]:
             example={"prompt": "A red fox in fresh snow", "aspect_ratio": "1:1", "resolution": "1k"}),
         ("POST", "/v1/generation/models/<model>"): Op(
             202, ref("SubmitAccepted"), SUBMIT_ERRORS, True, body=submit, links=job_links,
-            path={"model": {"type": "string", **({"enum": [m.id for m in services.catalog.models]}
-                                                   if services is not None else {})}},
+            path={"model": {"type": "string", **({"enum": [m.id for m in node.catalog.models]}
+                                                   if node is not None else {})}},
             path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
         ("POST", "/v1/generation/estimate"): Op(
             200, data(ref("Estimate")), (404, 422, 503), True,

@@ -1,5 +1,5 @@
 """The top-up actor: the one owner of an organization's top-ups (registry
-`services.topups`, key = organization id). It applies `machines.TOPUP`:
+`node.topups`, key = organization id). It applies `machines.TOPUP`:
 
     NEW + checkout_started -> pending        RecordCheckout with a checkout
     NEW + checkout_failed  -> expired        RecordCheckout without one (503, nothing charged)
@@ -69,10 +69,10 @@ class Expire:
 
 
 class TopupActor(Actor):
-    def __init__(self, services) -> None:
-        self.services = services
-        self.store = services.store
-        self.clock = services.clock
+    def __init__(self, node) -> None:
+        self.node = node
+        self.store = node.store
+        self.clock = node.clock
         self.retry_at: float | None = None
         self.backoff = RETRY_FIRST
 
@@ -162,7 +162,7 @@ class TopupActor(Actor):
 
     async def _grant(self, row: dict) -> dict:
         paid = parse_iso(row["paid_at"])
-        lot = await self.services.balances.ask(self.key, Grant(
+        lot = await self.node.balances.ask(self.key, Grant(
             grant_id=row["id"], amount_uc=row["credits_uc"], source="topup",
             expires_at=paid + row["expiry_days"] * DAY,
             reason=f"Top-up of {fmt(row['credits_uc'])} credits",
@@ -177,7 +177,7 @@ class TopupActor(Actor):
         self.backoff = min(self.backoff * 2, RETRY_MAX)
 
 
-async def recover(services) -> None:
+async def recover(node) -> None:
     """After a restart: wake the actor of every organization with a paid, ungranted top-up."""
-    for org_id in sql.orgs_with_ungranted(services.store):
-        services.topups.get(org_id)
+    for org_id in sql.orgs_with_ungranted(node.store):
+        node.topups.get(org_id)

@@ -31,8 +31,8 @@ class Created:
     checkout_url: str
 
 
-def quote(services) -> Quote:
-    return services.topup_quote
+def quote(node) -> Quote:
+    return node.topup_quote
 
 
 def check_credits(q: Quote, credits: int) -> None:
@@ -46,18 +46,18 @@ def default_urls(base_url: str, topup_id: str) -> tuple[str, str]:
     return f"{page}?topup={topup_id}&checkout=success", f"{page}?topup={topup_id}&checkout=cancel"
 
 
-async def create_topup(services, org_id: str, user_id: str | None, credits: int,
+async def create_topup(node, org_id: str, user_id: str | None, credits: int,
                        success_url: str | None = None, cancel_url: str | None = None) -> Created:
-    q = quote(services)
+    q = quote(node)
     check_credits(q, credits)
-    provider = services.payments
+    provider = node.payments
     if provider is None:
         raise Unavailable(NOT_CONFIGURED, code="billing.not_configured")
     topup_id = str(uuid.uuid4())
-    ok_url, back_url = default_urls(services.settings.public_base_url, topup_id)
+    ok_url, back_url = default_urls(node.settings.public_base_url, topup_id)
     draft = TopupDraft(topup_id, org_id, credits, q.amount_cents(credits), q.currency,
                        success_url or ok_url, cancel_url or back_url)
-    created_at = services.clock.iso_now()
+    created_at = node.clock.iso_now()
 
     def record(checkout=None, failure=None) -> RecordCheckout:
         return RecordCheckout(draft, provider.name, user_id, created_at, str(q.usd_per_credit), q.expiry_days,
@@ -66,38 +66,38 @@ async def create_topup(services, org_id: str, user_id: str | None, credits: int,
     try:
         checkout = await provider.start_checkout(draft)
     except CheckoutFailed as e:
-        await services.topups.ask(org_id, record(failure=str(e)))
+        await node.topups.ask(org_id, record(failure=str(e)))
         raise Unavailable(CHECKOUT_FAILED, {"topup_id": topup_id}) from None
-    row = await services.topups.ask(org_id, record(checkout))
+    row = await node.topups.ask(org_id, record(checkout))
     return Created(row, checkout.url)
 
 
-def _owner(services, topup_id: str) -> str:
-    row = sql.get(services.store, topup_id)
+def _owner(node, topup_id: str) -> str:
+    row = sql.get(node.store, topup_id)
     if row is None:
         raise NotFound("Top-up not found.")
     return row["organization_id"]
 
 
-async def confirm_topup(services, topup_id: str, provider_ref: str | None = None) -> dict:
+async def confirm_topup(node, topup_id: str, provider_ref: str | None = None) -> dict:
     """The provider's confirmation: pending -> paid with one `topup` lot; repeats are no-ops."""
-    return await services.topups.ask(_owner(services, topup_id), Confirm(topup_id, provider_ref))
+    return await node.topups.ask(_owner(node, topup_id), Confirm(topup_id, provider_ref))
 
 
-async def expire_topup(services, topup_id: str, provider_ref: str | None = None) -> dict:
-    return await services.topups.ask(_owner(services, topup_id), Expire(topup_id, provider_ref))
+async def expire_topup(node, topup_id: str, provider_ref: str | None = None) -> dict:
+    return await node.topups.ask(_owner(node, topup_id), Expire(topup_id, provider_ref))
 
 
-async def apply_event(services, event: ProviderEvent) -> str:
+async def apply_event(node, event: ProviderEvent) -> str:
     """Apply a verified provider event; returns what was done (for the webhook answer)."""
     if event.action == "ignore" or event.topup_id is None:
         log.info("payment provider event ignored: %s", event.note)
         return "ignored"
     try:
         if event.action == "confirm":
-            row = await confirm_topup(services, event.topup_id, event.provider_ref)
+            row = await confirm_topup(node, event.topup_id, event.provider_ref)
         else:
-            row = await expire_topup(services, event.topup_id, event.provider_ref)
+            row = await expire_topup(node, event.topup_id, event.provider_ref)
     except NotFound:
         if event.action == "confirm":
             # Money was taken for a top-up this node does not know: answer 404 so the

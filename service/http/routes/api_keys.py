@@ -8,7 +8,7 @@ from service.actors.accounts import CreateKey, RevokeKey, UpdateKey
 from service.clock import iso, parse_iso
 from service.errors import NotFound, Unprocessable
 from service.http import views
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, body
 from service.storage import accounts as sql
 
@@ -27,19 +27,19 @@ class KeyUpdate(Body):
 
 
 async def ask(msg):
-    return await services().accounts.ask("accounts", msg)
+    return await node().accounts.ask("accounts", msg)
 
 
 @bp.get("/v1/api-keys")
 @requires("api_keys:read")
 async def list_keys():
-    return {"data": [views.api_key(r) for r in sql.list_keys(services().store, principal().org_id)]}
+    return {"data": [views.api_key(r) for r in sql.list_keys(node().store, principal().org_id)]}
 
 
 @bp.get("/v1/api-keys/<key_id>")
 @requires("api_keys:read")
 async def get_key(key_id: str):
-    row = sql.get_key(services().store, principal().org_id, key_id)
+    row = sql.get_key(node().store, principal().org_id, key_id)
     if row is None:
         raise NotFound("API key not found.", code="api_key.not_found")
     return {"data": views.api_key(row)}
@@ -58,7 +58,7 @@ async def create_key(data: KeyCreate):
         except ValueError:
             raise Unprocessable("expires_at must be an ISO 8601 timestamp with an offset.",
                                 {"field": "expires_at"}) from None
-        if ts <= services().clock.now():
+        if ts <= node().clock.now():
             raise Unprocessable("expires_at must be in the future.", {"field": "expires_at"})
         expires = iso(ts)
     p = principal()

@@ -9,7 +9,7 @@ from quart import Blueprint, Response
 from service.actors.job_views import asset_record
 from service.assets.signing import LIFETIME_S
 from service.errors import NotFound
-from service.http.auth import principal, requires, resolve_project, services
+from service.http.auth import principal, requires, resolve_project, node
 from service.http.schemas import Query, clamp, query
 from service.storage import generation as sql
 
@@ -23,7 +23,7 @@ class AssetListQuery(Query):
 
 
 def _asset(asset_id: str) -> dict:
-    row = sql.asset_in_org(services().store, principal().org_id, asset_id)
+    row = sql.asset_in_org(node().store, principal().org_id, asset_id)
     if row is None:
         raise NotFound("Asset not found.")
     return row
@@ -34,15 +34,15 @@ def _asset(asset_id: str) -> dict:
 @query(AssetListQuery)
 async def list_assets(q: AssetListQuery):
     project = resolve_project(q.project_id)
-    base = services().generation.base_url
-    rows = sql.list_assets(services().store, project["id"], clamp(q.limit, 50, 1, 200))
+    base = node().generation.base_url
+    rows = sql.list_assets(node().store, project["id"], clamp(q.limit, 50, 1, 200))
     return {"data": [asset_record(r, base) for r in rows]}
 
 
 @bp.get("/v1/generation/assets/<asset_id>")
 @requires("generation:read")
 async def get_asset(asset_id: str):
-    return {"data": asset_record(_asset(asset_id), services().generation.base_url)}
+    return {"data": asset_record(_asset(asset_id), node().generation.base_url)}
 
 
 @bp.get("/v1/generation/assets/<asset_id>/content")
@@ -50,7 +50,7 @@ async def get_asset(asset_id: str):
 async def asset_content(asset_id: str):
     """302 to a signed URL of the file (valid 900 s, no key needed)."""
     row = _asset(asset_id)
-    url = services().generation.signer.url(row["id"])
+    url = node().generation.signer.url(row["id"])
     return Response("", status=302, headers={"Location": url, "Cache-Control": "no-store"})
 
 
@@ -58,4 +58,4 @@ async def asset_content(asset_id: str):
 @requires("generation:read")
 async def asset_url(asset_id: str):
     row = _asset(asset_id)
-    return {"data": {"url": services().generation.signer.url(row["id"]), "expires_in": LIFETIME_S}}
+    return {"data": {"url": node().generation.signer.url(row["id"]), "expires_in": LIFETIME_S}}

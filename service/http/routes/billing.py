@@ -18,7 +18,7 @@ from service.actors.balance import MAX_UC
 from service.actors.billing_messages import SettingsPut, Sync
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
 from service.money import UC
 from service.storage import billing as sql
@@ -68,7 +68,7 @@ def org_id() -> str:
 @bp.get("/v1/billing/balance")
 @requires("billing:read")
 async def get_balance():
-    svc = services()
+    svc = node()
     return {"data": sql.balance(svc.store, org_id(), svc.clock.now())}
 
 
@@ -85,7 +85,7 @@ async def get_ledger(q: LedgerQuery):
     until = timestamp_param("until", q.until)
     limit = clamp(q.limit, PAGE_DEFAULT, 1, PAGE_MAX)
     offset = max(0, q.offset or 0)
-    svc = services()
+    svc = node()
     try:  # every due lot expiry is in the ledger before we read it
         await svc.balances.ask(org_id(), Sync(), timeout=2.0)
     except (ActorGone, AskTimeout, Unavailable):
@@ -102,20 +102,20 @@ async def get_holds(q: HoldsQuery):
     if q.status is not None and q.status not in HOLD_STATUSES:
         raise BadRequest("status must be one of held, captured, released.", {"status": q.status})
     limit = clamp(q.limit, PAGE_DEFAULT, 1, PAGE_MAX)
-    return {"data": sql.list_holds(services().store, org_id(), q.status, limit)}
+    return {"data": sql.list_holds(node().store, org_id(), q.status, limit)}
 
 
 @bp.get("/v1/billing/usage")
 @requires("billing:read")
 @query(UsageQuery)
 async def get_usage(q: UsageQuery):
-    return {"data": sql.usage(services().store, org_id(), timestamp_param("since", q.since))}
+    return {"data": sql.usage(node().store, org_id(), timestamp_param("since", q.since))}
 
 
 @bp.get("/v1/billing/settings")
 @requires("billing:read")
 async def get_settings():
-    return {"data": sql.settings(services().store, org_id())}
+    return {"data": sql.settings(node().store, org_id())}
 
 
 def threshold_uc(raw: bytes) -> int | None:
@@ -146,4 +146,4 @@ def threshold_uc(raw: bytes) -> int | None:
 @body(SettingsBody)
 async def put_settings(data: SettingsBody):
     uc = threshold_uc(await request.get_data(cache=True))
-    return {"data": await services().balances.ask(org_id(), SettingsPut(uc))}
+    return {"data": await node().balances.ask(org_id(), SettingsPut(uc))}

@@ -15,7 +15,7 @@ from quart import Blueprint, request, send_file
 from quart_schema import hide
 
 from service.errors import Forbidden, NotFound
-from service.http.auth import services
+from service.http.auth import node
 from service.storage import generation as sql
 
 bp = Blueprint("files", __name__)
@@ -26,10 +26,10 @@ BUFFER = 256 * 1024
 @bp.get("/files/<asset_id>")
 @hide
 async def signed_file(asset_id: str):
-    gen = services().generation
+    gen = node().generation
     if not gen.signer.check(asset_id, request.args.get("exp"), request.args.get("sig")):
         raise Forbidden("This link is invalid or has expired.")
-    row = sql.get_asset(services().store, asset_id)
+    row = sql.get_asset(node().store, asset_id)
     path = gen.files.path(row["sha256"]) if row is not None else None
     if path is None or not path.is_file():
         raise NotFound("Asset not found.")

@@ -16,7 +16,7 @@ from quart import Blueprint, request
 from quart_schema import document_headers
 
 from service.errors import NotFound
-from service.http.auth import principal, requires, resolve_project, services
+from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import Body, Query, body, clamp, query
 from service.idempotency import request_hash
@@ -53,7 +53,7 @@ class ListQuery(Query):
 
 
 def gen():
-    return services().generation
+    return node().generation
 
 
 @bp.get("/v1/generation/capabilities")

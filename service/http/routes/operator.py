@@ -14,7 +14,7 @@ from quart_schema import hide
 
 from service.actors.accounts import (AcceptInvite, AddMember, ApproveOrg, ChangeRole, CreateOrg, Invite,
                                      RemoveMember, ResendInvite)
-from service.http.auth import constant_time_equal, services
+from service.http.auth import constant_time_equal, node
 from service.http.errors import AuthFailure
 from service.http.schemas import Body, body
 
@@ -27,7 +27,7 @@ def operator(func):
     @wraps(func)
     async def wrapper(*args, **kwargs):
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        expected = services().settings.operator_token or ""
+        expected = node().settings.operator_token or ""
         if scheme.lower() != "bearer" or not expected or not constant_time_equal(token.strip(), expected):
             raise AuthFailure(401)
         return await func(*args, **kwargs)
@@ -60,7 +60,7 @@ class AcceptBody(Body):
 
 
 async def ask(msg):
-    return await services().accounts.ask("accounts", msg)
+    return await node().accounts.ask("accounts", msg)
 
 
 @bp.post("/operator/v1/organizations")
@@ -69,7 +69,7 @@ async def ask(msg):
 async def create_org(data: OrgCreate):
     out = await ask(CreateOrg(data.name, data.owner_email, data.approved))
     if data.approved:
-        await services().on_approved(out["organization_id"])
+        await node().on_approved(out["organization_id"])
     return {"data": out}, 201
 
 
@@ -77,7 +77,7 @@ async def create_org(data: OrgCreate):
 @operator
 async def approve_org(org_id: str):
     out = await ask(ApproveOrg(org_id))
-    await services().on_approved(org_id)
+    await node().on_approved(org_id)
     return {"data": out}
 
 

@@ -13,7 +13,7 @@ from service.actors.balance import MAX_UC
 from service.actors.billing_messages import Grant, Sync
 from service.clock import parse_iso
 from service.errors import NotFound, ServiceError, Unprocessable
-from service.http.auth import services
+from service.http.auth import node
 from service.http.routes.operator import operator
 from service.http.schemas import Body, body
 from service.money import to_uc
@@ -30,7 +30,7 @@ def test_only(func):
 
     @wraps(func)
     async def wrapper(*args, **kwargs):
-        if not services().settings.test_mode:
+        if not node().settings.test_mode:
             raise NotFound("The requested resource was not found.")
         return await func(*args, **kwargs)
 
@@ -69,7 +69,7 @@ async def grant(org_id: str, data: GrantBody):
         except (ValueError, OverflowError):
             raise Unprocessable("expires_at must be an ISO 8601 timestamp with an offset.",
                                 {"expires_at": data.expires_at}) from None
-    svc = services()
+    svc = node()
     if not sql.org_exists(svc.store, org_id):
         raise NotFound("Organization not found.")
     lot = await svc.balances.ask(org_id, Grant(grant_id=sql.new_id(), amount_uc=uc, source=data.source,
@@ -84,7 +84,7 @@ async def grant(org_id: str, data: GrantBody):
 async def advance_clock(data: ClockBody):
     if data.advance_seconds < 0:
         raise Unprocessable("advance_seconds cannot be negative.", {"advance_seconds": data.advance_seconds})
-    svc = services()
+    svc = node()
     svc.clock.advance(data.advance_seconds)
     # Every balance actor has written its due lot expiries before we answer.
     balances = svc.balances

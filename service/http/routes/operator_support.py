@@ -16,7 +16,7 @@ from quart import Blueprint
 
 from service.actors.tickets import STATES, SetState, SupportReply
 from service.errors import NotFound
-from service.http.auth import services
+from service.http.auth import node
 from service.http.routes.operator import operator
 from service.http.routes.support import check_state_filter, ticket_view
 from service.http.schemas import Body, Query, body, clamp, query
@@ -41,14 +41,14 @@ class OperatorList(Query):
 
 
 def _ticket(ticket_id: str) -> dict:
-    row = sql.get_ticket(services().store, None, ticket_id)
+    row = sql.get_ticket(node().store, None, ticket_id)
     if row is None:
         raise NotFound("Ticket not found.")
     return row
 
 
 async def ask(org_id: str, msg):
-    return await services().tickets.ask(org_id, msg)
+    return await node().tickets.ask(org_id, msg)
 
 
 @bp.get("/operator/v1/support/tickets")
@@ -56,7 +56,7 @@ async def ask(org_id: str, msg):
 @query(OperatorList)
 async def list_tickets(q: OperatorList):
     check_state_filter(q.state)
-    rows = sql.list_tickets(services().store, q.organization_id, clamp(q.limit, 50, 1, 500), q.state)
+    rows = sql.list_tickets(node().store, q.organization_id, clamp(q.limit, 50, 1, 500), q.state)
     return {"data": [ticket_view(r) for r in rows]}
 
 
@@ -64,7 +64,7 @@ async def list_tickets(q: OperatorList):
 @operator
 async def get_ticket(ticket_id: str):
     row = _ticket(ticket_id)
-    return {"data": ticket_view(row | {"replies": sql.replies(services().store, ticket_id)})}
+    return {"data": ticket_view(row | {"replies": sql.replies(node().store, ticket_id)})}
 
 
 @bp.post("/operator/v1/support/tickets/<ticket_id>/replies")

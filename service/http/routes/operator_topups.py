@@ -17,7 +17,7 @@ from functools import wraps
 from quart import Blueprint
 
 from service.errors import NotFound
-from service.http.auth import services
+from service.http.auth import node
 from service.http.routes.operator import operator
 from service.http.routes.topups import ROUTE_MISSING, topup_view
 from service.http.schemas import Body, body
@@ -29,7 +29,7 @@ bp = Blueprint("operator_topups", __name__)
 def test_only(func):
     @wraps(func)
     async def wrapper(*args, **kwargs):
-        if not services().settings.test_mode:
+        if not node().settings.test_mode:
             raise NotFound(ROUTE_MISSING)
         return await func(*args, **kwargs)
 
@@ -43,7 +43,7 @@ class ProviderSwitch(Body):
 @bp.post("/operator/v1/topups/<topup_id>/pay")
 @operator
 async def pay(topup_id: str):
-    return {"data": topup_view(await facade.confirm_topup(services(), topup_id))}
+    return {"data": topup_view(await facade.confirm_topup(node(), topup_id))}
 
 
 @bp.post("/operator/v1/test/payment-provider")
@@ -51,7 +51,7 @@ async def pay(topup_id: str):
 @operator
 @body(ProviderSwitch)
 async def payment_provider(data: ProviderSwitch):
-    provider = services().payments
+    provider = node().payments
     if provider is None:
         raise NotFound(ROUTE_MISSING)
     provider.fail_checkout = data.fail_checkout

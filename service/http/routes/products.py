@@ -28,7 +28,7 @@ from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
-from service.http.auth import principal, requires, resolve_project, services
+from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import Body, Query, body, query
 from service.idempotency import request_hash
@@ -48,7 +48,7 @@ class RunBody(Body):
 
 
 def products():
-    return services().products
+    return node().products
 
 
 

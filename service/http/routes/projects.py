@@ -8,7 +8,7 @@ from quart import Blueprint
 from service.actors.accounts import ArchiveProject, CreateProject, UpdateProject
 from service.errors import NotFound
 from service.http import views
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, body
 from service.storage import accounts as sql
 
@@ -28,19 +28,19 @@ class ProjectUpdate(Body):
 
 
 async def ask(msg):
-    return await services().accounts.ask("accounts", msg)
+    return await node().accounts.ask("accounts", msg)
 
 
 @bp.get("/v1/projects")
 @requires("projects:read")
 async def list_projects():
-    return {"data": [views.project(r) for r in sql.list_projects(services().store, principal().org_id)]}
+    return {"data": [views.project(r) for r in sql.list_projects(node().store, principal().org_id)]}
 
 
 @bp.get("/v1/projects/<project_id>")
 @requires("projects:read")
 async def get_project(project_id: str):
-    row = sql.get_project(services().store, principal().org_id, project_id)
+    row = sql.get_project(node().store, principal().org_id, project_id)
     if row is None:
         raise NotFound("Project not found.")
     return {"data": views.project(row)}

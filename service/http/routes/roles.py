@@ -3,7 +3,7 @@
 from quart import Blueprint
 
 from service.errors import NotFound
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.roles import ROLE_BY_ID, ROLE_NAMES, role_view
 from service.storage import accounts as sql
 
@@ -32,6 +32,6 @@ async def get_role(role_id: str):
 @bp.get("/v1/roles/<role_id>/users")
 @requires("roles:read")
 async def role_users(role_id: str):
-    rows = sql.role_users(services().store, principal().org_id, _role(role_id))
+    rows = sql.role_users(node().store, principal().org_id, _role(role_id))
     return {"data": [{"id": r["id"], "email": r["email"], "role": r["role"], "created_at": r["created_at"]}
                      for r in rows]}

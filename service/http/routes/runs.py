@@ -22,7 +22,7 @@ from pydantic import Field
 from quart import Blueprint
 
 from service.actors import run_feed
-from service.http.auth import principal, requires, resolve_project, services
+from service.http.auth import principal, requires, resolve_project, node
 from service.http.schemas import Query, clamp, query
 
 bp = Blueprint("runs", __name__)
@@ -48,7 +48,7 @@ class FeedQuery(Query):
 
 
 def products():
-    return services().products
+    return node().products
 
 
 @bp.get("/v1/workflows/runs/<run_id>")

@@ -21,7 +21,7 @@ from quart import Blueprint
 
 from service.actors.tickets import PRIORITIES, STATES, TYPES, CustomerReply, OpenTicket
 from service.errors import BadRequest, NotFound
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
 from service.storage import support as sql
 
@@ -70,7 +70,7 @@ def check_state_filter(state: str | None) -> None:
 
 
 async def ask(org_id: str, msg):
-    return await services().tickets.ask(org_id, msg)
+    return await node().tickets.ask(org_id, msg)
 
 
 @bp.get("/v1/support/tickets")
@@ -78,7 +78,7 @@ async def ask(org_id: str, msg):
 @query(TicketList)
 async def list_tickets(q: TicketList):
     check_state_filter(q.state)
-    rows = sql.list_tickets(services().store, principal().org_id, clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE),
+    rows = sql.list_tickets(node().store, principal().org_id, clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE),
                             q.state)
     return {"data": [ticket_view(r) for r in rows]}
 
@@ -86,7 +86,7 @@ async def list_tickets(q: TicketList):
 @bp.get("/v1/support/tickets/<ticket_id>")
 @requires("users:read")
 async def get_ticket(ticket_id: str):
-    store = services().store
+    store = node().store
     row = sql.get_ticket(store, principal().org_id, ticket_id)
     if row is None:
         raise NotFound("Ticket not found.")

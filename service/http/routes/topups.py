@@ -28,7 +28,7 @@ from quart import Blueprint, Response, request
 from quart_schema import hide
 
 from service.errors import BadRequest, NotFound, Unavailable, Unprocessable
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
 from service.money import fmt
 from service.payments import InvalidWebhook, facade
@@ -75,7 +75,7 @@ def check_url(field: str, value: str | None) -> str | None:
 @bp.get("/v1/billing/topups/quote")
 @requires("billing:read")
 async def get_quote():
-    return {"data": facade.quote(services()).view()}
+    return {"data": facade.quote(node()).view()}
 
 
 @bp.get("/v1/billing/topups")
@@ -83,14 +83,14 @@ async def get_quote():
 @query(TopupList)
 async def list_topups(q: TopupList):
     limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
-    rows = sql.list_for_org(services().store, principal().org_id, limit)
+    rows = sql.list_for_org(node().store, principal().org_id, limit)
     return {"data": [topup_view(r) for r in rows]}
 
 
 @bp.get("/v1/billing/topups/<topup_id>")
 @requires("billing:read")
 async def get_topup(topup_id: str):
-    row = sql.get_in_org(services().store, principal().org_id, topup_id)
+    row = sql.get_in_org(node().store, principal().org_id, topup_id)
     if row is None:
         raise NotFound("Top-up not found.")
     return {"data": topup_view(row)}
@@ -103,7 +103,7 @@ async def create_topup(data: TopupCreate):
     success_url = check_url("success_url", data.success_url)
     cancel_url = check_url("cancel_url", data.cancel_url)
     p = principal()
-    created = await facade.create_topup(services(), p.org_id, p.user_id, data.credits, success_url, cancel_url)
+    created = await facade.create_topup(node(), p.org_id, p.user_id, data.credits, success_url, cancel_url)
     return {"data": {"topup": topup_view(created.topup), "checkout_url": created.checkout_url}}, 201
 
 
@@ -112,7 +112,7 @@ async def create_topup(data: TopupCreate):
 @hide
 async def test_checkout_page(topup_id: str):
     """The built-in test provider's checkout: says what is being paid; no auth, no form."""
-    svc = services()
+    svc = node()
     row = sql.get(svc.store, topup_id)
     if row is None or row["provider"] != "test" or not svc.settings.test_mode:
         raise NotFound(ROUTE_MISSING)
@@ -135,7 +135,7 @@ payment with <code>POST /operator/v1/topups/{e(row['id'])}/pay</code>.</p>
 @bp.post("/webhooks/stripe")
 @hide
 async def stripe_webhook():
-    svc = services()
+    svc = node()
     provider = svc.payments
     if provider is None or provider.name != "stripe":
         raise NotFound(ROUTE_MISSING)

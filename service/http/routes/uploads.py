@@ -44,7 +44,7 @@ from service.actors.job_views import asset_record
 from service.crash import crashpoint
 from service.errors import BadRequest, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
-from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, services
+from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, node
 from service.http.errors import envelope
 from service.http.schemas import ValidationFailed
 
@@ -250,7 +250,7 @@ async def upload():
     """Upload one file as an asset: multipart/form-data with the file in `file` and an
     optional `project_id` field. 201 `{data: asset}`."""
     p = principal()
-    gen = services().generation
+    gen = node().generation
     boundary = request.mimetype_params.get("boundary")
     if boundary is not None and not boundary.isascii():  # e.g. RFC 2231 `boundary*=UTF-8''%E2%98%83`
         boundary = None

@@ -16,7 +16,7 @@ from werkzeug.routing import BaseConverter
 from service.actors import delivery
 from service.actors.delivery import CreateWebhook, DeleteWebhook, SendTest, UpdateWebhook
 from service.errors import NotFound
-from service.http.auth import principal, requires, services
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
 from service.storage import webhooks as sql
 
@@ -80,11 +80,11 @@ def delivery_view(row: dict) -> dict:
 
 
 async def ask(msg, timeout: float = 10.0):
-    return await services().webhook_delivery.ask_actor(msg, timeout)
+    return await node().webhook_delivery.ask_actor(msg, timeout)
 
 
 def _get(webhook_id: str) -> dict:
-    row = sql.get_webhook(services().store, principal().org_id, webhook_id)
+    row = sql.get_webhook(node().store, principal().org_id, webhook_id)
     if row is None:
         raise NotFound("Webhook not found.", code="webhook.not_found")
     return row
@@ -96,7 +96,7 @@ def _get(webhook_id: str) -> dict:
 async def list_webhooks(q: Page):
     limit = clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE)
     offset = max(0, q.offset or 0)
-    rows, total = sql.list_webhooks(services().store, principal().org_id, limit, offset)
+    rows, total = sql.list_webhooks(node().store, principal().org_id, limit, offset)
     return {"webhooks": [view(r) for r in rows], "total": total}
 
 
@@ -166,5 +166,5 @@ async def test_webhook(webhook_id: str):
 async def list_deliveries(webhook_id: str, q: Limit):
     """Beyond the spec: the webhook's recent deliveries, newest first (default 50, max 200)."""
     hook = _get(webhook_id)
-    rows = sql.list_deliveries(services().store, hook["id"], clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE))
+    rows = sql.list_deliveries(node().store, hook["id"], clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE))
     return {"deliveries": [delivery_view(r) for r in rows]}

@@ -1,0 +1,140 @@
+"""The node: every running part, typed, built in one place.
+
+`build()` below is the only place a part is made, in dependency order, on one screen. A
+part that needs another is handed the node and reads the part when it runs (a balance
+actor asks `node.balances` only once messages flow), so the order below is the order of
+construction, not of use.
+
+Who owns which state (one owner each; see docs/design.md):
+
+    accounts          organizations, members, keys, projects, invitations
+    balances          one actor per organization: lots, holds, ledger
+    generation/jobs   one actor per job: status, hold id, outputs
+    products/runs     one actor per product run: steps
+    topups            one actor per organization: checkout sessions
+    tickets           one actor per organization: support tickets
+    webhook_delivery  the account-webhook deliveries (reader of the events outbox)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from service.actors.accounts import AccountsActor
+from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
+from service.actors.billing_messages import Grant
+from service.actors.delivery import DeliveryRegistry
+from service.actors.jobs import Generation
+from service.actors.runs import Products
+from service.actors.runtime import Registry
+from service.actors.tickets import TicketsActor
+from service.catalog.catalog import Catalog, load_catalog
+from service.clock import Clock
+from service.config import Settings
+from service.net.client import Sender
+from service.payments.actor import TopupActor
+from service.payments.actor import recover as recover_topups
+from service.payments.base import PaymentProvider
+from service.payments.choose import provider_for
+from service.payments.pricing import Quote, quote_from
+from service.storage import billing as billing_sql
+from service.storage.db import Store
+
+
+class Node:
+    """The parts of a running node. Every attribute is set by `build`, in this order."""
+
+    settings: Settings
+    store: Store
+    clock: Clock
+    sender: Sender  # outgoing HTTP (SSRF guard, CA file), shared by every outgoing call
+    catalog: Catalog
+    accounts: Registry
+    balances: Registry
+    generation: Generation
+    jobs: Registry
+    products: Products
+    runs: Registry
+    topup_quote: Quote
+    payments: PaymentProvider | None  # None: no payment provider configured
+    topups: Registry
+    webhook_delivery: DeliveryRegistry
+    tickets: Registry
+
+    def __init__(self, settings: Settings, store: Store, clock: Clock) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.registries: list[Registry] = []
+        # steps run once every registry is up, before HTTP: resume work left by a restart
+        self.recoveries: list[Callable[[], Awaitable[None]]] = []
+        # run after HTTP has drained, before the actors stop
+        self.closers: list[Callable[[], Awaitable[None]]] = []
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.store.run)
+        for registry in self.registries:
+            await nursery.start(registry.run)
+        for recover in self.recoveries:
+            await recover()
+
+    async def on_approved(self, org_id: str) -> None:
+        """An organization was created approved or approved later: the 200-credit signup
+        lot, once per organization (idempotent on its grant id)."""
+        expires = self.clock.now() + SIGNUP_DAYS * 86400
+        await self.balances.ask(org_id, Grant(grant_id=f"signup:{org_id}", amount_uc=SIGNUP_UC,
+                                              source="signup", expires_at=expires, reason="Signup credit"))
+
+    async def aclose(self) -> None:
+        for close in self.closers:
+            await close()
+
+    def _registry(self, registry: Registry) -> Registry:
+        self.registries.append(registry)
+        return registry
+
+
+def build(settings: Settings, store: Store, clock: Clock) -> Node:
+    """Assemble the node, part by part, in dependency order."""
+    node = Node(settings, store, clock)
+    node.sender = Sender(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
+    node.closers.append(node.sender.aclose)
+    node.catalog = load_catalog(settings.catalog_file)
+
+    node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock), clock))
+    node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))
+
+    async def wake_balances() -> None:
+        """Actors of organizations with live credits, so lot expiries and outstanding holds
+        are in memory with their deadlines."""
+        for org_id in billing_sql.org_ids_with_live_credits(store):
+            node.balances.get(org_id)
+
+    node.recoveries.append(wake_balances)
+
+    node.generation = Generation(node)  # jobs, per-model slots, job webhooks, asset files
+    node.jobs = node._registry(node.generation.jobs)
+    node._registry(node.generation.uploads)
+    node.recoveries.append(node.generation.recover)
+
+    node.products = Products(node)  # product runs; resumed after the jobs they wait on
+    node.runs = node._registry(node.products.runs)
+    node.recoveries.append(node.products.recover)
+
+    node.topup_quote = quote_from(settings.usd_per_credit, settings.currency)  # a bad price stops the start
+    node.payments = provider_for(settings)
+    node.topups = node._registry(Registry("topups", lambda key: TopupActor(node), clock))
+    node.recoveries.append(lambda: recover_topups(node))  # paid top-ups whose lot was not granted
+    if node.payments is not None:
+        node.closers.append(node.payments.aclose)
+
+    node.webhook_delivery = DeliveryRegistry(node)
+    node._registry(node.webhook_delivery)
+    node.recoveries.append(node.webhook_delivery.start_actor)
+    node.closers.append(node.webhook_delivery.stop_sending)
+
+    node.tickets = node._registry(
+        Registry("tickets", lambda key: TicketsActor(store, clock, node.webhook_delivery.wake), clock))
+    return node
