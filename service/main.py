@@ -87,6 +87,11 @@ class EndShielded:
         return await self.app(scope, receive, send_end_shielded)
 
 
+async def _end_streams_at(shutdown: trio.Event, node) -> None:
+    await shutdown.wait()
+    node.streams.close()
+
+
 def hypercorn_config(settings: Settings, sock: socket.socket | None = None) -> Config:
     cfg = Config()
     # a pre-bound socket is handed over by its descriptor (Hypercorn owns it from then on)
@@ -126,6 +131,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                     settings.base_url = urls[0]
                 log.info("genservice listening on %s", ", ".join(urls))
                 task_status.started(urls)
+                # streams end when shutdown begins, so the HTTP drain does not wait for them
+                http.start_soon(_end_streams_at, shutdown, node)
             await node.aclose()
             actors.cancel_scope.cancel()
     finally:

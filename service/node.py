@@ -41,6 +41,7 @@ from service.payments.choose import provider_for
 from service.payments.pricing import Quote, quote_from
 from service.storage import billing as billing_sql
 from service.storage.db import Store
+from service.streams import Hub
 
 
 class Node:
@@ -51,6 +52,7 @@ class Node:
     clock: Clock
     sender: Sender  # outgoing HTTP (SSRF guard, CA file), shared by every outgoing call
     catalog: Catalog
+    streams: Hub  # committed job and run changes to open event streams, in memory
     accounts: Registry
     balances: Registry
     generation: Generation
@@ -75,6 +77,7 @@ class Node:
 
     async def start(self, nursery: trio.Nursery) -> None:
         await nursery.start(self.store.run)
+        await nursery.start(self.streams.run)
         for registry in self.registries:
             await nursery.start(registry.run)
         for recover in self.recoveries:
@@ -102,6 +105,7 @@ def build(settings: Settings, store: Store, clock: Clock) -> Node:
     node.sender = Sender(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
     node.closers.append(node.sender.aclose)
     node.catalog = load_catalog(settings.catalog_file)
+    node.streams = Hub(clock)
 
     node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock), clock))
     node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))

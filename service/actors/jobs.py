@@ -306,6 +306,7 @@ class JobActor(Actor):
             raise
         crashpoint("hold_committed")  # hold and job row committed, not yet handed to a render
         self.job = row
+        gen.publish(row)
         self.done = False
         if msg.notify is not None:
             gen.jobs.watchers.setdefault(self.job_id, []).append(msg.notify)
@@ -346,6 +347,7 @@ class JobActor(Actor):
             now = gen.clock.iso_now()
             await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"status": new, "started_at": now}))
             job.update(status=new, started_at=now)
+            gen.publish(job)
         if self.job_id in gen.jobs.renders:
             return  # a render of this job is already running (actor reloaded): adopt it
         try:
@@ -468,6 +470,7 @@ class JobActor(Actor):
 
         await gen.store.write(tx)
         self.job = final
+        gen.publish(final, status)
         await self._settle()
         crashpoint("final_committed")  # final status and capture/release committed, webhook not sent
         if hook is not None and hook["state"] == "pending":
@@ -553,11 +556,27 @@ class Generation:
         self.jobs = JobRegistry(lambda key: JobActor(self), node.clock)
         self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
         self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
+        self.streams = node.streams
         self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
         self._idem_locks = KeyedLocks()
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
+
+    def publish(self, job: dict, status: dict | None = None) -> None:
+        """After a commit: the job's status object to the streams following it or its
+        project (service/streams; built only when one is open)."""
+        self.streams.publish((f"job:{job['id']}", f"project:{job['project_id']}"), "status",
+                             lambda: status or views.status_object(job, [], self.base_url), source=job["source"])
+        if job["status"] in FINAL:
+            self.streams.job_ended(job["id"])
+
+    def progress(self, job: dict, value: float, maximum: float, step: str | None = None) -> None:
+        """A render's progress (an engine's steps, or a built-in's own) to the streams
+        following the job, at most about 4 per second per job."""
+        data = {"request_id": job["id"], "value": value, "max": maximum, "step": step}
+        self.streams.progress(job["id"], (f"job:{job['id']}", f"project:{job['project_id']}"), lambda: data,
+                              source=job["source"])
 
     def balances(self) -> Registry:
         return self.node.balances

@@ -318,6 +318,7 @@ class RunActor(Actor):
         self.steps = {s["key"]: s for s in steps}
         self.values = json.loads(run["run_values"])
         self.product = catalog_products.product_by_version(run["product"], run["product_version"])
+        self.p.publish(run, self.steps, view)
         self.p.runs.tell(self.run_id, Advance())
         return view
 
@@ -339,6 +340,7 @@ class RunActor(Actor):
         for key, f in step_fields.items():
             self.steps[key].update(f)
         self.run.update(run_fields)  # type: ignore[union-attr]
+        self.p.publish(self.run, self.steps)  # type: ignore[arg-type]
 
     async def _advance(self, finished: dict[str, dict] | None = None, extra=None) -> None:
         """Start the steps that are ready (or complete the run). `finished` are step fields of
@@ -604,6 +606,12 @@ class Products:
         return notify
 
     # views ----------------------------------------------------------------------------------
+    def publish(self, run: dict, steps: dict[str, dict], view: dict | None = None) -> None:
+        """After a commit: the run object to the streams following it or its project (its
+        view, which reads the run's assets, is built only when one is open)."""
+        self.node.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
+                                  lambda: view or self.view_of(run, list(steps.values())), source="workflow")
+
     def view_of(self, run: dict, steps: list[dict]) -> dict:
         ids = run_views.asset_ids_of(run, steps)
         assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}

@@ -48,16 +48,23 @@ def authenticate() -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.startswith("aak_"):
         raise AuthFailure(401)
-    digest = hashlib.sha256(token.strip().encode()).hexdigest()
-    svc = node()
+    found = principal_for_key(node(), token.strip())
+    if found is None:
+        raise AuthFailure(401)
+    return found
+
+
+def principal_for_key(svc: Node, token: str) -> Principal | None:
+    """The principal a key acts as now, or None when it does not authenticate (any cause)."""
+    digest = hashlib.sha256(token.encode()).hexdigest()
     row = sql.key_for_auth(svc.store, digest)
     if row is None:
-        raise AuthFailure(401)
+        return None
     now = svc.clock.now()
     now_iso = iso(now)
     if (row["revoked_at"] or not row["is_active"] or not row["user_active"] or not row["approved_at"]
             or (row["expires_at"] is not None and row["expires_at"] <= now_iso)):
-        raise AuthFailure(401)
+        return None
     role = row["user_role"]
     bound = ROLE_BY_ID.get(row["role_id"]) if row["role_id"] else None
     if bound is not None and within(bound, role):
@@ -67,6 +74,21 @@ def authenticate() -> Principal:
         from service.actors.accounts import TouchKey
         svc.accounts.tell("accounts", TouchKey(row["id"], now))
     return Principal(row["organization_id"], row["user_id"], row["id"], role)
+
+
+def still_allowed() -> Callable[[], bool]:
+    """For a response that outlives its request (an event stream): a check, callable later
+    without the request's context, that the caller's key still authenticates with a role
+    that holds the route's permission (revoked, paused, expired or removed: False)."""
+    svc = node()
+    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    permission = getattr(g, "permission", None)
+
+    def check() -> bool:
+        found = principal_for_key(svc, token)
+        return found is not None and (permission is None or allows(found.role, permission))
+
+    return check
 
 
 def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
@@ -79,6 +101,7 @@ def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
             if permission is not None and not allows(principal.role, permission):
                 raise AuthFailure(403)
             g.principal = principal
+            g.permission = permission
             with trio.move_on_after(limit) as scope:
                 return await func(*args, **kwargs)
             if scope.cancelled_caught:

@@ -298,11 +298,12 @@ ERROR_TEXT = {
 ERROR_SCHEMA = {401: "Unauthorized", 403: "Forbidden", 408: "Timeout"}
 
 
-def json_response(description: str, schema: dict | None, headers: dict | None = None) -> dict:
+def json_response(description: str, schema: dict | None, headers: dict | None = None,
+                  media: str = "application/json") -> dict:
     out: dict[str, Any] = {"description": description,
                            "headers": {"X-Process-Time": PROCESS_TIME, **(headers or {})}}
     if schema is not None:
-        out["content"] = {"application/json": {"schema": schema}}
+        out["content"] = {media: {"schema": schema}}
     return out
 
 
@@ -331,6 +332,16 @@ class Op:
     encoding: dict = field(default_factory=dict)  # multipart encoding
     example: dict | None = None                   # a request body that succeeds
     path_examples: dict = field(default_factory=dict)  # path parameter name -> an existing value
+    media: str = "application/json"               # the success body's media type
+    description: str | None = None                # of the success response
+
+
+def stream(description: str, errors: tuple[int, ...], project_header: bool = False, **kw) -> Op:
+    """A `text/event-stream` answer: frames `id:`, `event:`, `data:` (one JSON object), and
+    comment keep-alives every 15 seconds."""
+    return Op(200, {"type": "string", "description": "Server-sent events."}, errors, project_header,
+              media="text/event-stream", description=description,
+              headers={"Cache-Control": {"schema": STR, "description": "no-cache"}}, **kw)
 
 
 def _links(op_ids: tuple[str, ...], param: str, expr: str) -> dict:
@@ -423,6 +434,21 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("GET", "/v1/workflows/runs"): Op(200, data(array(ref("ProductRun"))), (404,), True,
                                           query={"limit": limit}),
         ("GET", "/v1/workflows/runs/<run_id>"): Op(200, data(ref("ProductRun")), (404,)),
+        # event streams (docs/streams.md)
+        ("GET", "/v1/generation/requests/<job_id>/events"): stream(
+            "`status` events (data: the job status object) whenever it changes, `progress` events "
+            "(data: `{request_id, value, max, step}`, at most about 4 per second); closed after the final "
+            "status. Resume with `Last-Event-ID`; a resume point too old gets one `reset` event (data: "
+            "the current job status object).", (404,)),
+        ("GET", "/v1/workflows/runs/<run_id>/events"): stream(
+            "`run` events (data: the ProductRun) whenever a step or the run changes; closed once the run "
+            "is final. Resume with `Last-Event-ID`; too old: one `reset` event (data: the ProductRun).",
+            (404,)),
+        ("GET", "/v1/events"): stream(
+            "Every job (`status`, `progress`) and run (`run`) change of the resolved project. Opens with a "
+            "`feed` event (data: the first page of `GET /v1/runs`, `{items, total, next_cursor}`). Resume "
+            "with `Last-Event-ID`; too old: one `reset` event (data: that first page).", (404,), True,
+            query={"source": {"enum": ["api", "studio", "workflow"]}}),
         ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, data(ref("ProductRun")), (404, 503)),
         ("GET", "/v1/runs"): Op(
             200, data(obj({"items": array(ref("FeedItem")), "total": INT, "next_cursor": nullable(STR)})),
@@ -625,7 +651,7 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     if request_body is not None:
         statuses.add(413)
 
-    success = json_response("Success.", op.schema, op.headers)
+    success = json_response(op.description or "Success.", op.schema, op.headers, op.media)
     if op.links:
         success["links"] = op.links
     responses: dict[str, dict] = {str(op.status): success}
