@@ -23,6 +23,8 @@ class Stream:
     def status(self) -> int:
         return self.conn.status_code
 
+    status_code = status
+
     @property
     def headers(self):
         return self.conn.headers
@@ -52,11 +54,12 @@ class Stream:
     async def body(self) -> bytes:
         """The rest of an answer that is not a stream (an error body)."""
         chunks = [self.buf]
-        while True:
+        while not self.ended:
             try:
                 chunks.append(await self.conn.receive())
             except trio.EndOfChannel:
-                return b"".join(chunks)
+                self.ended = True
+        return b"".join(chunks)
 
 
 def parse(text: str) -> dict:

@@ -6,11 +6,15 @@ must declare exactly that permission, and every role and role-bound key gets exa
 spec's allow/deny: denied is the flat 403, allowed is never 401 or 403.
 """
 
+import json
 import re
 
 import pytest
 
 from service.roles import ROLE_IDS, allows
+from sse_client import open_stream
+
+STREAMS = {("GET", "/v1/events")}  # an allowed caller gets an open stream: read its start only
 
 EXPECTED = {
     # generation
@@ -36,6 +40,10 @@ EXPECTED = {
     ("GET", "/v1/workflows/runs/<run_id>"): "generation:read",
     ("POST", "/v1/workflows/runs/<run_id>/cancel"): "generation:write",
     ("GET", "/v1/runs"): "generation:read",
+    # event streams
+    ("GET", "/v1/generation/requests/<job_id>/events"): "generation:read",
+    ("GET", "/v1/workflows/runs/<run_id>/events"): "generation:read",
+    ("GET", "/v1/events"): "generation:read",
     # projects
     ("GET", "/v1/projects"): "projects:read",
     ("GET", "/v1/projects/<project_id>"): "projects:read",
@@ -111,6 +119,12 @@ async def test_every_route_is_in_the_table(node):
         assert getattr(view, "permission", "missing") == expected_shapes[key], f"{method} {path}"
 
 
+async def body_json(r) -> dict:
+    if hasattr(r, "get_json"):
+        return await r.get_json()
+    return json.loads(await r.body())
+
+
 def fill(path: str) -> str:
     return re.sub(r"<[^>]+>", "00000000-0000-4000-8000-000000000000", path)
 
@@ -137,12 +151,16 @@ async def test_roles_get_exactly_the_spec_table(node, keys):
         perm = view.permission
         for (kind, role), key in keys.items():
             kw = {"json": {}} if method in ("POST", "PATCH", "PUT") and "uploads" not in path else {}
-            r = await node.call(method, fill(path), key, **kw)
+            if (method, path) in STREAMS:
+                async with open_stream(node, fill(path), key) as r:
+                    pass
+            else:
+                r = await node.call(method, fill(path), key, **kw)
             allowed = perm is None or allows(role, perm)
             if allowed:
                 assert r.status_code not in (401, 403), (method, path, kind, role, r.status_code)
             else:
                 assert r.status_code == 403, (method, path, kind, role, r.status_code)
-                assert await r.get_json() == {"status": False, "error": "Forbidden"}
+                assert await body_json(r) == {"status": False, "error": "Forbidden"}
             checked += 1
     assert checked >= len(routes) - len(PUBLIC)

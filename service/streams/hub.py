@@ -126,10 +126,10 @@ class Hub:
         or stream: a resume point of a topic can only come from a stream of it, so events
         nobody followed need not be kept. `data` is called once, and only when some topic
         exists, so a change nobody follows costs a dictionary look-up per key."""
+        self.seq += 1  # every change moves it, followed or not: a topic made later starts after it
         topics = [t for t in (self.topics.get(k) for k in keys) if t is not None]
         if not topics:
             return
-        self.seq += 1
         now = self.clock.now()
         event = Event(self.seq, name, json.dumps(data(), separators=(",", ":")), now, source)
         for topic in topics:
