@@ -1,0 +1,16 @@
+"""Reads of the login pages: is an email taken, an invitation by its link digest."""
+
+from __future__ import annotations
+
+
+def email_taken(store, email: str) -> bool:
+    return store.one("SELECT 1 FROM users WHERE lower(email) = lower(?) AND is_active = 1 LIMIT 1",
+                     (email,)) is not None
+
+
+def invitation_by_hash(store, token_hash: str, now_iso: str) -> dict | None:
+    """A pending, unexpired invitation with its organization's name; None otherwise."""
+    return store.one("SELECT i.id, i.organization_id, i.email, i.role, i.expires_at, o.name AS org_name "
+                     "FROM invitations i JOIN organizations o ON o.id = i.organization_id "
+                     "WHERE i.token_hash = ? AND i.accepted_at IS NULL AND i.expires_at > ?",
+                     (token_hash, now_iso))
