@@ -21,7 +21,7 @@ What is configured rather than fixed, and why (CONFIG below and schemathesis_hoo
   /v1/billing/settings` (at most two decimal places of a number or decimal string),
   account webhook create/update and top-up create (URL rules applied after parsing with
   httpx / urlsplit, not expressible as a pattern that is neither too wide nor too narrow).
-- Two schemathesis misjudgements are dropped by the `filter_failure` hook, each matched
+- Three schemathesis misjudgements are dropped by the `filter_failure` hook, each matched
   exactly (failure kind and operation): object_level_authorization on `GET
   /v1/roles/{role_id}` (the four roles are global catalog entries with the same ids and
   bodies in every organization, service/roles.py and spec "Roles"; the check does not match
@@ -29,7 +29,9 @@ What is configured rather than fixed, and why (CONFIG below and schemathesis_hoo
   shared objects), and negative_data_rejection on an upload schemathesis generated as
   positive ("Positive test case", its own sample PNG) but judged as negative: when it
   re-validates a case, a body holding bytes never validates (JSON Schema has no bytes).
-  Seen in the stateful phase with the WFC identities.
+  Seen in the stateful phase with the WFC identities. Also dropped: an upload generated as
+  negative for its `project_id` whose value a stateful link then replaced with a real
+  project id, so the request sent was valid and its 201 right (matched on the sent value).
 - The stateful phase runs 4x the examples (100 scenarios at 25) with up to 40 steps each,
   so most of the document's and the inferred links are walked (about 100-135 of 232).
 - schemathesis_hooks.py: the run's own keys are never revoked or paused, uploads carry a
