@@ -60,7 +60,7 @@ async def set_claims(issuer: str, sub: str, **claims) -> None:
 async def begin(node, *, form=None, from_page="/login") -> tuple[str, str]:
     """Press "Sign in with TestID" on `from_page`: returns (authorization URL, state)."""
     _, html = await page(node.client, from_page)
-    assert "Sign in with TestID" in html
+    assert "Sign in with TestID" in html or "Link TestID" in html
     r = await node.client.post(f"/login/oidc/{KEY}", form={"csrf_token": csrf(html), **(form or {})})
     assert r.status_code == 303, await r.get_data(as_text=True)
     url = r.headers["Location"]
@@ -216,3 +216,120 @@ async def test_invitation_through_the_provider(oidc_node):
     r = await n.client.get(inv_page)
     assert r.status_code == 404
     assert "The invitation is not valid: unknown, already used" in await body(r)
+
+
+async def test_sign_in_again_rotates_the_session(oidc_node):
+    n = oidc_node
+    await set_claims(n.issuer, "hal-sub", email="hal@example.test", email_verified=True)
+    first = await sign_in(n, "hal-sub")
+    old = first.headers["Set-Cookie"].split("gs_session=")[1].split(";")[0]
+    second = await sign_in(n, "hal-sub")  # the same browser, still holding the first session
+    new = second.headers["Set-Cookie"].split("gs_session=")[1].split(";")[0]
+    assert old != new
+    assert n.store.scalar("SELECT count(*) FROM sessions") == 1
+    n.client.set_cookie("localhost", "gs_session", old)
+    assert (await n.client.get("/account")).status_code == 303
+
+
+async def test_provider_refusal_and_missing_code(oidc_node):
+    n = oidc_node
+    url, state = await begin(n)
+    async with httpx.AsyncClient() as c:
+        r = await c.post(url, data={"action": "deny"})  # the provider's Deny button
+    loc = urlsplit(r.headers["Location"])
+    assert "error=access_denied" in loc.query
+    # without `state` (this provider leaves it out of a denial) nothing can be matched
+    r = await n.client.get(f"{loc.path}?{loc.query}")
+    assert r.status_code == 400 and "could not be matched to this browser" in await body(r)
+    url, state = await begin(n)
+    r = await n.client.get(f"{loc.path}?{loc.query}&state={state}")
+    assert r.status_code == 400 and "The sign-in with TestID was cancelled or refused." in await body(r)
+    _, state = await begin(n)
+    r = await n.client.get(f"/login/oidc/{KEY}/callback?state={state}")
+    assert r.status_code == 400 and "TestID sent no authorization code. Start again." in await body(r)
+
+
+async def test_unknown_provider(oidc_node):
+    _, html = await page(oidc_node.client, "/login")
+    r = await oidc_node.client.post("/login/oidc/nope", form={"csrf_token": csrf(html)})
+    assert r.status_code == 404 and "This identity provider is not configured." in await body(r)
+    r = await oidc_node.client.get("/login/oidc/nope/callback?state=x&code=y")
+    assert r.status_code == 404
+
+
+async def test_removed_member_cannot_sign_in_with_the_provider(oidc_node):
+    n = oidc_node
+    await set_claims(n.issuer, "ivy-sub", email="ivy@example.test", email_verified=True)
+    assert (await sign_in(n, "ivy-sub")).status_code == 303
+    ivy = n.store.one("SELECT id, organization_id FROM users WHERE email = 'ivy@example.test'")
+    await n.store.write(lambda conn: conn.execute("UPDATE users SET role = 'admin' WHERE id = ?", (ivy["id"],)))
+    await n.op("POST", f"/organizations/{ivy['organization_id']}/members",
+               {"email": "second@example.test", "role": "owner"})
+    r = await n.op("DELETE", f"/organizations/{ivy['organization_id']}/members/{ivy['id']}")
+    assert r.status_code == 204
+    assert n.store.scalar("SELECT count(*) FROM sessions") == 0  # ended with the removal
+    r = await sign_in(n, "ivy-sub")
+    assert r.status_code == 403 and "Your membership of this organization has ended." in await body(r)
+
+
+async def test_link_a_provider_to_a_logged_in_person(oidc_node):
+    n = oidc_node
+    org = await n.create_org(email="jo@acme.test")
+    from service.actors.sessions import StartSession
+    out = await n.parts.sessions.ask("sessions", StartSession(org["owner_user_id"], org["organization_id"]))
+    n.client.set_cookie("localhost", "gs_session", out["token"])
+    _, html = await page(n.client, "/account")
+    assert "Link TestID" in html
+    await set_claims(n.issuer, "jo-sub", email="jo.private@example.test", email_verified=True)
+    r = await sign_in(n, "jo-sub", form={"next": "/account"}, from_page="/account")
+    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert n.store.scalar("SELECT user_id FROM identities WHERE subject = 'jo-sub'") == org["owner_user_id"]
+    assert "TestID: linked." in (await page(n.client, "/account"))[1]
+    # later, from a fresh browser, the provider logs Jo in
+    n.client.cookie_jar.clear()
+    assert (await sign_in(n, "jo-sub")).status_code == 303
+    assert (await n.client.get("/account")).status_code == 200
+
+
+async def test_signup_closed_refuses_new_people(oidc_node):
+    n = oidc_node
+    n.parts.settings.signup = "closed"
+    await set_claims(n.issuer, "kim-sub", email="kim@example.test", email_verified=True)
+    r = await sign_in(n, "kim-sub")
+    assert r.status_code == 403 and "Sign-up is by invitation only." in await body(r)
+    assert n.store.scalar("SELECT count(*) FROM users") == 0
+
+
+async def test_unreachable_or_misconfigured_provider(nursery, tmp_path, oidc_issuer):
+    from tests.conftest import start_node
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    n = await start_node(nursery, tmp_path, test_mode=True, oidc_providers=[
+        {"name": "Down", "issuer": dead, "client_id": "c"},
+        {"name": "Wrong", "issuer": oidc_issuer + "/", "client_id": "c"}])
+    try:
+        _, html = await page(n.client, "/login")
+        assert "Sign in with Down" in html and "Sign in with Wrong" in html
+        r = await n.client.post("/login/oidc/down", form={"csrf_token": csrf(html)})
+        assert r.status_code == 502 and "Down could not be reached. Try again in a moment." in await body(r)
+        r = await n.client.post("/login/oidc/wrong", form={"csrf_token": csrf(html)})
+        assert r.status_code == 502 and "Wrong is not configured correctly (issuer mismatch)." in await body(r)
+    finally:
+        await stop_node(n)
+
+
+def test_provider_settings():
+    from service.net.oidc import configured
+    s = Settings(oidc_name="Corp SSO", oidc_issuer="https://sso.example", oidc_client_id="id",
+                 oidc_providers=[{"name": "Other", "issuer": "https://o.example", "client_id": "x",
+                                  "client_secret": "y"}])
+    got = configured(s)
+    assert [(p.key, p.name, p.client_secret) for p in got] == [("corp-sso", "Corp SSO", None), ("other", "Other", "y")]
+    with pytest.raises(ValueError, match="missing issuer"):
+        configured(Settings(oidc_name="X", oidc_client_id="id"))
+    with pytest.raises(ValueError, match="configured twice"):
+        configured(Settings(oidc_providers=[{"name": "A", "issuer": "i", "client_id": "c"}] * 2))
+    with pytest.raises(ValueError, match="unknown keys scope"):
+        configured(Settings(oidc_providers=[{"name": "A", "issuer": "i", "client_id": "c", "scope": "x"}]))
