@@ -16,6 +16,13 @@ import argon2
 import trio
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+MIN_LENGTH = 12
+COMMON = frozenset("""
+123456789012 1234567890123 12345678901234 password1234 password12345 passwordpassword qwertyuiopas
+qwertyuiop12 qwerty123456 1q2w3e4r5t6y iloveyou1234 abcdefghijkl abc123456789 111111111111 000000000000
+aaaaaaaaaaaa letmein12345 welcome12345 administrator changeme1234 football1234 baseball1234 trustno11234
+superman1234 monkey123456 dragon123456 sunshine1234 princess1234 123123123123 987654321098 passw0rd1234
+""".split())
 WORKERS = 2
 HASHER = argon2.PasswordHasher(time_cost=2, memory_cost=19 * 1024, parallelism=1, hash_len=32, salt_len=16,
                                type=argon2.Type.ID)
@@ -52,6 +59,15 @@ async def verify_dummy(password: str) -> None:
     if not _DUMMY:
         _DUMMY.append(await hash_password("not-a-password-anyone-has"))
     await verify(_DUMMY[0], password)
+
+
+def weakness(password: str) -> str | None:
+    """Why `password` is refused, or None: under 12 characters, or a common one."""
+    if len(password) < MIN_LENGTH:
+        return f"The password must be at least {MIN_LENGTH} characters long."
+    if password.lower() in COMMON or len(set(password)) <= 2:
+        return "This password is too common. Choose another one."
+    return None
 
 
 def needs_rehash(stored: str) -> bool:

@@ -29,7 +29,7 @@ class Throttle:
     def retry_after(self, key: str) -> int:
         """Whole seconds until `key` may try again (0: it may now); takes nothing."""
         level = self._level(key, self.clock.now())
-        return 0 if level >= 1 else max(1, math.ceil((1 - level) * self.every))
+        return 0 if level >= 1 else max(1, math.ceil(round((1 - level) * self.every, 6)))
 
     def take(self, key: str) -> None:
         now = self.clock.now()

@@ -111,6 +111,7 @@ class AcceptInvite:
     token: str | None = None
     token_hash: str | None = None   # the digest, when the token itself is not kept (provider flow)
     identity: Identity | None = None  # accepted through a provider: its email must be the invited one
+    password_hash: str | None = None  # accepted with a new password (the email had none)
 
 
 @dataclass
@@ -326,6 +327,10 @@ class AccountsActor(Actor):
                  {"member_id": inv["member_id"], "member_email": inv["email"], "role": inv["role"]}, now_iso)
             if m.identity is not None:
                 _link(conn, inv["member_id"], m.identity, now_iso)
+            if m.password_hash is not None:
+                if sessions_sql.password_hash(conn, inv["email"]) is not None:
+                    raise Conflict("This email address already has a password.")
+                sessions_sql.set_password(conn, inv["email"], m.password_hash, now_iso)
             return inv
 
         inv = await self.store.write(tx)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.actors.runtime import Actor
-from service.clock import Clock
+from service.clock import Clock, iso
 from service.storage import sessions as sql
 from service.storage.accounts import new_id
 from service.storage.db import Store
@@ -45,6 +45,16 @@ class EndSession:
 class TouchSession:
     session_id: str
     at: float
+
+
+@dataclass
+class SetPassword:
+    """A new password for the person: every session of theirs ends, and this browser gets a
+    fresh one (for `user_id` in `org_id`)."""
+    email: str
+    password_hash: str
+    user_id: str
+    org_id: str
 
 
 @dataclass
@@ -79,6 +89,19 @@ class SessionsActor(Actor):
             if m.previous_token:
                 sql.delete_session(conn, sql.digest(m.previous_token))
             sql.delete_expired(conn, now, IDLE)
+            sql.insert_session(conn, row)
+
+        await self.store.write(tx)
+        return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
+
+    async def on_SetPassword(self, m: SetPassword) -> dict:
+        now = self.clock.now()
+        token = secrets.token_urlsafe(32)
+        row = dict(id=new_id(), token_hash=sql.digest(token), user_id=m.user_id, organization_id=m.org_id,
+                   created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE)
+
+        def tx(conn):
+            sql.set_password(conn, m.email, m.password_hash, iso(now))
             sql.insert_session(conn, row)
 
         await self.store.write(tx)

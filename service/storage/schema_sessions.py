@@ -1,4 +1,4 @@
-"""Tables of browser sessions, sign-in flows with identity providers, and linked identities."""
+"""Tables of browser sessions, sign-in flows with identity providers, linked identities and passwords."""
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -46,5 +46,20 @@ def m001_sessions(db: Database) -> None:
             PRIMARY KEY (issuer, subject)
         );
         CREATE INDEX identities_user ON identities(user_id);
+        """
+    )
+
+
+@migrations()
+def m002_passwords(db: Database) -> None:
+    db.executescript(
+        """
+        -- A person's password, one per email (shared by their memberships): argon2id only.
+        CREATE TABLE passwords (
+            email TEXT PRIMARY KEY COLLATE NOCASE,
+            password_hash TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX users_email ON users(email COLLATE NOCASE);
         """
     )

@@ -88,3 +88,20 @@ def insert_identity(conn, issuer: str, subject: str, user_id: str, email: str | 
 
 def identities_of_user(store, user_id: str) -> list[dict]:
     return store.all("SELECT issuer, subject, email, created_at FROM identities WHERE user_id = ?", (user_id,))
+
+
+# -- passwords -----------------------------------------------------------------------------
+def password_hash(conn_or_store, email: str) -> str | None:
+    sql = "SELECT password_hash FROM passwords WHERE email = ? COLLATE NOCASE"
+    row = conn_or_store.one(sql, (email,)) if hasattr(conn_or_store, "one") else \
+        conn_or_store.execute(sql, (email,)).fetchone()
+    return row["password_hash"] if row else None
+
+
+def set_password(conn, email: str, hashed: str, now_iso: str) -> None:
+    """Store the hash and end every session of the person (all memberships of the email)."""
+    conn.execute("INSERT INTO passwords (email, password_hash, updated_at) VALUES (?,?,?) ON CONFLICT(email) "
+                 "DO UPDATE SET password_hash = excluded.password_hash, updated_at = excluded.updated_at",
+                 (email, hashed, now_iso))
+    conn.execute("DELETE FROM sessions WHERE user_id IN (SELECT id FROM users WHERE email = ? COLLATE NOCASE)",
+                 (email,))

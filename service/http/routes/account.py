@@ -1,5 +1,5 @@
-"""The account page (`GET /account`, where a login lands) and member management from the
-browser: change a role, remove a member.
+"""The account page (`GET /account`, where a login lands): change one's password, link an
+identity provider, and manage members: change a role, remove a member.
 
 Members are changed through the accounts actor with the person's role as the caller, so the
 API's rules hold here too: nobody grants more than they hold (an admin cannot make anyone
@@ -13,11 +13,14 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
+from service import passwords
 from service.actors.accounts import ChangeRole, RemoveMember
+from service.actors.sessions import ABSOLUTE, SetPassword
 from service.errors import ApiError
 from service.http.auth import node, principal
-from service.http.browser import csrf_protected, current_session, page
+from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie
 from service.http.pages import PageError, render
+from service.http.routes.login import throttle
 from service.roles import ROLE_NAMES, allows
 from service.storage import sessions as sessions_sql
 
@@ -37,8 +40,10 @@ async def account():
     s = current_session()
     linked = {row["issuer"] for row in sessions_sql.identities_of_user(node().store, s.user_id)}
     providers = [(k, prov.name, prov.config.issuer in linked) for k, prov in node().oidc.items()]
+    has_password = sessions_sql.password_hash(node().store, s.email) is not None
     return render("account.html", title="Account", members=members(p.org_id), roles=ROLE_NAMES,
-                  can_manage=allows(p.role, "users:update"), providers=providers, me=p.user_id)
+                  can_manage=allows(p.role, "users:update"), providers=providers, me=p.user_id,
+                  has_password=has_password)
 
 
 async def _ask(msg) -> None:
@@ -46,6 +51,31 @@ async def _ask(msg) -> None:
         await node().accounts.ask("accounts", msg)
     except ApiError as e:
         raise PageError(e.status, "Not changed", e.message) from None
+
+
+@bp.post("/account/password")
+@hide
+@csrf_protected
+@page(waiting_ok=True)
+async def change_password():
+    """Set or change the person's password: every session of theirs ends, this browser gets a
+    new one. A person who has a password must give it; one who signed in only through a
+    provider sets a first one."""
+    form = await request.form
+    s = current_session()
+    svc = node()
+    throttle(s.email)
+    existing = sessions_sql.password_hash(svc.store, s.email)
+    if existing is not None and not await passwords.verify(existing, form.get("current_password", "")):
+        raise PageError(401, "Password not changed", "The current password is not correct.")
+    problem = passwords.weakness(form.get("new_password", ""))
+    if problem:
+        raise PageError(422, "Password not changed", problem)
+    hashed = await passwords.hash_password(form["new_password"])
+    out = await svc.sessions.ask("sessions", SetPassword(s.email, hashed, s.user_id, s.org_id))
+    resp = redirect("/account", 303)
+    set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
+    return resp
 
 
 @bp.post("/account/members/<user_id>/role")

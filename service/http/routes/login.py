@@ -14,14 +14,16 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
+from service import passwords
+from service.actors.sessions import ABSOLUTE, StartSession
 from service.http.auth import node
-from service.http.browser import HOME, safe_next
+from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, safe_next, session_token, set_cookie
 from service.http.pages import PageError, render
+from service.storage.logins import login_row
 
 bp = Blueprint("login", __name__)
 
 BAD_LOGIN = "Email or password is incorrect."
-UNCONFIRMED = "Confirm your email address first: follow the link in the mail we sent you."
 
 
 def login_form(status: int = 200, error: str | None = None, email: str = "", next_path: str = HOME,
@@ -37,7 +39,43 @@ def too_many(seconds: int):
                     {"Retry-After": str(seconds)})
 
 
+def throttle(email: str) -> None:
+    """Take one attempt from the client address's and the email's buckets, or refuse (429)."""
+    svc = node()
+    address_key, account_key = "ip:" + (request.remote_addr or "?"), "email:" + email.lower()
+    wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
+    if wait:
+        too_many(wait)
+    svc.login_by_address.take(address_key)
+    svc.login_by_account.take(account_key)
+
+
 @bp.get("/login")
 @hide
 async def login_page():
     return login_form(next_path=safe_next(request.args.get("next")))
+
+
+@bp.post("/login")
+@hide
+@csrf_protected
+async def login():
+    form = await request.form
+    email = form.get("email", "").strip()
+    password = form.get("password", "")
+    next_path = safe_next(form.get("next"))
+    svc = node()
+    throttle(email)
+    if not email or not password:
+        return login_form(400, "Enter your email and password.", email, next_path)
+    person = login_row(svc.store, email)
+    if person is None:
+        await passwords.verify_dummy(password)
+        return login_form(401, BAD_LOGIN, email, next_path)
+    if not await passwords.verify(person["password_hash"], password) or person["user_id"] is None:
+        return login_form(401, BAD_LOGIN, email, next_path)
+    out = await svc.sessions.ask("sessions", StartSession(person["user_id"], person["organization_id"],
+                                                          session_token()))
+    resp = redirect(next_path, 303)
+    set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
+    return resp
