@@ -2,8 +2,9 @@
 
 Parameters: the OWASP minimum for argon2id (19 MiB, 2 passes, 1 lane), about 70 ms per
 hash on a 2-core machine, so a login costs one core that long and never the event loop. At
-most `WORKERS` hashes run at once (a trio.CapacityLimiter per run); further logins queue
-for it while the API keeps answering (bench/login.py measures both).
+most `WORKERS` hashes run at once (one core fewer than the machine has, at least one; a
+trio.CapacityLimiter per run), so a burst of logins queues for them while the event loop keeps
+a core for the API (bench/login.py measures both).
 
 `verify_dummy` does the same work against a fixed hash, so an unknown email costs what a
 wrong password costs (no account enumeration by timing). `needs_rehash` tells a caller with
@@ -11,6 +12,8 @@ a just-verified password whether to store a fresh hash (parameters raised since)
 """
 
 from __future__ import annotations
+
+import os
 
 import argon2
 import trio
@@ -23,7 +26,7 @@ qwertyuiop12 qwerty123456 1q2w3e4r5t6y iloveyou1234 abcdefghijkl abc123456789 11
 aaaaaaaaaaaa letmein12345 welcome12345 administrator changeme1234 football1234 baseball1234 trustno11234
 superman1234 monkey123456 dragon123456 sunshine1234 princess1234 123123123123 987654321098 passw0rd1234
 """.split())
-WORKERS = 2
+WORKERS = max(1, (os.cpu_count() or 2) - 1)  # one core stays with the event loop
 HASHER = argon2.PasswordHasher(time_cost=2, memory_cost=19 * 1024, parallelism=1, hash_len=32, salt_len=16,
                                type=argon2.Type.ID)
 _LIMITER: trio.lowlevel.RunVar = trio.lowlevel.RunVar("password_limiter")
