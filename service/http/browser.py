@@ -15,6 +15,9 @@ CSRF: every form post carries `csrf_token`, an itsdangerous signature over the s
 (or, before login, over the digest of a random `gs_anon` cookie). `@csrf_protected` checks
 that token and that `Origin` (else `Referer`), when the browser sends one, is this site.
 A refusal is a 403 page. Forms put `{{ csrf_token() }}` in a hidden field named csrf_token.
+
+`throttle(email)`: one attempt from the client address's and the email's token buckets, or
+the 429 page; every form that checks a password or mails an address calls it first.
 """
 
 from __future__ import annotations
@@ -123,6 +126,25 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
         return wrapper
 
     return deco
+
+
+def too_many(seconds: int, what: str):
+    raise PageError(429, "Too many attempts",
+                    f"Too many {what}. Wait {seconds} seconds and try again.",
+                    {"Retry-After": str(seconds)})
+
+
+def throttle(email: str, what: str = "login attempts") -> None:
+    """Take one attempt from the client address's and the email's buckets, or refuse with the
+    429 page (and Retry-After). For every form that checks a password or sends a mail to an
+    address (login, sign-up, password reset, invitation acceptance, password change)."""
+    svc = node()
+    address_key, account_key = "ip:" + (request.remote_addr or "?"), "email:" + email.lower()
+    wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
+    if wait:
+        too_many(wait, what)
+    svc.login_by_address.take(address_key)
+    svc.login_by_account.take(account_key)
 
 
 # -- CSRF -------------------------------------------------------------------------------------

@@ -18,9 +18,8 @@ from service.actors.accounts import ChangeRole, RemoveMember
 from service.actors.sessions import ABSOLUTE, SetPassword
 from service.errors import ApiError
 from service.http.auth import node, principal
-from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie
+from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie, throttle
 from service.http.pages import PageError, render
-from service.http.routes.login import throttle
 from service.roles import ROLE_NAMES, allows
 from service.storage import sessions as sessions_sql
 

@@ -16,9 +16,8 @@ from service.actors.accounts import INVALID_INVITE, AcceptInvite
 from service.actors.sessions import ABSOLUTE, StartSession
 from service.errors import Conflict, NotFound
 from service.http.auth import node
-from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, session_token, set_cookie
+from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, session_token, set_cookie, throttle
 from service.http.pages import PageError, render
-from service.http.routes.login import throttle
 from service.storage import sessions as sql
 from service.storage.logins import invitation_by_hash
 

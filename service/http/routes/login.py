@@ -17,8 +17,9 @@ from quart_schema import hide
 from service import passwords
 from service.actors.sessions import ABSOLUTE, StartSession
 from service.http.auth import node
-from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, safe_next, session_token, set_cookie
-from service.http.pages import PageError, render
+from service.http.browser import (HOME, SESSION_COOKIE, csrf_protected, safe_next, session_token, set_cookie,
+                                  throttle)
+from service.http.pages import render
 from service.storage.logins import login_row
 
 bp = Blueprint("login", __name__)
@@ -31,23 +32,6 @@ def login_form(status: int = 200, error: str | None = None, email: str = "", nex
     providers = [(p.config.key, p.name) for p in node().oidc.values()]
     return render("login.html", status, headers, title="Log in", error=error, email=email,
                   next_path=next_path, providers=providers)
-
-
-def too_many(seconds: int):
-    raise PageError(429, "Too many attempts",
-                    f"Too many login attempts. Wait {seconds} seconds and try again.",
-                    {"Retry-After": str(seconds)})
-
-
-def throttle(email: str) -> None:
-    """Take one attempt from the client address's and the email's buckets, or refuse (429)."""
-    svc = node()
-    address_key, account_key = "ip:" + (request.remote_addr or "?"), "email:" + email.lower()
-    wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
-    if wait:
-        too_many(wait)
-    svc.login_by_address.take(address_key)
-    svc.login_by_account.take(account_key)
 
 
 @bp.get("/login")
