@@ -17,6 +17,7 @@ from service.actors.runtime import Actor
 from service.clock import Clock, iso
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, ROLE_IDS, within
+from service.actors.member_rules import Identity, check_caller, link_identity, not_last_owner
 from service.storage import accounts as sql
 from service.storage import sessions as sessions_sql
 from service.storage.db import Store
@@ -29,7 +30,6 @@ TOUCH_EVERY = 60.0
 INVITE_VALID = 14 * 86400.0  # spec Limits: an invitation link is valid for 14 days
 INVALID_INVITE = "The invitation is not valid: unknown, already used, replaced by a resend, or expired."
 INVITE_EMAIL_MISMATCH = "The invitation was sent to a different email address."
-IDENTITY_TAKEN = "This identity provider account is already linked to another person."
 
 
 def new_key() -> str:
@@ -50,14 +50,6 @@ def key_event_data(k: dict) -> dict:
 
 
 # -- messages ------------------------------------------------------------------------------
-@dataclass
-class Identity:
-    """An account at an identity provider, linked on (issuer, subject) only."""
-    issuer: str
-    subject: str
-    email: str | None
-
-
 @dataclass
 class CreateOrg:
     name: str
@@ -194,7 +186,7 @@ class AccountsActor(Actor):
                                           slug="default", is_default=1, created_by=user_id, created_at=now))
             self._insert_key(conn, org_id, user_id, key, "Default key", None, None, now)
             if m.identity is not None:
-                _link(conn, user_id, m.identity, now)
+                link_identity(conn, user_id, m.identity, now)
 
         await self.store.write(tx)
         return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
@@ -235,9 +227,9 @@ class AccountsActor(Actor):
             user = sql.get_user(conn, m.org_id, m.user_id)
             if user is None or not user["is_active"]:
                 raise NotFound("Member not found.")
-            _check_caller(m.caller_role, user["role"], m.role)
+            check_caller(m.caller_role, user["role"], m.role)
             if user["role"] == "owner" and m.role != "owner":
-                _not_last_owner(conn, m.org_id, "demoted")
+                not_last_owner(conn, m.org_id, "demoted")
             if user["role"] != m.role:
                 sql.set_user_role(conn, m.user_id, m.role)
                 emit(conn, m.org_id, "member.role_changed",
@@ -254,9 +246,9 @@ class AccountsActor(Actor):
             if user is None:
                 raise NotFound("Member not found.")
             if user["is_active"]:
-                _check_caller(m.caller_role, user["role"], None)
+                check_caller(m.caller_role, user["role"], None)
                 if user["role"] == "owner":
-                    _not_last_owner(conn, m.org_id, "removed")
+                    not_last_owner(conn, m.org_id, "removed")
                 sql.deactivate_user(conn, m.user_id, now)
                 sessions_sql.delete_for_user(conn, m.user_id)
                 emit(conn, m.org_id, "member.removed",
@@ -326,7 +318,7 @@ class AccountsActor(Actor):
             emit(conn, inv["organization_id"], "member.joined",
                  {"member_id": inv["member_id"], "member_email": inv["email"], "role": inv["role"]}, now_iso)
             if m.identity is not None:
-                _link(conn, inv["member_id"], m.identity, now_iso)
+                link_identity(conn, inv["member_id"], m.identity, now_iso)
             if m.password_hash is not None:
                 if sessions_sql.password_hash(conn, inv["email"]) is not None:
                     raise Conflict("This email address already has a password.")
@@ -338,7 +330,7 @@ class AccountsActor(Actor):
 
     async def on_LinkIdentity(self, m: LinkIdentity) -> None:
         now_iso = self.clock.iso_now()
-        await self.store.write(lambda conn: _link(conn, m.user_id, m.identity, now_iso))
+        await self.store.write(lambda conn: link_identity(conn, m.user_id, m.identity, now_iso))
 
     # -- API keys ----------------------------------------------------------------------------
     def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
@@ -468,26 +460,3 @@ def _require_org(conn, org_id: str) -> None:
     if conn.execute("SELECT 1 FROM organizations WHERE id = ?", (org_id,)).fetchone() is None:
         raise NotFound("Organization not found.")
 
-
-def _check_caller(caller_role: str | None, current: str, new: str | None) -> None:
-    """The API's rule: nobody hands out more than they hold. An admin cannot make anyone
-    owner, nor change or remove an owner (the operator, caller None, may)."""
-    if caller_role is None:
-        return
-    if new is not None and not within(new, caller_role):
-        raise Forbidden("You cannot grant a broader role than your own.", {"role": new})
-    if current == "owner" and caller_role != "owner":
-        raise Forbidden("Only an owner can change or remove an owner.", {"role": current})
-
-
-def _not_last_owner(conn, org_id: str, verb: str) -> None:
-    n = conn.execute("SELECT count(*) AS n FROM users WHERE organization_id = ? AND role = 'owner' "
-                     "AND is_active = 1", (org_id,)).fetchone()["n"]
-    if n <= 1:
-        raise Conflict(f"The last owner cannot be {verb}.")
-
-
-def _link(conn, user_id: str, identity: Identity, now_iso: str) -> None:
-    if sessions_sql.identity(conn, identity.issuer, identity.subject) is not None:
-        raise Conflict(IDENTITY_TAKEN)
-    sessions_sql.insert_identity(conn, identity.issuer, identity.subject, user_id, identity.email, now_iso)
