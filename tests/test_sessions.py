@@ -218,3 +218,10 @@ async def test_cookies_are_secure_behind_https(nursery, tmp_path):
         assert "gs_anon=" in cookie and "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
     finally:
         await stop_node(n)
+
+
+async def test_cookies_are_secure_over_https(node):
+    r = await node.client.get("/login", scheme="https")
+    assert "Secure" in r.headers["Set-Cookie"]
+    r = await node.app.test_client().get("/login")
+    assert "Secure" not in r.headers["Set-Cookie"]
