@@ -258,3 +258,18 @@ async def test_invitation_for_someone_with_a_password(node):
     assert r.status_code == 303
     s = node.store.one("SELECT s.organization_id FROM sessions s")
     assert s["organization_id"] == other["organization_id"] != first["organization_id"]
+
+
+async def test_weaker_hash_is_upgraded_at_login(node, monkeypatch):
+    import argon2
+    await with_password(node)  # stored with the cheapest profile
+    old = node.store.scalar("SELECT password_hash FROM passwords")
+    stronger = argon2.PasswordHasher(time_cost=2, memory_cost=64, parallelism=1, hash_len=16, salt_len=8)
+    monkeypatch.setattr(passwords, "HASHER", stronger)
+    r, _ = await login(node.client, "owner@acme.test", PW)
+    assert r.status_code == 303
+    new = node.store.scalar("SELECT password_hash FROM passwords")
+    assert new != old and "m=64,t=2,p=1" in new and not stronger.check_needs_rehash(new)
+    assert node.store.scalar("SELECT count(*) FROM sessions") == 1  # the login's session stays
+    r, _ = await login(node.app.test_client(), "owner@acme.test", PW)
+    assert r.status_code == 303

@@ -58,6 +58,13 @@ class SetPassword:
 
 
 @dataclass
+class RehashPassword:
+    email: str
+    old_hash: str
+    new_hash: str
+
+
+@dataclass
 class BeginFlow:
     provider: str
     next_path: str
@@ -106,6 +113,9 @@ class SessionsActor(Actor):
 
         await self.store.write(tx)
         return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
+
+    async def on_RehashPassword(self, m: RehashPassword) -> None:
+        await self.store.write(lambda conn: sql.rehash_password(conn, m.email, m.old_hash, m.new_hash))
 
     async def on_EndSession(self, m: EndSession) -> None:
         await self.store.write(lambda conn: sql.delete_session(conn, sql.digest(m.token)))

@@ -105,3 +105,9 @@ def set_password(conn, email: str, hashed: str, now_iso: str) -> None:
                  (email, hashed, now_iso))
     conn.execute("DELETE FROM sessions WHERE user_id IN (SELECT id FROM users WHERE email = ? COLLATE NOCASE)",
                  (email,))
+
+
+def rehash_password(conn, email: str, old_hash: str, new_hash: str) -> None:
+    """The same password under the current parameters (sessions stay); only if unchanged since."""
+    conn.execute("UPDATE passwords SET password_hash = ? WHERE email = ? COLLATE NOCASE AND password_hash = ?",
+                 (new_hash, email, old_hash))

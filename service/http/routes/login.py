@@ -6,7 +6,8 @@ clock, `service.throttle`); past either limit the answer is a 429 page with Retr
 nothing is checked. An unknown email and a wrong password get the same 401 page, after the
 same argon2 work (a dummy hash is verified for unknown emails). A good login rotates the
 session (the browser's previous session row is deleted) and redirects to `next` when it is a
-path on this site, else to `HOME`.
+path on this site, else to `HOME`. A hash stored under weaker argon2 parameters than the
+current ones is replaced at the next good login.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.sessions import ABSOLUTE, StartSession
+from service.actors.sessions import ABSOLUTE, RehashPassword, StartSession
 from service.http.auth import node
 from service.http.browser import (HOME, SESSION_COOKIE, csrf_protected, safe_next, session_token, set_cookie,
                                   throttle)
@@ -58,6 +59,9 @@ async def login():
         return login_form(401, BAD_LOGIN, email, next_path)
     if not await passwords.verify(person["password_hash"], password) or person["user_id"] is None:
         return login_form(401, BAD_LOGIN, email, next_path)
+    if passwords.needs_rehash(person["password_hash"]):  # parameters raised since it was stored
+        await svc.sessions.ask("sessions", RehashPassword(email, person["password_hash"],
+                                                          await passwords.hash_password(password)))
     out = await svc.sessions.ask("sessions", StartSession(person["user_id"], person["organization_id"],
                                                           session_token()))
     resp = redirect(next_path, 303)
