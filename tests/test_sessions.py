@@ -225,3 +225,20 @@ async def test_cookies_are_secure_over_https(node):
     assert "Secure" in r.headers["Set-Cookie"]
     r = await node.app.test_client().get("/login")
     assert "Secure" not in r.headers["Set-Cookie"]
+
+
+async def test_sign_in_flows_expire_after_ten_minutes(node, autojump_clock):
+    from service.actors.sessions import FLOW_TTL, BeginFlow, TakeFlow
+    ask = node.parts.sessions.ask
+    kept = await ask("sessions", BeginFlow(provider="p", next_path="/account"))
+    await trio.sleep(FLOW_TTL - 1)
+    assert (await ask("sessions", TakeFlow(kept["state"])))["next_path"] == "/account"
+    assert await ask("sessions", TakeFlow(kept["state"])) is None  # used once
+    late = await ask("sessions", BeginFlow(provider="p", next_path="/account"))
+    await trio.sleep(FLOW_TTL)
+    assert await ask("sessions", TakeFlow(late["state"])) is None
+    abandoned = await ask("sessions", BeginFlow(provider="p", next_path="/account"))
+    await trio.sleep(FLOW_TTL)
+    await ask("sessions", BeginFlow(provider="p", next_path="/account"))
+    assert node.store.scalar("SELECT count(*) FROM login_flows") == 1
+    assert abandoned["state"] not in json.dumps(node.store.all("SELECT * FROM login_flows"))

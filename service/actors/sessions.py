@@ -135,7 +135,11 @@ class SessionsActor(Actor):
         row = dict(state_hash=sql.digest(state), provider=m.provider, nonce_hash=sql.digest(nonce),
                    next_path=m.next_path, invitation_hash=m.invitation_hash, link_user_id=m.link_user_id,
                    created_at=now, expires_at=now + FLOW_TTL)
-        await self.store.write(lambda conn: sql.insert_flow(conn, row))
+        def tx(conn):
+            sql.delete_expired_flows(conn, now)  # abandoned sign-ins
+            sql.insert_flow(conn, row)
+
+        await self.store.write(tx)
         return {"state": state, "nonce": nonce}
 
     async def on_TakeFlow(self, m: TakeFlow) -> dict | None:

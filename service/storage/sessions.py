@@ -63,6 +63,10 @@ def insert_flow(conn, row: dict) -> None:
                  ":next_path, :invitation_hash, :link_user_id, :created_at, :expires_at)", row)
 
 
+def delete_expired_flows(conn, now: float) -> None:
+    conn.execute("DELETE FROM login_flows WHERE expires_at <= ?", (now,))
+
+
 def take_flow(conn, state_hash: str, now: float) -> dict | None:
     """The flow, removed (single use); None when unknown or expired. Expired flows go too."""
     row = conn.execute("SELECT * FROM login_flows WHERE state_hash = ?", (state_hash,)).fetchone()
