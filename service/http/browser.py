@@ -41,9 +41,12 @@ HOME = "/account"  # where a login lands without a `next`
 SESSION_COOKIE = "gs_session"
 ANON_COOKIE = "gs_anon"
 CSRF_FIELD = "csrf_token"
-FORGED = PageError(403, "Request refused",
-                   "This form was not sent from this site, or the page was open too long. "
-                   "Go back, reload the page and try again.")
+FORGED = ("This form was not sent from this site, or the page was open too long. "
+          "Go back, reload the page and try again.")
+
+
+def forged() -> PageError:
+    return PageError(403, "Request refused", FORGED)
 
 
 @dataclass(frozen=True)
@@ -183,15 +186,15 @@ def same_site_origin() -> bool:
 
 async def check_csrf() -> None:
     if not same_site_origin():
-        raise FORGED
+        raise forged()
     form = await request.form
     token = form.get(CSRF_FIELD, "")
     try:
         bound = _serializer().loads(token)
     except BadSignature:
-        raise FORGED from None
+        raise forged() from None
     if not secrets.compare_digest(str(bound), _binding()):
-        raise FORGED
+        raise forged()
 
 
 def csrf_protected(func: Callable) -> Callable:
