@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,6 +38,14 @@ class Settings(BaseModel):
     # Test mode only: make the n-th pass of a named crash point exit at once.
     crashpoint: str | None = None
     log_level: str = "INFO"
+    # One OpenID Connect provider from the environment; more as [[oidc_providers]] tables
+    # (name, issuer, client_id, client_secret) in the config file.
+    oidc_name: str | None = None
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_providers: list[dict] = []
+    signup: Literal["open", "closed"] = "open"  # closed: invitations only
 
     @property
     def public_base_url(self) -> str:

@@ -13,6 +13,7 @@ Who owns which state (one owner each; see docs/design.md):
     products/runs     one actor per product run: steps
     topups            one actor per organization: checkout sessions
     tickets           one actor per organization: support tickets
+    sessions          browser sessions, provider sign-in flows
     webhook_delivery  the account-webhook deliveries (reader of the events outbox)
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import httpx
 import trio
 
 from service.actors.accounts import AccountsActor
@@ -29,11 +31,14 @@ from service.actors.delivery import DeliveryRegistry
 from service.actors.jobs import Generation
 from service.actors.runs import Products
 from service.actors.runtime import Registry
+from service.actors.sessions import SessionsActor
 from service.actors.tickets import TicketsActor
 from service.catalog.catalog import Catalog, load_catalog
 from service.clock import Clock
+from service.assets.signing import load_secret
 from service.config import Settings
 from service.net.client import Sender
+from service.net.oidc import OidcProvider, configured
 from service.payments.actor import TopupActor
 from service.payments.actor import recover as recover_topups
 from service.payments.base import PaymentProvider
@@ -42,6 +47,7 @@ from service.payments.pricing import Quote, quote_from
 from service.storage import billing as billing_sql
 from service.storage.db import Store
 from service.streams import Hub
+from service.throttle import Throttle
 
 
 class Node:
@@ -64,6 +70,11 @@ class Node:
     topups: Registry
     webhook_delivery: DeliveryRegistry
     tickets: Registry
+    sessions: Registry  # browser sessions and provider sign-in flows
+    page_secret: bytes  # signs the pages' CSRF tokens, derives PKCE verifiers
+    login_by_address: Throttle
+    login_by_account: Throttle
+    oidc: dict[str, OidcProvider]  # identity providers by their key
 
     def __init__(self, settings: Settings, store: Store, clock: Clock) -> None:
         self.settings = settings
@@ -141,4 +152,13 @@ def build(settings: Settings, store: Store, clock: Clock) -> Node:
 
     node.tickets = node._registry(
         Registry("tickets", lambda key: TicketsActor(store, clock, node.webhook_delivery.wake), clock))
+
+    # people: browser sessions, login throttles, identity providers
+    node.sessions = node._registry(Registry("sessions", lambda key: SessionsActor(store, clock), clock))
+    node.page_secret = load_secret(settings.data_dir, "page-secret")
+    node.login_by_address = Throttle(clock, burst=20, every=6.0)   # 20 at once, then 10 a minute
+    node.login_by_account = Throttle(clock, burst=5, every=60.0)   # 5 at once, then 1 a minute
+    oidc_http = httpx.AsyncClient(follow_redirects=False)
+    node.closers.append(oidc_http.aclose)
+    node.oidc = {p.key: OidcProvider(p, clock, oidc_http) for p in configured(settings)}
     return node

@@ -55,8 +55,8 @@ class Node:
 
 
 async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = True, **overrides) -> Node:
-    settings = Settings(data_dir=tmp_path, operator_token=OPERATOR, base_url="http://testserver",
-                        **overrides)
+    settings = Settings(**{"data_dir": tmp_path, "operator_token": OPERATOR, "base_url": "http://testserver",
+                           **overrides})
     apply_all(settings.db_path)
     store = Store(settings.db_path, inline=inline)
     services = build(settings, store, Clock(start=START))
@@ -90,3 +90,37 @@ async def node(nursery, tmp_path) -> Node:
     n = await start_node(nursery, tmp_path, test_mode=True)
     yield n
     await stop_node(n)
+
+
+@pytest.fixture(scope="session")
+def oidc_issuer():
+    """A real OpenID Connect provider (PyPI oidc-provider-mock) in a subprocess, once per
+    test session: its import warns, so it never runs inside pytest. Yields its issuer URL."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "oidc_provider_mock", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    issuer = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(issuer + "/.well-known/openid-configuration", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("oidc-provider-mock did not start")
+            time.sleep(0.1)
+        yield issuer
+    finally:
+        proc.terminate()
+        proc.wait(10)

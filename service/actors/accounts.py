@@ -17,7 +17,9 @@ from service.actors.runtime import Actor
 from service.clock import Clock, iso
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, ROLE_IDS, within
+from service.actors.member_rules import Identity, check_caller, link_identity, not_last_owner
 from service.storage import accounts as sql
+from service.storage import sessions as sessions_sql
 from service.storage.db import Store
 from service.storage.events import emit
 
@@ -27,6 +29,7 @@ SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
 TOUCH_EVERY = 60.0
 INVITE_VALID = 14 * 86400.0  # spec Limits: an invitation link is valid for 14 days
 INVALID_INVITE = "The invitation is not valid: unknown, already used, replaced by a resend, or expired."
+INVITE_EMAIL_MISMATCH = "The invitation was sent to a different email address."
 
 
 def new_key() -> str:
@@ -52,6 +55,7 @@ class CreateOrg:
     name: str
     owner_email: str
     approved: bool = True
+    identity: Identity | None = None  # a person arriving through a provider
 
 
 @dataclass
@@ -71,12 +75,14 @@ class ChangeRole:
     org_id: str
     user_id: str
     role: str
+    caller_role: str | None = None  # None: the operator
 
 
 @dataclass
 class RemoveMember:
     org_id: str
     user_id: str
+    caller_role: str | None = None  # None: the operator
 
 
 @dataclass
@@ -94,7 +100,16 @@ class ResendInvite:
 
 @dataclass
 class AcceptInvite:
-    token: str
+    token: str | None = None
+    token_hash: str | None = None   # the digest, when the token itself is not kept (provider flow)
+    identity: Identity | None = None  # accepted through a provider: its email must be the invited one
+    password_hash: str | None = None  # accepted with a new password (the email had none)
+
+
+@dataclass
+class LinkIdentity:
+    user_id: str
+    identity: Identity
 
 
 @dataclass
@@ -170,6 +185,8 @@ class AccountsActor(Actor):
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default",
                                           slug="default", is_default=1, created_by=user_id, created_at=now))
             self._insert_key(conn, org_id, user_id, key, "Default key", None, None, now)
+            if m.identity is not None:
+                link_identity(conn, user_id, m.identity, now)
 
         await self.store.write(tx)
         return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
@@ -210,6 +227,9 @@ class AccountsActor(Actor):
             user = sql.get_user(conn, m.org_id, m.user_id)
             if user is None or not user["is_active"]:
                 raise NotFound("Member not found.")
+            check_caller(m.caller_role, user["role"], m.role)
+            if user["role"] == "owner" and m.role != "owner":
+                not_last_owner(conn, m.org_id, "demoted")
             if user["role"] != m.role:
                 sql.set_user_role(conn, m.user_id, m.role)
                 emit(conn, m.org_id, "member.role_changed",
@@ -226,7 +246,11 @@ class AccountsActor(Actor):
             if user is None:
                 raise NotFound("Member not found.")
             if user["is_active"]:
+                check_caller(m.caller_role, user["role"], None)
+                if user["role"] == "owner":
+                    not_last_owner(conn, m.org_id, "removed")
                 sql.deactivate_user(conn, m.user_id, now)
+                sessions_sql.delete_for_user(conn, m.user_id)
                 emit(conn, m.org_id, "member.removed",
                      {"member_id": m.user_id, "member_email": user["email"], "role": user["role"]}, now)
 
@@ -278,23 +302,35 @@ class AccountsActor(Actor):
 
     async def on_AcceptInvite(self, m: AcceptInvite) -> dict:
         now_iso = self.clock.iso_now()
-        digest = hashlib.sha256(m.token.encode()).hexdigest()
+        digest = m.token_hash or hashlib.sha256((m.token or "").encode()).hexdigest()
         key = new_key()
 
         def tx(conn):
             inv = conn.execute("SELECT * FROM invitations WHERE token_hash = ?", (digest,)).fetchone()
             if inv is None or inv["accepted_at"] is not None or inv["expires_at"] <= now_iso:
                 raise NotFound(INVALID_INVITE)
+            if m.identity is not None and (m.identity.email or "").lower() != inv["email"].lower():
+                raise Forbidden(INVITE_EMAIL_MISMATCH)
             conn.execute("UPDATE invitations SET accepted_at = ? WHERE id = ?", (now_iso, inv["id"]))
             sql.insert_user(conn, inv["member_id"], inv["organization_id"], inv["email"], inv["role"], now_iso)
             self._insert_key(conn, inv["organization_id"], inv["member_id"], key, "Default key", None, None,
                              now_iso)
             emit(conn, inv["organization_id"], "member.joined",
                  {"member_id": inv["member_id"], "member_email": inv["email"], "role": inv["role"]}, now_iso)
+            if m.identity is not None:
+                link_identity(conn, inv["member_id"], m.identity, now_iso)
+            if m.password_hash is not None:
+                if sessions_sql.password_hash(conn, inv["email"]) is not None:
+                    raise Conflict("This email address already has a password.")
+                sessions_sql.set_password(conn, inv["email"], m.password_hash, now_iso)
             return inv
 
         inv = await self.store.write(tx)
         return {"user_id": inv["member_id"], "organization_id": inv["organization_id"], "api_key": key}
+
+    async def on_LinkIdentity(self, m: LinkIdentity) -> None:
+        now_iso = self.clock.iso_now()
+        await self.store.write(lambda conn: link_identity(conn, m.user_id, m.identity, now_iso))
 
     # -- API keys ----------------------------------------------------------------------------
     def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
@@ -423,3 +459,4 @@ def _check_role(role: str) -> None:
 def _require_org(conn, org_id: str) -> None:
     if conn.execute("SELECT 1 FROM organizations WHERE id = ?", (org_id,)).fetchone() is None:
         raise NotFound("Organization not found.")
+

@@ -27,9 +27,9 @@ _EXP = re.compile(r"^[0-9]{1,12}$")
 _SIG = re.compile(r"^[0-9a-f]{64}$")
 
 
-def load_secret(data_dir: str | Path) -> bytes:
-    """The signing secret, created once (mode 0600) on first use."""
-    path = Path(data_dir) / SECRET_FILE
+def load_secret(data_dir: str | Path, name: str = SECRET_FILE) -> bytes:
+    """The signing secret `name`, created once (mode 0600) on first use."""
+    path = Path(data_dir) / name
     if not path.exists():
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

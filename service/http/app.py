@@ -19,7 +19,7 @@ from quart_schema.openapi import OpenAPIProvider
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from service.http import errors, openapi, routes
+from service.http import browser, errors, openapi, routes
 
 log = logging.getLogger("service.http")
 
@@ -110,6 +110,7 @@ def create_app(node) -> QuartTrio:
 
     @app.after_request
     async def finish(response):
+        response = browser.after_request(response)
         started = g.get("started")
         if started is not None:
             response.headers["X-Process-Time"] = f"{(time.perf_counter() - started) * 1000:.2f}"

@@ -35,7 +35,7 @@ TOUCH_EVERY = 60.0
 class Principal:
     org_id: str
     user_id: str
-    key_id: str
+    key_id: str | None  # None: a browser session (service.http.browser), which holds no key
     role: str
 
 

@@ -2,7 +2,8 @@
 
 Envelope: {error: {code, message, details?, request_id}}. Two flat shapes: 401/403
 authentication failures ({status: false, error}) and 408 timeouts ({error, message}).
-A 500 carries a generic message; the traceback goes only to the log.
+A 500 carries a generic message; the traceback goes only to the log. HTML pages refuse with
+`PageError`, rendered as a page with its status.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from quart import Quart, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 from service.errors import ActorGone, ApiError, AskTimeout
+from service.http.pages import PageError, error_page
 
 log = logging.getLogger("service.http")
 
@@ -52,6 +54,10 @@ HTTP_CODES = {
 
 
 def install(app: Quart) -> None:
+    @app.errorhandler(PageError)
+    async def on_page_error(e: PageError):
+        return error_page(e)
+
     @app.errorhandler(ApiError)
     async def on_api_error(e: ApiError):
         return envelope(e.status, e.code, e.message, e.details)

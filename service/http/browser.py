@@ -1,0 +1,217 @@
+"""Browser sessions and CSRF for the HTML pages.
+
+The session cookie (`SESSION_COOKIE`) holds a random token; the server keeps only its digest
+(`service.actors.sessions`). It is HttpOnly, SameSite=Lax, Path=/, and Secure whenever the
+request came over https or the public base URL is https (a node behind an https proxy).
+
+`@page(permission)` is the pages' counterpart of the API's `@requires`: no live session
+redirects to /login?next=<this path>; an organization still waiting for approval (or an
+unconfirmed email) sees the waiting page (403); otherwise the person acts as a `Principal`
+with their member role, checked against the same role table as API keys (service/roles.py),
+and `service.http.auth.principal()` / `resolve_project()` work unchanged. A browser session
+never holds an API key (`Principal.key_id` is None).
+
+CSRF: every form post carries `csrf_token`, an itsdangerous signature over the session's id
+(or, before login, over the digest of a random `gs_anon` cookie). `@csrf_protected` checks
+that token and that `Origin` (else `Referer`), when the browser sends one, is this site.
+A refusal is a 403 page. Forms put `{{ csrf_token() }}` in a hidden field named csrf_token.
+
+`throttle(email)`: one attempt from the client address's and the email's token buckets, or
+the 429 page; every form that checks a password or mails an address calls it first.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from functools import wraps
+from typing import Callable
+from urllib.parse import quote, urlsplit
+
+from itsdangerous import BadSignature, URLSafeSerializer
+from quart import Response, g, redirect, request
+
+from service.actors.sessions import IDLE, TOUCH_EVERY, TouchSession
+from service.http.auth import Principal, node
+from service.http.pages import PageError, render
+from service.roles import allows
+from service.storage import sessions as sql
+
+HOME = "/account"  # where a login lands without a `next`
+SESSION_COOKIE = "gs_session"
+ANON_COOKIE = "gs_anon"
+CSRF_FIELD = "csrf_token"
+FORGED = ("This form was not sent from this site, or the page was open too long. "
+          "Go back, reload the page and try again.")
+
+
+def forged() -> PageError:
+    return PageError(403, "Request refused", FORGED)
+
+
+@dataclass(frozen=True)
+class BrowserSession:
+    id: str
+    user_id: str
+    org_id: str
+    email: str
+    role: str
+    org_name: str
+    approved: bool
+    confirmed: bool
+
+
+def secure_cookies() -> bool:
+    return request.scheme == "https" or node().settings.public_base_url.startswith("https://")
+
+
+def set_cookie(resp: Response, name: str, value: str, max_age: int | None) -> None:
+    resp.set_cookie(name, value, max_age=max_age, path="/", httponly=True, samesite="Lax",
+                    secure=secure_cookies())
+
+
+def current_session() -> BrowserSession | None:
+    """The request's live session, or None (cached for the request)."""
+    if "browser_session" in g:
+        return g.browser_session
+    g.browser_session = None
+    token = request.cookies.get(SESSION_COOKIE)
+    if not token:
+        return None
+    svc = node()
+    row = sql.session_for_auth(svc.store, sql.digest(token))
+    now = svc.clock.now()
+    if row is None or not row["user_active"] or now >= row["expires_at"] or now >= row["last_seen_at"] + IDLE:
+        return None
+    if now - row["last_seen_at"] >= TOUCH_EVERY:
+        svc.sessions.tell("sessions", TouchSession(row["id"], now))
+    g.browser_session = BrowserSession(
+        row["id"], row["user_id"], row["organization_id"], row["email"], row["role"], row["org_name"],
+        approved=bool(row["approved_at"]), confirmed=True)
+    return g.browser_session
+
+
+def session_token() -> str | None:
+    return request.cookies.get(SESSION_COOKIE)
+
+
+def safe_next(value: str | None) -> str:
+    """`next` only when it is a path on this site (no scheme, no host, no `//` or `\\` tricks)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return HOME
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or any(ord(c) < 32 for c in value):
+        return HOME
+    return value
+
+
+def login_redirect() -> Response:
+    target = request.full_path.rstrip("?") if request.method == "GET" else request.path
+    return redirect("/login?next=" + quote(target, safe="/"), 303)
+
+
+def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable:
+    """Require a live session (and `permission` from the role table) for an HTML page."""
+
+    def deco(func: Callable) -> Callable:
+        @wraps(func)
+        async def wrapper(*args, **kwargs):
+            s = current_session()
+            if s is None:
+                return login_redirect()
+            if not (s.approved and s.confirmed) and not waiting_ok:
+                return render("waiting.html", 403, title="Waiting for approval")
+            if permission is not None and not allows(s.role, permission):
+                raise PageError(403, "Not allowed", f"Your role ({s.role}) does not allow this.")
+            g.principal = Principal(s.org_id, s.user_id, None, s.role)
+            return await func(*args, **kwargs)
+
+        return wrapper
+
+    return deco
+
+
+def too_many(seconds: int, what: str):
+    raise PageError(429, "Too many attempts",
+                    f"Too many {what}. Wait {seconds} seconds and try again.",
+                    {"Retry-After": str(seconds)})
+
+
+def throttle(email: str, what: str = "login attempts") -> None:
+    """Take one attempt from the client address's and the email's buckets, or refuse with the
+    429 page (and Retry-After). For every form that checks a password or sends a mail to an
+    address (login, sign-up, password reset, invitation acceptance, password change)."""
+    svc = node()
+    address_key, account_key = "ip:" + (request.remote_addr or "?"), "email:" + email.lower()
+    wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
+    if wait:
+        too_many(wait, what)
+    svc.login_by_address.take(address_key)
+    svc.login_by_account.take(account_key)
+
+
+# -- CSRF -------------------------------------------------------------------------------------
+def _serializer() -> URLSafeSerializer:
+    return URLSafeSerializer(node().page_secret, salt="csrf")
+
+
+def _binding() -> str:
+    s = current_session()
+    if s is not None:
+        return "s:" + s.id
+    anon = request.cookies.get(ANON_COOKIE) or g.get("new_anon")
+    if not anon:
+        anon = g.new_anon = secrets.token_urlsafe(24)
+    return "a:" + sql.digest(anon)
+
+
+def csrf_token() -> str:
+    """The token for a form on this page (bound to the session, or the anonymous cookie)."""
+    return _serializer().dumps(_binding())
+
+
+def same_site_origin() -> bool:
+    """Origin, else Referer, when present, must be this site (the base URL or the request's host)."""
+    value = request.headers.get("Origin") or request.headers.get("Referer")
+    if value is None:
+        return True
+    parts = urlsplit(value)
+    if not parts.scheme or not parts.netloc:
+        return False
+    origin = f"{parts.scheme}://{parts.netloc}".lower()
+    base = urlsplit(node().settings.public_base_url)
+    allowed = {f"{base.scheme}://{base.netloc}".lower(), f"{request.scheme}://{request.host}".lower()}
+    return origin in allowed
+
+
+async def check_csrf() -> None:
+    if not same_site_origin():
+        raise forged()
+    form = await request.form
+    token = form.get(CSRF_FIELD, "")
+    try:
+        bound = _serializer().loads(token)
+    except BadSignature:
+        raise forged() from None
+    if not secrets.compare_digest(str(bound), _binding()):
+        raise forged()
+
+
+def csrf_protected(func: Callable) -> Callable:
+    """Refuse a POST (any unsafe method) whose CSRF token or origin is not this site's: 403 page."""
+
+    @wraps(func)
+    async def wrapper(*args, **kwargs):
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            await check_csrf()
+        return await func(*args, **kwargs)
+
+    return wrapper
+
+
+def after_request(resp: Response) -> Response:
+    """Set the anonymous CSRF cookie when a page issued a token without one."""
+    anon = g.get("new_anon")
+    if anon and ANON_COOKIE not in request.cookies:
+        set_cookie(resp, ANON_COOKIE, anon, None)
+    return resp

@@ -1,0 +1,40 @@
+"""HTML pages: one Jinja environment over service/http/templates, and the page-error shape.
+
+Pages share `base.html`. A page that refuses (forged form, too many attempts, a sign-in
+that cannot finish) raises `PageError`; `service.http.errors` renders it with its status.
+"""
+
+from __future__ import annotations
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from quart import Response
+
+_env = Environment(loader=PackageLoader("service.http", "templates"), autoescape=select_autoescape(),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+class PageError(Exception):
+    def __init__(self, status: int, title: str, message: str, headers: dict | None = None) -> None:
+        super().__init__(title)
+        self.status = status
+        self.title = title
+        self.message = message
+        self.headers = headers or {}
+
+
+def render(template: str, status: int = 200, headers: dict | None = None, **ctx) -> Response:
+    from service.http.browser import csrf_token, current_session
+
+    ctx.setdefault("session", current_session())
+    ctx.setdefault("csrf_token", csrf_token)
+    html = _env.get_template(template).render(**ctx)
+    resp = Response(html, status=status, content_type="text/html; charset=utf-8")
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["X-Frame-Options"] = "DENY"
+    for k, v in (headers or {}).items():
+        resp.headers[k] = v
+    return resp
+
+
+def error_page(e: PageError) -> Response:
+    return render("error.html", e.status, e.headers, title=e.title, message=e.message)

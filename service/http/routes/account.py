@@ -1,0 +1,96 @@
+"""The account page (`GET /account`, where a login lands): change one's password, link an
+identity provider, and manage members: change a role, remove a member.
+
+Members are changed through the accounts actor with the person's role as the caller, so the
+API's rules hold here too: nobody grants more than they hold (an admin cannot make anyone
+owner, nor change or remove an owner), the last owner can be neither demoted nor removed,
+and each change fires its `member.*` event once. A removed member's sessions end in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service import passwords
+from service.actors.accounts import ChangeRole, RemoveMember
+from service.actors.sessions import ABSOLUTE, SetPassword
+from service.errors import ApiError
+from service.http.auth import node, principal
+from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie, throttle
+from service.http.pages import PageError, render
+from service.roles import ROLE_NAMES, allows
+from service.storage import sessions as sessions_sql
+
+bp = Blueprint("account", __name__)
+
+
+def members(org_id: str) -> list[dict]:
+    return node().store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? "
+                            "AND is_active = 1 ORDER BY created_at, id", (org_id,))
+
+
+@bp.get("/account")
+@hide
+@page()
+async def account():
+    p = principal()
+    s = current_session()
+    linked = {row["issuer"] for row in sessions_sql.identities_of_user(node().store, s.user_id)}
+    providers = [(k, prov.name, prov.config.issuer in linked) for k, prov in node().oidc.items()]
+    has_password = sessions_sql.password_hash(node().store, s.email) is not None
+    return render("account.html", title="Account", members=members(p.org_id), roles=ROLE_NAMES,
+                  can_manage=allows(p.role, "users:update"), providers=providers, me=p.user_id,
+                  has_password=has_password)
+
+
+async def _ask(msg) -> None:
+    try:
+        await node().accounts.ask("accounts", msg)
+    except ApiError as e:
+        raise PageError(e.status, "Not changed", e.message) from None
+
+
+@bp.post("/account/password")
+@hide
+@csrf_protected
+@page(waiting_ok=True)
+async def change_password():
+    """Set or change the person's password: every session of theirs ends, this browser gets a
+    new one. A person who has a password must give it; one who signed in only through a
+    provider sets a first one."""
+    form = await request.form
+    s = current_session()
+    svc = node()
+    throttle(s.email)
+    existing = sessions_sql.password_hash(svc.store, s.email)
+    if existing is not None and not await passwords.verify(existing, form.get("current_password", "")):
+        raise PageError(401, "Password not changed", "The current password is not correct.")
+    problem = passwords.weakness(form.get("new_password", ""))
+    if problem:
+        raise PageError(422, "Password not changed", problem)
+    hashed = await passwords.hash_password(form["new_password"])
+    out = await svc.sessions.ask("sessions", SetPassword(s.email, hashed, s.user_id, s.org_id))
+    resp = redirect("/account", 303)
+    set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
+    return resp
+
+
+@bp.post("/account/members/<user_id>/role")
+@hide
+@csrf_protected
+@page("users:update")
+async def change_role(user_id: str):
+    role = (await request.form).get("role", "")
+    await _ask(ChangeRole(principal().org_id, user_id, role, caller_role=principal().role))
+    return redirect("/account", 303)
+
+
+@bp.post("/account/members/<user_id>/remove")
+@hide
+@csrf_protected
+@page("users:delete")
+async def remove_member(user_id: str):
+    await _ask(RemoveMember(principal().org_id, user_id, caller_role=principal().role))
+    return redirect("/account", 303)

@@ -1,0 +1,24 @@
+"""`POST /logout` (CSRF-checked form): the session row is deleted and the cookie cleared."""
+
+from __future__ import annotations
+
+from quart import Blueprint, redirect
+from quart_schema import hide
+
+from service.actors.sessions import EndSession
+from service.http.auth import node
+from service.http.browser import SESSION_COOKIE, csrf_protected, session_token
+
+bp = Blueprint("logout", __name__)
+
+
+@bp.post("/logout")
+@hide
+@csrf_protected
+async def logout():
+    token = session_token()
+    if token:
+        await node().sessions.ask("sessions", EndSession(token))
+    resp = redirect("/login", 303)
+    resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="Lax")
+    return resp
