@@ -69,3 +69,40 @@ def test_serve_admin_and_shutdown(tmp_path):
             proc.kill()
             proc.stderr.close()
     assert code == 0
+
+
+def test_open_streams_end_with_a_comment_at_shutdown(tmp_path):
+    """SIGTERM with 50 event streams open: each gets the shutdown comment and its end, so
+    the HTTP drain is not held by them (serve() closes the stream hub when shutdown begins)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    proc, url, env = start(tmp_path)
+    socks = []
+    try:
+        out = subprocess.run([sys.executable, "-m", "service", "admin", "--url", url, "create-org",
+                              "Acme", "owner@acme.test"], env=env, capture_output=True, text=True, timeout=30)
+        key = json.loads(out.stdout)["data"]["api_key"]
+        host, port = urlsplit(url).hostname, urlsplit(url).port
+        for _ in range(50):
+            s = socket.create_connection((host, port), timeout=20)
+            s.sendall(f"GET /v1/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+            head = b""
+            while b"event: feed" not in head:
+                head += s.recv(65536)
+            assert head.startswith(b"HTTP/1.1 200")
+            socks.append(s)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        for s in socks:
+            rest = b""
+            while chunk := s.recv(65536):
+                rest += chunk
+            assert b": the node is shutting down" in rest
+            s.close()
+        code = proc.wait(timeout=20)
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert code == 0
