@@ -120,6 +120,9 @@ class CreateKey:
     name: str
     role_id: str | None = None
     expires_at: str | None = None
+    # the person's own role when the caller's key is bound to a narrower one: an unbound key
+    # made now would act with it, so it must be within `caller_role` too
+    caller_user_role: str | None = None
 
 
 @dataclass
@@ -349,6 +352,8 @@ class AccountsActor(Actor):
             if not within(granted, m.caller_role):
                 raise Forbidden("You cannot create a key with a broader role than your own.",
                                 {"role_id": m.role_id})
+        elif m.caller_user_role is not None and not within(m.caller_user_role, m.caller_role):
+            raise Forbidden("You cannot create a key with a broader role than your own.", {"role_id": None})
         now = self.clock.iso_now()
         key = new_key()
 

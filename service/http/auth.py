@@ -36,7 +36,8 @@ class Principal:
     org_id: str
     user_id: str
     key_id: str | None  # None: a browser session (service.http.browser), which holds no key
-    role: str
+    role: str  # what the caller may do: the person's role, or the narrower role its key is bound to
+    user_role: str | None = None  # the person's own role when `role` is narrower (a bound key)
 
 
 def node() -> Node:
@@ -65,7 +66,7 @@ def principal_for_key(svc: Node, token: str) -> Principal | None:
     if (row["revoked_at"] or not row["is_active"] or not row["user_active"] or not row["approved_at"]
             or (row["expires_at"] is not None and row["expires_at"] <= now_iso)):
         return None
-    role = row["user_role"]
+    role = user_role = row["user_role"]
     bound = ROLE_BY_ID.get(row["role_id"]) if row["role_id"] else None
     if bound is not None and within(bound, role):
         role = bound
@@ -73,7 +74,8 @@ def principal_for_key(svc: Node, token: str) -> Principal | None:
     if last is None or last < iso(now - TOUCH_EVERY):
         from service.actors.accounts import TouchKey
         svc.accounts.tell("accounts", TouchKey(row["id"], now))
-    return Principal(row["organization_id"], row["user_id"], row["id"], role)
+    return Principal(row["organization_id"], row["user_id"], row["id"], role,
+                     user_role if user_role != role else None)
 
 
 def still_allowed() -> Callable[[], bool]:

@@ -62,7 +62,8 @@ async def create_key(data: KeyCreate):
             raise Unprocessable("expires_at must be in the future.", {"field": "expires_at"})
         expires = iso(ts)
     p = principal()
-    row = await ask(CreateKey(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires))
+    row = await ask(CreateKey(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires,
+                              caller_user_role=p.user_role))
     return {"data": views.api_key(row)}, 201
 
 
