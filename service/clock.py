@@ -68,4 +68,15 @@ def parse_iso(text: str) -> float:
     dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     if dt.tzinfo is None:
         raise ValueError("timestamp must include an offset")
+    try:  # a time every answer can write back: within years 1 to 9999 in UTC
+        dt.astimezone(UTC)
+    except OverflowError:
+        raise TimestampOutOfRange(text) from None
     return dt.timestamp()
+
+
+class TimestampOutOfRange(ValueError):
+    """A well-formed timestamp whose UTC time is outside years 1 to 9999."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(f"{text} is outside the years 1 to 9999 in UTC")

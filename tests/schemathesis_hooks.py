@@ -20,12 +20,6 @@ response:
   product run: each product has a video step) get the test-mode directive
   `[[fail:internal]]`: the job fails at once instead of encoding seconds of video. Image
   jobs render for real (0.2-0.4 s each) so the stateful phase has assets to read.
-- Integral floats in JSON bodies (`12792.0`) are sent as integers (`12792`). JSON Schema
-  counts 12792.0 as an integer, so schemathesis generates it for `type: integer` fields;
-  the service deliberately refuses it with 400 (strict bodies, spec "Endpoints:
-  Conventions"; tests/test_topups.py pins `credits: 500.0` -> 400). A schema cannot say
-  "an integer written without a fraction", so the fuzzer is told here. The rule itself is
-  covered by the example-based tests, not by this run.
 """
 
 from __future__ import annotations
@@ -68,16 +62,6 @@ def _callback(case, name: str, value):
     patterns = [p for p in patterns if p]
     if not patterns or any(re.search(p, value) and len(value) <= 2048 for p in patterns):
         return CALLBACK
-    return value
-
-
-def _integral(value):
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
     return value
 
 
@@ -146,7 +130,6 @@ def before_call(context, case, kwargs):
             sync()
         return
     body = case.body
-    body.update(_integral(body))
     if path.startswith("/v1/webhooks") and method in ("POST", "PATCH") and "url" in body:
         body["url"] = _callback(case, "url", body["url"])
     if "webhook_url" in body:

@@ -15,19 +15,42 @@ from __future__ import annotations
 
 import json
 from functools import wraps
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 from quart import request
 from quart_schema.validation import QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, QUART_SCHEMA_REQUEST_ATTRIBUTE, DataSource
 
+from service.clock import TimestampOutOfRange, parse_iso
 from service.errors import ApiError, BadRequest
 
 
 class Body(BaseModel):
-    """Base of JSON bodies: strict types, unknown fields refused."""
+    """Base of JSON bodies: strict types, unknown fields refused.
+
+    One exception to strict: a JSON number with no fraction (`656.0`) is an integer where a
+    field takes integers (JSON Schema counts it as one, and clients that write every number
+    as a float send it); `656.5`, `true` and `"656"` stay refused. Only magnitudes below
+    2**53 (exact in a float) are taken."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _integral_numbers(cls, value, info):
+        if type(value) is float and value.is_integer() and abs(value) < 2**53:
+            kinds = _kinds(cls.model_fields[info.field_name].annotation)
+            if int in kinds and float not in kinds:
+                return int(value)
+        return value
+
+
+def _kinds(annotation) -> set:
+    """The plain types a field annotation admits (`int | None` -> {int, NoneType})."""
+    args = get_args(annotation)
+    if not args:
+        return {annotation}
+    return set().union(*(_kinds(a) for a in args))
 
 
 class Query(BaseModel):
@@ -41,6 +64,23 @@ class Query(BaseModel):
         if type(value) is int and not -(2**63) <= value < 2**63:
             raise ValueError("Input is out of range")
         return value
+
+
+def _in_range(value: str | None) -> str | None:
+    """A timestamp the service can write back: a well-formed one outside years 1 to 9999 in
+    UTC is refused here (400); a malformed one is left to the route's own rule (422)."""
+    if value is not None:
+        try:
+            parse_iso(value)
+        except TimestampOutOfRange:
+            raise ValueError("Timestamp is out of range: its UTC time must fall in the years 1 to 9999") from None
+        except ValueError:
+            pass
+    return value
+
+
+# A body field holding a timestamp with an offset.
+Timestamp = Annotated[str, AfterValidator(_in_range)]
 
 
 class ValidationFailed(ApiError):

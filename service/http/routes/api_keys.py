@@ -9,7 +9,7 @@ from service.clock import iso, parse_iso
 from service.errors import NotFound, Unprocessable
 from service.http import views
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, body
+from service.http.schemas import Body, Timestamp, body
 from service.storage import accounts as sql
 
 bp = Blueprint("api_keys", __name__)
@@ -18,7 +18,7 @@ bp = Blueprint("api_keys", __name__)
 class KeyCreate(Body):
     name: str
     role_id: str | None = None
-    expires_at: str | None = None
+    expires_at: Timestamp | None = None
 
 
 class KeyUpdate(Body):

@@ -15,7 +15,7 @@ from service.clock import parse_iso
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.http.auth import node
 from service.http.routes.operator import operator
-from service.http.schemas import Body, body
+from service.http.schemas import Body, Timestamp, body
 from service.money import to_uc
 from service.storage import billing as sql
 
@@ -40,7 +40,7 @@ def test_only(func):
 class GrantBody(Body):
     credits: str | int = Field(description="Decimal string of credits, more than zero, at most two places.")
     source: str = "promo"
-    expires_at: str | None = Field(default=None, description="Timestamp with an offset, or null for no expiry.")
+    expires_at: Timestamp | None = Field(default=None, description="Timestamp with an offset, or null for no expiry.")
     reason: str | None = None
 
 
