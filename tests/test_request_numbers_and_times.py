@@ -101,3 +101,26 @@ async def test_a_grant_expiring_outside_the_representable_years_is_400_and_the_b
     assert error_of(await r.get_json())["details"]["errors"][0]["key"] == "expires_at"
     r = await node.call("GET", "/v1/billing/balance", org["api_key"])
     assert r.status_code == 200 and (await r.get_json())["data"]["available"] == "200.00"
+
+
+@pytest.mark.parametrize("raw", [b'{"advance_seconds": NaN}', b'{"advance_seconds": Infinity}',
+                                 b'{"advance_seconds": -Infinity}'])
+async def test_non_finite_numbers_are_not_json_and_the_node_keeps_working(node, raw):
+    org = await node.create_org()
+    r = await node.client.post("/operator/v1/test/clock", data=raw, headers={
+        **node.op_headers(), "Content-Type": "application/json"})
+    assert r.status_code == 400
+    e = error_of(await r.get_json())
+    assert (e["code"], e["message"]) == ("request.bad_request", "The request body is not valid JSON.")
+    r = await node.call("GET", "/v1/billing/balance", org["api_key"])  # every actor still answers
+    assert r.status_code == 200 and (await r.get_json())["data"]["available"] == "200.00"
+    r = await node.call("POST", IMAGE, org["api_key"], json={"prompt": "after [[fail:internal]]"})
+    assert r.status_code == 202
+
+
+async def test_a_non_finite_number_is_refused_on_any_body(node):
+    org = await node.create_org()
+    r = await node.client.post("/v1/billing/topups", data=b'{"credits": NaN}', headers={
+        "Authorization": f"Bearer {org['api_key']}", "Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert error_of(await r.get_json())["code"] == "request.bad_request"

@@ -5,6 +5,9 @@ themselves so every failure has the spec's shape: invalid JSON (or non-UTF-8) is
 `request.bad_request`; a wrong type, missing or unknown field is 400
 `request.validation_failed` with `details.errors[] = {message, key, source}`.
 
+`NaN`, `Infinity` and `-Infinity`, which are not JSON but which Python's parser takes, are
+400 `request.bad_request` on every body.
+
 Hostile JSON (tests/test_hostile_input.py): nesting past the interpreter's recursion limit,
 an integer of more than 4,300 digits, and a string holding an unpaired UTF-16 surrogate
 escape (`"\\ud800"`: valid JSON syntax, but not text, and SQLite cannot store it) are all
@@ -104,7 +107,7 @@ def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
         data: Any = {}
     else:
         try:
-            data = json.loads(raw.decode("utf-8"))
+            data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
         except UnicodeDecodeError:
             raise BadRequest("The request body is not valid UTF-8.") from None
         except (ValueError, RecursionError):  # JSONDecodeError, or an integer of > 4300 digits
@@ -119,6 +122,11 @@ def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
         return model.model_validate(data)
     except ValidationError as e:
         raise ValidationFailed("The request failed validation.", {"errors": errors_of(e, "body")}) from None
+
+
+def _no_constant(name: str) -> Any:
+    """`NaN`, `Infinity` and `-Infinity` are not JSON (Python's parser takes them)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _has_lone_surrogate(data: Any) -> bool:

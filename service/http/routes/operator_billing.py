@@ -15,7 +15,7 @@ from service.clock import parse_iso
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.http.auth import node
 from service.http.routes.operator import operator
-from service.http.schemas import Body, Timestamp, body
+from service.http.schemas import Body, Timestamp, ValidationFailed, body
 from service.money import to_uc
 from service.storage import billing as sql
 
@@ -82,8 +82,8 @@ async def grant(org_id: str, data: GrantBody):
 @operator
 @body(ClockBody)
 async def advance_clock(data: ClockBody):
-    if data.advance_seconds < 0:
-        raise Unprocessable("advance_seconds cannot be negative.", {"advance_seconds": data.advance_seconds})
+    if not data.advance_seconds >= 0:  # NaN too (not JSON, but refused here as well)
+        raise ValidationFailed("advance_seconds cannot be negative.", {"advance_seconds": data.advance_seconds})
     svc = node()
     svc.clock.advance(data.advance_seconds)
     # Every balance actor has written its due lot expiries before we answer.
