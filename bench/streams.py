@@ -144,7 +144,7 @@ async def stream_follower(setup: Setup, f: Follower) -> None:
                     f.arrived, f.finished_at = time.time(), ts(final["finished_at"])
                     return
                 buf = buf[buf.rfind(b"\n\n") + 2:] if b"\n\n" in buf else buf
-    except OSError as e:
+    except (OSError, trio.BrokenResourceError) as e:
         f.error = repr(e)
         f.attached.set()
 
@@ -171,7 +171,7 @@ async def poll_follower(setup: Setup, f: Follower, every: float) -> None:
                     f.arrived, f.finished_at = time.time(), ts(status["finished_at"])
                     return
                 await trio.sleep(every)
-    except OSError as e:
+    except (OSError, trio.BrokenResourceError) as e:
         f.error = repr(e)
         f.attached.set()
 
@@ -184,7 +184,7 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
     followers = [Follower(i) for i in ids]
     with trio.fail_after(600):
         async with trio.open_nursery() as nursery:
-            limiter = trio.CapacityLimiter(200)  # connects at once (the listen backlog)
+            limiter = trio.CapacityLimiter(50)  # connects at once (within the listen backlog)
 
             async def attach(f: Follower) -> None:
                 async with limiter:
