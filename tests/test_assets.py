@@ -208,3 +208,29 @@ async def test_generated_asset_record(node, org):
     r = await node.call("GET", local(out["url"]), key)
     body = await (await node.client.get(local(r.headers["Location"]))).get_data()
     assert hashlib.sha256(body).hexdigest() == asset["sha256"] and len(body) == asset["size_bytes"]
+
+
+async def test_validators_are_the_assets_own_not_the_shared_files(node, org):
+    """The same bytes stored by two organizations share one file on disk; the second
+    organization's fresh upload must not show the first one's time (Last-Modified) or a
+    shared validator (ETag)."""
+    other = await node.create_org(name="Other", email="o@other.test")
+    png = image_bytes("PNG", 10, 10)
+    first = await upload_ok(node, org["api_key"], png)
+    assert (await node.op("POST", "/test/clock", {"advance_seconds": 3600})).status_code == 200
+    second = await upload_ok(node, other["api_key"], png)
+    assert first["sha256"] == second["sha256"]
+    r1 = await node.client.get(local(await signed_url(node, org["api_key"], first["id"])))
+    r2 = await node.client.get(local(await signed_url(node, other["api_key"], second["id"])))
+    assert r1.headers["ETag"] == f'"{first["id"]}"' and r2.headers["ETag"] == f'"{second["id"]}"'
+    assert r1.headers["Last-Modified"] != r2.headers["Last-Modified"]
+    created = gsql.get_asset(node.store, second["id"])["created_at"]
+    from email.utils import parsedate_to_datetime
+    from service.clock import parse_iso
+    assert parsedate_to_datetime(r2.headers["Last-Modified"]).timestamp() == math.floor(parse_iso(created))
+    r = await node.client.get(local(await signed_url(node, other["api_key"], second["id"])),
+                              headers={"If-None-Match": r2.headers["ETag"]})
+    assert r.status_code == 304
+    r = await node.client.get(local(await signed_url(node, other["api_key"], second["id"])),
+                              headers={"If-None-Match": r1.headers["ETag"]})
+    assert r.status_code == 200  # the other organization's validator matches nothing here

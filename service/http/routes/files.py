@@ -4,16 +4,19 @@ A URL that is expired, altered (id, exp or sig), malformed, or whose `exp` lies 
 900 s ahead is refused with 403 `auth.forbidden` ("This link is invalid or has expired.");
 a valid link to an asset that is gone is 404. The file is served with the asset's content
 type, `X-Content-Type-Options: nosniff`, `Content-Disposition: inline`, a private cache
-lifetime no longer than the link's, and Range support.
+lifetime no longer than the link's, Range support, and the asset's own validators (ETag:
+its id; Last-Modified: its creation), never the shared content file's.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 from quart import Blueprint, request, send_file
 from quart_schema import hide
 
+from service.clock import parse_iso
 from service.errors import Forbidden, NotFound
 from service.http.auth import node
 from service.storage import generation as sql
@@ -33,7 +36,13 @@ async def signed_file(asset_id: str):
     path = gen.files.path(row["sha256"]) if row is not None else None
     if path is None or not path.is_file():
         raise NotFound("Asset not found.")
-    response = await send_file(path, mimetype=row["content_type"], conditional=True, add_etags=True)
+    # Validators of the asset, not of the stored file: files are kept once per content for the
+    # whole node, so the file's time would tell one organization that another stored the
+    # same bytes, and when. An asset's bytes never change: its id is a strong ETag.
+    created = datetime.fromtimestamp(parse_iso(row["created_at"]), UTC)
+    response = await send_file(path, mimetype=row["content_type"], add_etags=False, last_modified=created)
+    response.set_etag(row["id"])
+    await response.make_conditional(request, accept_ranges=True, complete_length=response.content_length)
     response.response.buffer_size = BUFFER
     remaining = max(0, math.floor(int(request.args["exp"]) - gen.clock.now()))
     response.headers.pop("Expires", None)
