@@ -494,3 +494,16 @@ async def test_closed_sender_refuses_to_post(sender):
     await sender.aclose()
     with pytest.raises(RuntimeError):
         await sender.post("https://example.com/", b"", {})
+
+
+async def test_refused_and_unresolvable_destinations_get_one_answer(guarded):
+    """With private addresses refused, a name that does not resolve answers exactly like a
+    name that resolves to a refused address, so the answer tells nothing about which
+    internal names exist."""
+    trio.socket.set_custom_hostname_resolver(Resolver({"db.internal": [["10.0.0.5"]],
+                                                       "localhost.internal": [["127.0.0.1"]]}))
+    answers = set()
+    for host in ("db.internal", "localhost.internal", "nowhere.internal", "10.0.0.5", "[::1]"):
+        outcome, _ = await timed_post(guarded, f"https://{host}/hook")
+        answers.add((outcome.is_delivered, outcome.status_code, outcome.error_class, outcome.error))
+    assert answers == {(False, None, "blocked_address", "address not allowed")}

@@ -307,3 +307,38 @@ async def test_permissions_follow_the_spec_table(node, role):
 async def test_no_key_is_401(node):
     r = await node.call("GET", "/v1/webhooks", None)
     assert r.status_code == 401 and await j(r) == {"status": False, "error": "Unauthorized"}
+
+
+async def test_the_test_call_answers_the_same_for_every_refused_destination(node):
+    """A host that resolves to a refused address and one that does not resolve at all give
+    the same answer, so the test call cannot map which internal names exist."""
+    import socket as stdlib_socket
+
+    import trio
+
+    class Names(trio.abc.HostnameResolver):
+        async def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
+            name = host.decode() if isinstance(host, bytes) else host
+            if name == "db.internal":
+                return [(stdlib_socket.AF_INET, stdlib_socket.SOCK_STREAM, 6, "", ("10.1.2.3", int(port)))]
+            raise stdlib_socket.gaierror(stdlib_socket.EAI_NONAME, "unknown name")
+
+        async def getnameinfo(self, sockaddr, flags):
+            raise NotImplementedError
+
+    trio.socket.set_custom_hostname_resolver(Names())
+    try:
+        org = await node.create_org()
+        answers = []
+        for url in ("https://db.internal/hook", "https://nowhere.internal/hook", "https://10.1.2.3/hook",
+                    "https://127.0.0.1:9/hook"):
+            hook = await create(node, org["api_key"], url=url, events=["webhook.test"])
+            r = await node.call("POST", f"/v1/webhooks/{hook['id']}/test", org["api_key"])
+            assert r.status_code == 201
+            delivery = dict((await j(r))["delivery"])
+            assert delivery.pop("url") == url
+            delivery.pop("duration_ms"), delivery.pop("id")
+            answers.append(delivery)
+        assert answers == [{"is_delivered": False, "status_code": None, "error": "address not allowed"}] * 4
+    finally:
+        trio.socket.set_custom_hostname_resolver(None)

@@ -39,6 +39,10 @@ class Outcome:
     duration_ms: int
 
 
+REFUSED = ("blocked_address", "address not allowed")
+UNRESOLVED = ("connection", "could not resolve host")
+
+
 class Sender:
     """Posts webhook bodies. Create one per process; it only holds the SSL context."""
 
@@ -93,6 +97,10 @@ class Sender:
         if scope.cancelled_caught:
             return outcome(None, "timeout", f"timed out after {timeout:g} s")
         assert failure is not None
+        if failure == UNRESOLVED and not self._allow_private:
+            # a name that does not resolve gets the answer of a name that resolves to a refused
+            # address: otherwise the answer tells a caller which internal names exist
+            failure = REFUSED
         return outcome(None, *failure)
 
     async def _exchange(self, backend, target, body, headers, progress: _Progress) -> None:
@@ -202,7 +210,7 @@ def _chain(exc: BaseException):
 def _classify(exc: Exception) -> tuple[str, str] | None:
     """Map a failed attempt to (error_class, error text); None if not network trouble."""
     if isinstance(exc, AddressNotAllowed):
-        return "blocked_address", "address not allowed"
+        return REFUSED
     causes = list(_chain(exc))
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -213,7 +221,7 @@ def _classify(exc: Exception) -> tuple[str, str] | None:
             return "tls", f"TLS handshake failed: {cause.reason or cause}"
     for cause in causes:
         if isinstance(cause, socket.gaierror):
-            return "connection", "could not resolve host"
+            return UNRESOLVED
         if isinstance(cause, ConnectionRefusedError):
             return "connection", "connection refused"
         if isinstance(cause, ConnectionResetError):
