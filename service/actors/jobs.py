@@ -87,7 +87,7 @@ from service.catalog.rules import Plan, estimate, plan_submit
 from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
 from service.machines import JOB
-from service.media.inspect import MediaInfo, inspect_file
+from service.media.inspect import MediaInfo, image_pixels, inspect_file
 from service.storage import generation as sql
 from service.storage import idempotency as idem_sql
 
@@ -95,6 +95,7 @@ log = logging.getLogger(__name__)
 
 FINAL = views.FINAL
 SETTLE_RETRY_S = 5.0
+LARGE_DECODE = 4_000_000  # pixels; larger images decode one at a time (inspect_upload)
 Notify = Callable[[dict], None]
 
 
@@ -557,6 +558,7 @@ class Generation:
         self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
         self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
         self.streams = node.streams
+        self.large_decodes = trio.Lock()  # one large image decode at a time
         self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
         self._idem_locks = KeyedLocks()
@@ -600,7 +602,7 @@ class Generation:
 
     def resolve_inputs(self, org_id: str) -> Callable[[list[str]], dict[str, AssetInfo]]:
         def resolve(ids: list[str]) -> dict[str, AssetInfo]:
-            return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"])
+            return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"], r["width"], r["height"])
                     for r in sql.assets_in_org(self.store, org_id, ids)}
         return resolve
 
@@ -620,7 +622,13 @@ class Generation:
 
     async def inspect_upload(self, path, declared_type: str | None) -> MediaInfo:
         """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
-        is not accepted."""
+        is not accepted. An image over LARGE_DECODE pixels (read from its header first)
+        decodes only while no other large one does: a 40-megapixel decode holds about
+        500 MB, so uploads in parallel would otherwise add up to gigabytes."""
+        pixels = await trio.to_thread.run_sync(image_pixels, path)
+        if pixels > LARGE_DECODE:
+            async with self.large_decodes:
+                return await trio.to_thread.run_sync(inspect_file, path, declared_type)
         return await trio.to_thread.run_sync(inspect_file, path, declared_type)
 
     # writes ---------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ class AssetInfo:
     id: str
     kind: str  # image, video, audio, mask, text
     project_id: str
+    width: int | None = None  # images and video
+    height: int | None = None
 
 
 ResolveInputs = Callable[[list[str]], Mapping[str, "AssetInfo | None"]]

@@ -62,6 +62,7 @@ class Model:
     concurrency: int
     slots: tuple[ModelSlot, ...]
     prices: tuple[Price, ...]  # in tier order: resolutions x durations
+    max_output_pixels: int | None = None  # media.upscale: the largest output it makes
 
     def slot(self, name: str) -> ModelSlot | None:
         return next((s for s in self.slots if s.name == name), None)
@@ -97,6 +98,7 @@ class Model:
             concurrency=e.concurrency,
             slots=slots,
             prices=prices,
+            max_output_pixels=e.max_output_pixels,
         )
 
 

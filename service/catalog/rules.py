@@ -26,6 +26,8 @@ Decisions where the spec is open:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,7 +127,8 @@ def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
     duration = _duration(m, body.get("duration"))
     if body.get("quality") is not None:
         raise Unprocessable(f"{m.id} has no quality setting.", {"field": "quality", "model": m.id})
-    inputs = _inputs(cap, m, body.get("inputs") or {}, *inputs_check) if inputs_check else {}
+    inputs, infos = _inputs(cap, m, body.get("inputs") or {}, *inputs_check) if inputs_check else ({}, {})
+    _output_size(m, resolution, infos)
     price = m.price_uc(resolution, duration)
     if price is None:
         raise Unavailable(
@@ -230,7 +233,7 @@ def _inputs(
     resolve_inputs: ResolveInputs,
     project_id: str,
     base_url: str | None,
-) -> dict[str, list[str]]:
+) -> tuple[dict[str, list[str]], Mapping[str, AssetInfo]]:
     where = f"{cap.id} on {m.id}"
     for name in given:
         if m.slot(name) is None:
@@ -258,7 +261,29 @@ def _inputs(
                 f"Input slot '{s.name}' takes {kinds_text(s.kinds)} assets.",
                 {"slot": s.name, "kinds": list(s.kinds), "asset_ids": wrong},
             )
-    return ids
+    return ids, infos
+
+
+SCALE = re.compile(r"^([1-9][0-9]*)x$")
+
+
+def _output_size(m: Model, resolution: str, infos: Mapping[str, AssetInfo]) -> None:
+    """An upscale whose output would exceed the model's `max_output_pixels` is refused here,
+    before any hold: the output size is known from the input's size and the factor (the
+    resolution `2x`), and an unbounded one takes the node's memory."""
+    factor = SCALE.match(resolution)
+    if m.max_output_pixels is None or factor is None:
+        return
+    f = int(factor.group(1))
+    for info in infos.values():
+        if info.width is None or info.height is None:
+            continue
+        width, height = info.width * f, info.height * f
+        if width * height > m.max_output_pixels:
+            raise Unprocessable(
+                f"{m.id} output would be {width}x{height} pixels; the limit is {m.max_output_pixels} pixels.",
+                {"model": m.id, "asset_id": info.id, "output_width": width, "output_height": height,
+                 "max_output_pixels": m.max_output_pixels})
 
 
 def _join(items) -> str:

@@ -14,6 +14,7 @@ places; floats are refused.
     durations = [5]                    # seconds; first = default; [] = takes none
     concurrency = 1                    # jobs rendering at once
     slots = { start_frame = 1 }        # exact count per slot; default = capability max
+    max_output_pixels = 16777216       # media.upscale only: refuse inputs whose output would be larger
     prices = [                         # one per tier; a missing tier cannot be run
       { resolution = "480p", duration = 5, credits = "10.00" },
     ]
@@ -58,6 +59,7 @@ class ModelEntry(_Strict):
     concurrency: int = Field(ge=1)
     slots: dict[str, int] = {}
     prices: list[PriceEntry] = []
+    max_output_pixels: int | None = Field(default=None, ge=1)  # media.upscale: largest output (width x height)
 
     @field_validator("capability")
     @classmethod

@@ -75,6 +75,23 @@ def inspect_file(path: str | Path, declared_type: str | None) -> MediaInfo:
     return _inspect_audio(path, sniffed)
 
 
+def image_pixels(path: str | Path) -> int:
+    """Pixels an image file declares in its header (0 when it is not an image we take, or
+    its header does not read): what decoding it will cost, known without decoding."""
+    head = read_head(path)
+    kind = sniff(head)
+    if kind not in IMAGE_TYPES:
+        return 0
+    if kind == "image/webp":
+        size = webp_size(head)
+        return size[0] * size[1] if size else 0
+    try:
+        with open_image(path, kind) as im:  # lazy: reads the header only
+            return im.size[0] * im.size[1]
+    except Exception:  # noqa: BLE001 - the full inspection gives the client its answer
+        return 0
+
+
 def _normalise(declared_type: str | None) -> str | None:
     if not declared_type:
         return None

@@ -1,0 +1,77 @@
+"""Memory attacks found from outside, run against an in-process node: six parallel uploads
+of a small WebP declaring about 40 megapixels (each decode holds ~600 MB: 3.6 GB at once
+before), and an upscale whose output would be 25,200 x 25,200 (4.4 GB before). The node's
+peak RSS growth is read from /proc (VmHWM, reset first) and must stay under one decode's
+worth plus a margin."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import trio
+from PIL import Image
+
+from test_generation_support import upload, upload_ok
+
+pytestmark = pytest.mark.slow
+
+UPSCALE = "/v1/generation/capabilities/media.upscale"
+PEAK_BOUND_MB = 1024  # one 40 MP WebP decode peaks at ~610 MB here; six at once took 3.6 GB
+
+
+def status_kb(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    """An ~80 KB WebP of 6316 x 6316 (39.9 MP, just under the upload limit)."""
+    buf = io.BytesIO()
+    Image.new("RGB", (6316, 6316), (120, 30, 200)).save(buf, "WEBP", quality=10)
+    return buf.getvalue()
+
+
+async def test_parallel_large_uploads_decode_one_at_a_time(node, bomb):
+    org = await node.create_org()
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+    base = status_kb("VmRSS:")
+    results = []
+
+    async def one():
+        r = await upload(node, org["api_key"], bomb, "image/webp")
+        results.append(r.status_code)
+
+    async with trio.open_nursery() as n:
+        for _ in range(6):
+            n.start_soon(one)
+    peak_mb = (status_kb("VmHWM:") - base) / 1024
+    assert results == [201] * 6  # accepted: under the limit, and a real image
+    assert peak_mb < PEAK_BOUND_MB, peak_mb
+
+
+async def test_an_upscale_past_the_models_output_limit_is_refused_before_any_hold(node):
+    org = await node.create_org()
+    buf = io.BytesIO()
+    Image.new("RGB", (2049, 2048), (10, 10, 10)).save(buf, "PNG")
+    big = await upload_ok(node, org["api_key"], buf.getvalue())
+    r = await node.call("POST", UPSCALE, org["api_key"], json={"inputs": {"media": [big["id"]]}})
+    assert r.status_code == 422
+    body = await r.get_json()
+    body["error"].pop("request_id")
+    assert body == {"error": {
+        "code": "request.validation_failed",
+        "message": "lanczos-upscale output would be 4098x4096 pixels; the limit is 16777216 pixels.",
+        "details": {"model": "lanczos-upscale", "asset_id": big["id"], "output_width": 4098,
+                    "output_height": 4096, "max_output_pixels": 16777216}}}
+    holds = (await (await node.call("GET", "/v1/billing/holds", org["api_key"])).get_json())["data"]
+    assert holds == []
+    buf = io.BytesIO()
+    Image.new("RGB", (2048, 2048), (10, 10, 10)).save(buf, "PNG")
+    ok = await upload_ok(node, org["api_key"], buf.getvalue())
+    r = await node.call("POST", UPSCALE, org["api_key"], json={"inputs": {"media": [ok["id"]]}})
+    assert r.status_code == 202  # exactly at the limit: accepted
