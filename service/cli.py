@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("remove-member", lambda a: ("DELETE", f"/organizations/{a.org_id}/members/{a.user_id}", None),
         (("org_id",), {}), (("user_id",), {}))
     cmd("pay-topup", lambda a: ("POST", f"/topups/{a.topup_id}/pay", None), (("topup_id",), {}))
+    cmd("rotate-node-key", lambda a: ("POST", "/node-key/rotate", None),
+        help="seal every stored secret with a new node key (the old key file is replaced)")
     return p
 
 

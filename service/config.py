@@ -46,6 +46,8 @@ class Settings(BaseModel):
     oidc_client_secret: str | None = None
     oidc_providers: list[dict] = []
     signup: Literal["open", "closed"] = "open"  # closed: invitations only
+    # The key that seals stored secrets (service/sealing.py); keep it out of database backups.
+    node_key_file: str | None = None
 
     @property
     def public_base_url(self) -> str:
@@ -54,6 +56,10 @@ class Settings(BaseModel):
     @property
     def db_path(self) -> Path:
         return self.data_dir / "genservice.db"
+
+    @property
+    def node_key_path(self) -> Path:
+        return Path(self.node_key_file) if self.node_key_file else self.data_dir / "node-key"
 
 
 def _coerce(value: str) -> str | bool:

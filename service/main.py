@@ -25,7 +25,9 @@ from service.config import Settings
 from service.http.app import create_app
 from service.node import build
 from service.storage.db import Store
+from service.sealing import NodeKey
 from service.storage.migrate import apply_all
+from service.storage.sealed import seal_at_rest
 
 log = logging.getLogger("service")
 
@@ -113,11 +115,15 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     crash.configure(settings.crashpoint, settings.test_mode)
     sock = prebind(settings)
     apply_all(settings.db_path)
+    node_key = NodeKey(settings.node_key_path)
+    sealed = seal_at_rest(settings.db_path, node_key)
+    if sealed:
+        log.info("sealed %d webhook secrets stored in clear by an earlier version", sealed)
     store = Store(settings.db_path)
     shutdown = trio.Event() if shutdown is None else shutdown
     try:
         async with trio.open_nursery() as actors:
-            node = build(settings, store, clock or Clock())
+            node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
             app = create_app(node)
             # Everything built at start lives for the whole run: keep it out of the cyclic

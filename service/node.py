@@ -46,6 +46,7 @@ from service.payments.choose import provider_for
 from service.payments.pricing import Quote, quote_from
 from service.storage import billing as billing_sql
 from service.storage.db import Store
+from service.sealing import NodeKey
 from service.streams import Hub
 from service.throttle import Throttle
 
@@ -56,6 +57,7 @@ class Node:
     settings: Settings
     store: Store
     clock: Clock
+    node_key: NodeKey  # seals the stored secrets the node must read back (webhook secrets)
     sender: Sender  # outgoing HTTP (SSRF guard, CA file), shared by every outgoing call
     catalog: Catalog
     streams: Hub  # committed job and run changes to open event streams, in memory
@@ -110,9 +112,10 @@ class Node:
         return registry
 
 
-def build(settings: Settings, store: Store, clock: Clock) -> Node:
+def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | None = None) -> Node:
     """Assemble the node, part by part, in dependency order."""
     node = Node(settings, store, clock)
+    node.node_key = node_key or NodeKey(settings.node_key_path)
     node.sender = Sender(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
     node.closers.append(node.sender.aclose)
     node.catalog = load_catalog(settings.catalog_file)

@@ -54,8 +54,10 @@ async def test_create_answers_the_record_and_the_secret_once(node):
     assert got == {k: v for k, v in hook.items() if k != "secret"}
     listed = (await j(await node.call("GET", "/v1/webhooks", key)))["webhooks"]
     assert "secret" not in listed[0] and listed[0]["id"] == hook["id"]
-    # kept to sign with
-    assert node.store.scalar("SELECT secret FROM webhooks WHERE id = ?", (hook["id"],)) == hook["secret"]
+    # kept to sign with, sealed with the node key (never in clear at rest)
+    stored = node.store.scalar("SELECT secret FROM webhooks WHERE id = ?", (hook["id"],))
+    assert stored != hook["secret"] and hook["secret"] not in stored
+    assert node.parts.node_key.open(stored) == hook["secret"]
 
 
 async def test_description_is_optional_and_null_when_absent(node):

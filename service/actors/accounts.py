@@ -36,10 +36,6 @@ def new_key() -> str:
     return "aak_" + secrets.token_hex(24)
 
 
-def key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def derive_slug(name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
     return slug or "project"
@@ -338,7 +334,7 @@ class AccountsActor(Actor):
     # -- API keys ----------------------------------------------------------------------------
     def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
         row = dict(id=sql.new_id(), organization_id=org_id, user_id=user_id, name=name,
-                   key_prefix=key[:12], key_hash=key_hash(key), role_id=role_id,
+                   key_prefix=key[:12], key_hash=sql.key_digest(key), role_id=role_id,
                    expires_at=expires_at, created_at=now)
         sql.insert_key(conn, row)
         emit(conn, org_id, "api_key.created", key_event_data(row), now)

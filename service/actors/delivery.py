@@ -236,6 +236,12 @@ class SendTest:
 
 
 @dataclass
+class RotateNodeKey:
+    """Re-seal every stored webhook secret with a new node key (service.sealing). Reply:
+    `{key_id, resealed}`."""
+
+
+@dataclass
 class Wake:
     """New events were committed: fan out now instead of at the next poll."""
 
@@ -351,16 +357,24 @@ class DeliveryActor(Actor):
         events = check_events(m.events)
         check_url(m.url)
         now = self.clock.iso_now()
+        secret = new_secret()  # answered once; kept sealed with the node key
         row = dict(id=sql.new_id(), organization_id=m.org_id, url=m.url, events=events,
-                   description=m.description, secret=new_secret(), is_active=1, created_at=now,
-                   updated_at=now)
+                   description=m.description, secret=self.node.node_key.seal(secret), is_active=1,
+                   created_at=now, updated_at=now)
 
         def tx(conn):
             sql.insert_webhook(conn, row)
             return sql.get_webhook(conn, m.org_id, row["id"])
 
         out = await self.store.write(tx)
-        return out | {"secret": row["secret"]}
+        return out | {"secret": secret}
+
+    async def on_RotateNodeKey(self, m: RotateNodeKey) -> dict:
+        key = self.node.node_key
+        new = key.begin_rotation()
+        resealed = await self.store.write(lambda conn: sql.reseal_secrets(conn, key.resealer(new)))
+        key.finish_rotation(new)
+        return {"key_id": key.current_id, "resealed": resealed}
 
     async def on_UpdateWebhook(self, m: UpdateWebhook) -> dict:
         fields = dict(m.fields)
@@ -458,7 +472,7 @@ class DeliveryRegistry(Registry):
         body = row["body"].encode("utf-8")
         headers = {
             "Content-Type": "application/json",
-            "X-Service-Signature": sign(row["secret"], body),
+            "X-Service-Signature": sign(self.node.node_key.open(row["secret"]), body),
             "X-Service-Delivery": row["id"],
             "X-Service-Event": row["event"],
         }

@@ -8,7 +8,6 @@ role, capped at its creator's current role so a demoted creator's old keys shrin
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass
 from functools import wraps
@@ -57,8 +56,7 @@ def authenticate() -> Principal:
 
 def principal_for_key(svc: Node, token: str) -> Principal | None:
     """The principal a key acts as now, or None when it does not authenticate (any cause)."""
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    row = sql.key_for_auth(svc.store, digest)
+    row = sql.key_for_auth(svc.store, sql.key_digest(token))
     if row is None:
         return None
     now = svc.clock.now()

@@ -3,6 +3,8 @@ connection (they run inside `Store.write`); read functions take the Store."""
 
 from __future__ import annotations
 
+import hashlib
+
 import sqlite3
 import uuid
 
@@ -84,8 +86,15 @@ def touch_keys(conn, touches: dict[str, str]) -> None:
                      [(ts, kid) for kid, ts in touches.items()])
 
 
-def key_for_auth(store, key_hash: str) -> dict | None:
-    """Everything the authenticator needs in one indexed read."""
+def key_digest(key: str) -> bytes:
+    """How a key is kept: the raw 32 bytes of its SHA-256, never text. A hex digest stored
+    right after the key's prefix column reads, in the file, as `aak_` and 48 hex digits:
+    a secret scanner run over a backup takes it for a live key."""
+    return hashlib.sha256(key.encode()).digest()
+
+
+def key_for_auth(store, key_hash: bytes) -> dict | None:
+    """Everything the authenticator needs in one indexed read (`key_hash`: `key_digest`)."""
     return store.one(
         "SELECT k.id, k.organization_id, k.user_id, k.role_id, k.expires_at, k.is_active, "
         "k.revoked_at, k.last_used_at, u.role AS user_role, u.is_active AS user_active, "

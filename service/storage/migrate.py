@@ -19,12 +19,29 @@ def migration_sets():
 
 
 def apply_all(path) -> None:
-    """Migrate on a plain connection of its own (sqlite-utils expects tuple rows)."""
+    """Migrate on a plain connection of its own (sqlite-utils expects tuple rows). After a
+    migration of an existing database, VACUUM: a migration that rewrites stored values (key
+    digests, sealed secrets) leaves the old bytes in free pages otherwise."""
     conn = sqlite3.connect(str(path))
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         db = Database(conn)
+        before = _applied(db)
         for m in migration_sets():
             m.apply(db)
+        if before and _applied(db) != before:
+            vacuum(conn)
     finally:
         conn.close()
+
+
+def vacuum(conn) -> None:
+    """Rewrite the file without free pages, and empty the WAL."""
+    conn.execute("VACUUM")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _applied(db: Database) -> set:
+    if "_sqlite_migrations" not in db.table_names():
+        return set()
+    return {(r[0], r[1]) for r in db.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()}

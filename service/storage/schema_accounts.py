@@ -99,3 +99,12 @@ def m002_invitations(db: Database) -> None:
         );
         """
     )
+
+
+@migrations()
+def m003_key_digests_as_bytes(db: Database) -> None:
+    """Key digests from hex text to raw bytes (see storage.accounts.key_digest). The old text
+    stays in free pages until `apply_all` vacuums after a migration."""
+    rows = db.execute("SELECT id, key_hash FROM api_keys WHERE typeof(key_hash) = 'text'").fetchall()
+    db.conn.executemany("UPDATE api_keys SET key_hash = ? WHERE id = ?",
+                        [(bytes.fromhex(h), kid) for kid, h in rows])

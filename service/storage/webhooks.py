@@ -56,6 +56,13 @@ def webhook_secret(conn, webhook_id: str) -> dict | None:
                         "WHERE id = ?", (webhook_id,)).fetchone()
 
 
+def reseal_secrets(conn, reseal) -> int:
+    """Every stored webhook secret (deleted webhooks' too) through `reseal(sealed) -> sealed`."""
+    rows = conn.execute("SELECT id, secret FROM webhooks").fetchall()
+    conn.executemany("UPDATE webhooks SET secret = ? WHERE id = ?", [(reseal(r["secret"]), r["id"]) for r in rows])
+    return len(rows)
+
+
 def list_webhooks(store, org_id: str, limit: int, offset: int) -> tuple[list[dict], int]:
     total = store.scalar("SELECT COUNT(*) FROM webhooks WHERE organization_id = ? AND deleted_at IS NULL",
                          (org_id,))

@@ -124,3 +124,12 @@ async def resend_invite(org_id: str, invitation_id: str):
 async def accept_invite(data: AcceptBody):
     """The invited person accepts: a joined member with a new key; fires `member.joined`."""
     return {"data": await ask(AcceptInvite(data.token))}, 201
+
+
+@bp.post("/operator/v1/node-key/rotate")
+@operator
+async def rotate_node_key():
+    """A new node key; every stored webhook secret re-sealed with it (service/sealing.py)."""
+    from service.actors.delivery import RotateNodeKey
+
+    return {"data": await node().webhook_delivery.ask_actor(RotateNodeKey())}
