@@ -109,6 +109,7 @@ class Follower:
         self.arrived: float | None = None
         self.finished_at: float | None = None
         self.error: str | None = None
+        self.polls = 0
 
 
 FINAL = (b'"status":"failed"', b'"status":"completed"', b'"status":"canceled"')
@@ -166,9 +167,9 @@ async def poll_follower(setup: Setup, f: Follower, every: float) -> None:
                 while len(body) < length:
                     body += await sock.receive_some(65536)
                 f.attached.set()
-                status = json.loads(body)
-                if status["status"] in ("canceled", "completed", "failed"):
-                    f.arrived, f.finished_at = time.time(), ts(status["finished_at"])
+                f.polls += 1
+                if any(final in body for final in FINAL):  # parse only the final answer
+                    f.arrived, f.finished_at = time.time(), ts(json.loads(body)["finished_at"])
                     return
                 await trio.sleep(every)
     except (OSError, trio.BrokenResourceError) as e:
@@ -198,16 +199,18 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
                 for f in followers:
                     attaching.start_soon(attach, f)
             rss_open = rss_kb(pid)
-            cpu0 = cpu_seconds(pid)
-        cpu1 = cpu_seconds(pid)
+            cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        cpu1, t1 = cpu_seconds(pid), time.monotonic()
     ok = [f for f in followers if f.arrived is not None]
     latencies = [f.arrived - f.finished_at for f in ok]
     out = {"n": n, "mode": mode, "delivered": len(ok), "errors": sum(1 for f in followers if f.error),
            "final_p50_s": round(pct(latencies, 0.5), 4), "final_p99_s": round(pct(latencies, 0.99), 4),
-           "node_cpu_s": round(cpu1 - cpu0, 3),
+           "node_cpu_s": round(cpu1 - cpu0, 3), "window_s": round(t1 - t0, 1),
            "cpu_ms_per_final": round((cpu1 - cpu0) * 1000 / max(1, len(ok)), 3)}
     if mode == "stream":
         out["kb_per_stream"] = round((rss_open - rss_before) / n, 2)
+    else:  # how often the pollers managed to ask (1.0 = every --poll-every seconds)
+        out["polls_per_s_each"] = round(sum(f.polls for f in followers) / n / max(t1 - t0, 1e-9), 2)
     return out
 
 
