@@ -324,3 +324,19 @@ async def test_a_failed_job_write_releases_the_hold_and_creates_nothing(node, or
     monkeypatch.undo()
     rid = (await submit(node, key, {"prompt": "fine"}))["request_id"]
     assert (await wait_status(node, key, rid))["status"] == "completed"
+
+
+async def test_a_render_with_no_outcome_within_the_timeout_fails_and_releases(node, org, autojump_clock):
+    """An engine that neither finishes nor fails: at the model's timeout (600 s by default,
+    from the start of the render, on the service clock) the job fails with the "could not
+    complete" message and its hold is released; no hold stays held past it."""
+    key = org["api_key"]
+    rid = (await submit(node, key, {"prompt": "a hill [[delay:3600]]"}))["request_id"]
+    st = await wait_status(node, key, rid, wanted=("rendering",))
+    started = trio.current_time()
+    st = await wait_status(node, key, rid, timeout=3600)
+    assert (st["status"], st["error"]) == (
+        "failed", "Generation failed: the model backend could not complete the request. Credits were released.")
+    assert 600 <= trio.current_time() - started < 601
+    assert (await wait_hold(node, key, rid, "released"))["captured"] is None
+    assert (await balance(node, key))["held"] == "0.00"

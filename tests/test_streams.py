@@ -23,7 +23,8 @@ def job_events(rid: str) -> str:
 
 async def test_a_job_stream_follows_the_status_route_to_the_end(node, org, autojump_clock):
     key = org["api_key"]
-    rid = (await submit(node, key, {"prompt": "a hill [[delay:5]]"}))["request_id"]
+    # no real render under the mock clock: autojump counts a render thread as idle time
+    rid = (await submit(node, key, {"prompt": "a hill [[delay:5]] [[fail:no-output]]"}))["request_id"]
     async with open_stream(node, job_events(rid), key) as s:
         assert s.status == 200
         assert s.headers["Content-Type"] == "text/event-stream; charset=utf-8"
@@ -31,7 +32,7 @@ async def test_a_job_stream_follows_the_status_route_to_the_end(node, org, autoj
         events = await s.events()
     assert [e["event"] for e in events] == ["status"] * len(events)
     statuses = [e["data"]["status"] for e in events]
-    assert statuses == ["queued", "rendering", "completed"] or statuses == ["rendering", "completed"]
+    assert statuses == ["queued", "rendering", "failed"] or statuses == ["rendering", "failed"]
     assert events[-1]["data"] == await status(node, key, rid)
     assert all(e["data"]["request_id"] == rid for e in events)
     assert s.ended  # closed after the final status
@@ -48,14 +49,14 @@ async def test_a_stream_of_a_finished_job_sends_it_once_and_closes(node, org, au
 
 async def test_resume_after_a_cut_at_every_point_misses_nothing_and_repeats_nothing(node, org, autojump_clock):
     key = org["api_key"]
-    rid = (await submit(node, key, {"prompt": "a hill [[delay:5]]"}))["request_id"]
+    rid = (await submit(node, key, {"prompt": "a hill [[delay:5]] [[fail:no-output]]"}))["request_id"]
     async with open_stream(node, job_events(rid), key) as s:
         first = await s.next()  # the current state; the rest is cut off here
     await wait_status(node, key, rid)
     async with open_stream(node, job_events(rid), key, last_event_id=first["id"]) as s:
         rest = await s.events()
     whole = [first] + rest
-    assert [e["data"]["status"] for e in whole][-1] == "completed"
+    assert [e["data"]["status"] for e in whole][-1] == "failed"
     assert len({e["data"]["status"] for e in whole}) == len(whole)  # no repeat
     for i, cut in enumerate(whole):
         async with open_stream(node, job_events(rid), key, last_event_id=cut["id"]) as s:

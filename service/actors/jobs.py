@@ -79,11 +79,12 @@ from service.actors.job_webhooks import JobWebhooks
 from service.actors.runtime import Actor, Registry
 from service.assets.files import FileStore, hash_file
 from service.assets.signing import UrlSigner, load_secret
-from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, render_limiter, runnable
+from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render, render_limiter, runnable
 from service.idempotency import TTL_S as IDEMPOTENCY_TTL, KeyedLocks, replay
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
+from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
 from service.machines import JOB
@@ -95,6 +96,7 @@ log = logging.getLogger(__name__)
 
 FINAL = views.FINAL
 SETTLE_RETRY_S = 5.0
+DEFAULT_TIMEOUT_S = 600  # a job whose model left the catalog
 LARGE_DECODE = 4_000_000  # pixels; larger images decode one at a time (inspect_upload)
 Notify = Callable[[dict], None]
 
@@ -213,12 +215,39 @@ class JobActor(Actor):
             self.done = True
 
     def next_deadline(self) -> float | None:
-        return self.retry_at
+        due = [t for t in (self.retry_at, self._render_deadline()) if t is not None]
+        return min(due) if due else None
+
+    def _render_deadline(self) -> float | None:
+        """When a rendering job with no outcome fails: its start plus the model's timeout."""
+        job = self.job
+        if job is None or job["status"] != "rendering" or not job["started_at"]:
+            return None
+        model = self.gen.catalog.model(job["model"])
+        return parse_iso(job["started_at"]) + (model.timeout_s if model else DEFAULT_TIMEOUT_S)
 
     async def on_deadline(self) -> None:
-        self.retry_at = None
-        await self._settle()
+        render_due = self._render_deadline()
+        if render_due is not None and self.gen.clock.now() >= render_due:
+            await self._time_out()
+        if self.retry_at is not None and self.gen.clock.now() >= self.retry_at:
+            self.retry_at = None
+            await self._settle()
         self._maybe_done()
+
+    async def _time_out(self) -> None:
+        """No outcome within the model's timeout (an engine that neither finishes nor
+        fails): the job fails with the "could not complete" message and its hold is
+        released; the render, if one runs, is stopped and its output discarded."""
+        gen, job = self.gen, self.job
+        assert job is not None
+        log.warning("job %s: no outcome from %s within its timeout; failing it", self.job_id, job["model"])
+        handle = gen.jobs.renders.get(self.job_id)
+        if handle is not None:
+            handle.scope.cancel()  # RenderDone follows and frees the slot
+        else:
+            gen.slots.release(job["model"], self.job_id)
+        await self._finish("fail", error=MSG_INCOMPLETE)
 
     async def load(self) -> None:
         self.job = sql.get_job(self.gen.store, self.job_id)

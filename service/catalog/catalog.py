@@ -63,6 +63,7 @@ class Model:
     slots: tuple[ModelSlot, ...]
     prices: tuple[Price, ...]  # in tier order: resolutions x durations
     max_output_pixels: int | None = None  # media.upscale: the largest output it makes
+    timeout_s: int = 600  # a render that has no outcome after this long fails
 
     def slot(self, name: str) -> ModelSlot | None:
         return next((s for s in self.slots if s.name == name), None)
@@ -99,6 +100,7 @@ class Model:
             slots=slots,
             prices=prices,
             max_output_pixels=e.max_output_pixels,
+            timeout_s=e.timeout_s,
         )
 
 

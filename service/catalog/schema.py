@@ -15,6 +15,7 @@ places; floats are refused.
     concurrency = 1                    # jobs rendering at once
     slots = { start_frame = 1 }        # exact count per slot; default = capability max
     max_output_pixels = 16777216       # media.upscale only: refuse inputs whose output would be larger
+    timeout_s = 600                    # a render with no outcome after this long fails, credits released
     prices = [                         # one per tier; a missing tier cannot be run
       { resolution = "480p", duration = 5, credits = "10.00" },
     ]
@@ -60,6 +61,7 @@ class ModelEntry(_Strict):
     slots: dict[str, int] = {}
     prices: list[PriceEntry] = []
     max_output_pixels: int | None = Field(default=None, ge=1)  # media.upscale: largest output (width x height)
+    timeout_s: int = Field(default=600, ge=1)  # a render with no outcome by then fails (hold released)
 
     @field_validator("capability")
     @classmethod
