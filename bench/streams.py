@@ -9,8 +9,9 @@ job's final status.
 
 Printed per N and mode: delivery latency of the final status from its commit (`finished_at`,
 service time) to the client, p50 and p99; the node's RSS growth per open stream; the node's
-CPU (user + system, /proc) per delivered final status over the following window (attach
-done -> every final received; the jobs' own endings are in both modes). Last line: JSON with
+CPU (user + system, /proc) per delivered final status over the following window (first
+connect -> every final received: connecting, following and the jobs' own endings, the same
+jobs in both modes). Last line: JSON with
 `streams_max` (largest N that ran clean), `final_p99_s_1000`, `cpu_vs_polling` (node CPU per
 final when polling / with streams, at the largest N both ran) and `kb_per_stream` (at
 `streams_max`).
@@ -195,11 +196,11 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
                         nursery.start_soon(poll_follower, setup, f, every)
                     await f.attached.wait()
 
+            cpu0, t0 = cpu_seconds(pid), time.monotonic()
             async with trio.open_nursery() as attaching:
                 for f in followers:
                     attaching.start_soon(attach, f)
             rss_open = rss_kb(pid)
-            cpu0, t0 = cpu_seconds(pid), time.monotonic()
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
     ok = [f for f in followers if f.arrived is not None]
     latencies = [f.arrived - f.finished_at for f in ok]
