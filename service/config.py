@@ -48,10 +48,16 @@ class Settings(BaseModel):
     signup: Literal["open", "closed"] = "open"  # closed: invitations only
     # The key that seals stored secrets (service/sealing.py); keep it out of database backups.
     node_key_file: str | None = None
+    # https served by Hypercorn itself (PEM files); without them, plain http (or a proxy's TLS)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Proxies (addresses or networks, comma-separated) whose X-Forwarded-For is believed
+    trusted_proxies: str | None = None
 
     @property
     def public_base_url(self) -> str:
-        return (self.base_url or f"http://{self.host}:{self.port}").rstrip("/")
+        scheme = "https" if self.tls_cert else "http"
+        return (self.base_url or f"{scheme}://{self.host}:{self.port}").rstrip("/")
 
     @property
     def db_path(self) -> Path:

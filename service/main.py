@@ -23,6 +23,7 @@ from service import crash
 from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
+from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.node import build
 from service.storage.db import Store
 from service.sealing import NodeKey
@@ -102,6 +103,10 @@ def hypercorn_config(settings: Settings, sock: socket.socket | None = None) -> C
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.keep_alive_timeout = 5
     cfg.graceful_timeout = 10
+    if settings.tls_cert or settings.tls_key:
+        if not (settings.tls_cert and settings.tls_key):
+            raise SystemExit("GENSERVICE_TLS_CERT and GENSERVICE_TLS_KEY go together: set both, or neither")
+        cfg.certfile, cfg.keyfile = settings.tls_cert, settings.tls_key
     return cfg
 
 
@@ -113,6 +118,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     settings.operator_token = ensure_operator_token(settings)
     crash.configure(settings.crashpoint, settings.test_mode)
+    check_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops the start
     sock = prebind(settings)
     apply_all(settings.db_path)
     node_key = NodeKey(settings.node_key_path)

@@ -33,6 +33,7 @@ from quart import Response, g, redirect, request
 
 from service.actors.sessions import IDLE, TOUCH_EVERY, TouchSession
 from service.http.auth import Principal, node
+from service.http.clientaddr import client_address
 from service.http.pages import PageError, render
 from service.roles import allows
 from service.storage import sessions as sql
@@ -142,7 +143,8 @@ def throttle(email: str, what: str = "login attempts") -> None:
     429 page (and Retry-After). For every form that checks a password or sends a mail to an
     address (login, sign-up, password reset, invitation acceptance, password change)."""
     svc = node()
-    address_key, account_key = "ip:" + (request.remote_addr or "?"), "email:" + email.lower()
+    address = client_address(node().settings.trusted_proxies)
+    address_key, account_key = "ip:" + address, "email:" + email.lower()
     wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
     if wait:
         too_many(wait, what)
