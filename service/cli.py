@@ -58,6 +58,30 @@ def _admin(args) -> int:
     return 0 if resp.is_success else 1
 
 
+def _backup(args) -> int:
+    from service.config import load_settings
+    from service.storage.backup import BackupError, backup
+
+    try:
+        print(json.dumps(backup(load_settings(args.config).data_dir, args.dest), indent=2))
+    except BackupError as e:
+        print(f"backup failed: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _restore(args) -> int:
+    from service.config import load_settings
+    from service.storage.backup import BackupError, restore
+
+    try:
+        print(json.dumps(restore(args.src, load_settings(args.config).data_dir), indent=2))
+    except BackupError as e:
+        print(f"restore failed: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="genservice")
     p.add_argument("--config", help="TOML settings file (keys as GENSERVICE_* names, lower case)")
@@ -96,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("remove-member", lambda a: ("DELETE", f"/organizations/{a.org_id}/members/{a.user_id}", None),
         (("org_id",), {}), (("user_id",), {}))
     cmd("pay-topup", lambda a: ("POST", f"/topups/{a.topup_id}/pay", None), (("topup_id",), {}))
+    b = asub.add_parser("backup", help="copy the running node's database and files into DEST (on its machine)")
+    b.add_argument("dest")
+    b.set_defaults(func=_backup)
+    r = asub.add_parser("restore", help="restore a backup into the (empty) data directory; the node must be stopped")
+    r.add_argument("src")
+    r.set_defaults(func=_restore)
     cmd("rotate-node-key", lambda a: ("POST", "/node-key/rotate", None),
         help="seal every stored secret with a new node key (the old key file is replaced)")
     return p

@@ -1,0 +1,100 @@
+"""Backups of a node's data directory, taken while it runs, and restores into an empty one.
+
+    genservice admin backup DEST     # on the node's machine, with the node's settings
+    genservice admin restore SRC     # into an empty GENSERVICE_DATA_DIR, node stopped
+
+A backup is a directory: `genservice.db`, a consistent copy made with SQLite's online backup
+API (the node keeps writing; the copy is one point in time), the content files that copy
+references (they are written before the rows that name them commit, and never change, so
+every one is there), the asset-link secret (signed links and feed cursors stay valid), and
+`backup.json` (when, how many files, each file's SHA-256 is its name). The node key is NOT
+copied: a backup alone reveals no secret. Keep the node key apart (GENSERVICE_NODE_KEY_FILE);
+restoring without it leaves webhook signing secrets unreadable (recreate those webhooks).
+
+A restore checks the database (`PRAGMA integrity_check`) and every content file against its
+digest before the data directory is used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from service.assets.files import FileStore, hash_file
+from service.assets.signing import SECRET_FILE
+
+DB_NAME = "genservice.db"
+MANIFEST = "backup.json"
+PAGES_PER_STEP = 1024  # the copy yields the database between steps: the node is never held long
+
+
+class BackupError(Exception):
+    """A backup or restore that cannot go on; the message says why, in one line."""
+
+
+def backup(data_dir: Path, dest: Path) -> dict:
+    data_dir, dest = Path(data_dir), Path(dest)
+    source_db = data_dir / DB_NAME
+    if not source_db.exists():
+        raise BackupError(f"no database at {source_db}: is GENSERVICE_DATA_DIR the node's?")
+    if dest.exists() and any(dest.iterdir()):
+        raise BackupError(f"{dest} is not empty: back up into a new directory")
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+    started = time.monotonic()
+    src = sqlite3.connect(f"file:{source_db}?mode=ro", uri=True)
+    out = sqlite3.connect(dest / DB_NAME)
+    try:
+        src.backup(out, pages=PAGES_PER_STEP, sleep=0.001)
+        out.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        shas = [r[0] for r in out.execute("SELECT DISTINCT sha256 FROM assets")]
+    finally:
+        src.close()
+        out.close()
+    files_in, files_out = FileStore(data_dir), FileStore(dest)
+    missing = []
+    for sha in shas:
+        target = files_out.path(sha)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(files_in.path(sha), target)
+        except FileNotFoundError:
+            missing.append(sha)
+    if (data_dir / SECRET_FILE).exists():
+        shutil.copy2(data_dir / SECRET_FILE, dest / SECRET_FILE)
+    manifest = {"made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": len(shas) - len(missing),
+                "missing_files": missing, "seconds": round(time.monotonic() - started, 3)}
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    if missing:
+        raise BackupError(f"{len(missing)} content files named by the database are missing from {data_dir}")
+    return manifest
+
+
+def restore(src: Path, data_dir: Path) -> dict:
+    src, data_dir = Path(src), Path(data_dir)
+    if not (src / MANIFEST).exists() or not (src / DB_NAME).exists():
+        raise BackupError(f"{src} is not a backup (no {MANIFEST} or {DB_NAME})")
+    if data_dir.exists() and any(data_dir.iterdir()):
+        raise BackupError(f"{data_dir} is not empty: restore into an empty data directory")
+    conn = sqlite3.connect(f"file:{src / DB_NAME}?mode=ro", uri=True)
+    try:
+        if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+            raise BackupError(f"{src / DB_NAME} fails SQLite's integrity check")
+        shas = [r[0] for r in conn.execute("SELECT DISTINCT sha256 FROM assets")]
+    finally:
+        conn.close()
+    files = FileStore(src)
+    for sha in shas:
+        path = files.path(sha)
+        if not path.exists() or hash_file(path)[0] != sha:
+            raise BackupError(f"content file {sha} is missing or altered in {src}")
+    started = time.monotonic()
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copy2(src / DB_NAME, data_dir / DB_NAME)
+    if (src / SECRET_FILE).exists():
+        shutil.copy2(src / SECRET_FILE, data_dir / SECRET_FILE)
+    if (src / "assets").exists():
+        shutil.copytree(src / "assets", data_dir / "assets", dirs_exist_ok=True)
+    return {"files": len(shas), "seconds": round(time.monotonic() - started, 3)}
