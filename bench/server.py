@@ -18,7 +18,7 @@ def start_server(extra_env: dict | None = None) -> tuple[subprocess.Popen, str, 
     """A fresh test-mode server: (process, base_url, operator_token, data_dir). The caller
     stops it (see `running_server`)."""
     data = tempfile.mkdtemp(prefix="genservice-bench-")
-    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_DATA_DIR": data, "GENSERVICE_TEST_MODE": "1",
+    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_DATA_DIR": data, "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0",
            "GENSERVICE_OPERATOR_TOKEN": "bench-operator", **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stderr=subprocess.PIPE, text=True)
     url = None

@@ -54,7 +54,7 @@ class Node:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GENSERVICE_")}
         env.update({
             "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_PORT": "0", "GENSERVICE_DATA_DIR": str(self.data_dir),
-            "GENSERVICE_TEST_MODE": "1", "GENSERVICE_OPERATOR_TOKEN": OPERATOR_TOKEN,
+            "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0", "GENSERVICE_OPERATOR_TOKEN": OPERATOR_TOKEN,
             "GENSERVICE_LOG_LEVEL": "INFO", **self.env,
         })
         if crashpoint:

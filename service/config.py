@@ -53,6 +53,10 @@ class Settings(BaseModel):
     tls_key: str | None = None
     # Proxies (addresses or networks, comma-separated) whose X-Forwarded-For is believed
     trusted_proxies: str | None = None
+    # Limits (service/limits.py); 0 turns one off
+    rate_limit_per_key: float = 50.0
+    rate_limit_burst: int = 200
+    max_active_jobs_per_org: int = 100
 
     @property
     def public_base_url(self) -> str:

@@ -77,6 +77,17 @@ class Unavailable(ApiError):
     code = "request.service_unavailable"
 
 
+class RateLimited(ApiError):
+    """429: a limit per API key or per organization; `retry_after` whole seconds (header)."""
+
+    status = 429
+    code = "request.rate_limited"
+
+    def __init__(self, message: str, retry_after: int, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, {**(details or {}), "retry_after": retry_after})
+        self.retry_after = retry_after
+
+
 class Forbidden(ApiError):
     status = 403
     code = "auth.forbidden"

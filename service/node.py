@@ -46,6 +46,7 @@ from service.payments.choose import provider_for
 from service.payments.pricing import Quote, quote_from
 from service.storage import billing as billing_sql
 from service.storage.db import Store
+from service.limits import KeyBuckets
 from service.sealing import NodeKey
 from service.streams import Hub
 from service.throttle import Throttle
@@ -61,6 +62,7 @@ class Node:
     sender: Sender  # outgoing HTTP (SSRF guard, CA file), shared by every outgoing call
     catalog: Catalog
     streams: Hub  # committed job and run changes to open event streams, in memory
+    key_buckets: KeyBuckets  # the request rate limit per API key
     accounts: Registry
     balances: Registry
     generation: Generation
@@ -120,6 +122,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.closers.append(node.sender.aclose)
     node.catalog = load_catalog(settings.catalog_file)
     node.streams = Hub(clock)
+    node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
 
     node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock), clock))
     node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))

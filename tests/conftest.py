@@ -55,8 +55,10 @@ class Node:
 
 
 async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = True, **overrides) -> Node:
+    # request limits off unless a test sets them (tests/test_limits.py): polling helpers ask
+    # many times a second
     settings = Settings(**{"data_dir": tmp_path, "operator_token": OPERATOR, "base_url": "http://testserver",
-                           **overrides})
+                           "rate_limit_per_key": 0, "max_active_jobs_per_org": 0, **overrides})
     apply_all(settings.db_path)
     store = Store(settings.db_path, inline=inline)
     services = build(settings, store, Clock(start=START))

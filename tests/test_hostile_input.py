@@ -528,7 +528,7 @@ def real_server(tmp_path: Path, **env_extra: str):
     data = tmp_path / "data"
     log = tmp_path / "server.log"
     env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_DATA_DIR": str(data),
-           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_OPERATOR_TOKEN": OPERATOR, **env_extra}
+           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0", "GENSERVICE_OPERATOR_TOKEN": OPERATOR, **env_extra}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out,
                                 start_new_session=True)

@@ -101,7 +101,7 @@ class Live:
 
 def _start(data: Path, log: Path):
     env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_DATA_DIR": str(data),
-           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_OPERATOR_TOKEN": OPERATOR}
+           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0", "GENSERVICE_OPERATOR_TOKEN": OPERATOR}
     out = open(log, "w")
     proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out, cwd=ROOT)
     out.close()

@@ -15,7 +15,7 @@ import pytest
 
 def serve(data_dir, **extra):
     env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_DATA_DIR": str(data_dir),
-           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_OPERATOR_TOKEN": "crash-test-token", **extra}
+           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0", "GENSERVICE_OPERATOR_TOKEN": "crash-test-token", **extra}
     if "GENSERVICE_CRASHPOINT" not in extra:
         env.pop("GENSERVICE_CRASHPOINT", None)
     proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stderr=subprocess.PIPE, text=True)

@@ -88,6 +88,7 @@ from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
 from service.machines import JOB
+from service.limits import check_active_jobs
 from service.media.inspect import MediaInfo, image_pixels, inspect_file
 from service.storage import generation as sql
 from service.storage import idempotency as idem_sql
@@ -648,6 +649,13 @@ class Generation:
                        runnable=runnable)
         out["tier"] = tier_label(out["resolution"], out["duration"])
         return out
+
+    def check_active_limit(self, org_id: str) -> None:
+        """429 when the organization already has its limit of API and dashboard jobs queued
+        or rendering (service/limits.py)."""
+        limit = self.settings.max_active_jobs_per_org
+        if limit > 0:
+            check_active_jobs(sql.active_jobs(self.store, org_id), limit)
 
     async def inspect_upload(self, path, declared_type: str | None) -> MediaInfo:
         """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it

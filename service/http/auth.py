@@ -100,6 +100,8 @@ def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
             principal = authenticate()
             if permission is not None and not allows(principal.role, permission):
                 raise AuthFailure(403)
+            if principal.key_id is not None:
+                node().key_buckets.take(principal.key_id)
             g.principal = principal
             g.permission = permission
             with trio.move_on_after(limit) as scope:

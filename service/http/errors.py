@@ -13,7 +13,7 @@ import logging
 from quart import Quart, g, jsonify
 from werkzeug.exceptions import HTTPException
 
-from service.errors import ActorGone, ApiError, AskTimeout
+from service.errors import ActorGone, ApiError, AskTimeout, RateLimited
 from service.http.pages import PageError, error_page
 
 log = logging.getLogger("service.http")
@@ -60,7 +60,11 @@ def install(app: Quart) -> None:
 
     @app.errorhandler(ApiError)
     async def on_api_error(e: ApiError):
-        return envelope(e.status, e.code, e.message, e.details)
+        response = envelope(e.status, e.code, e.message, e.details)
+        if isinstance(e, RateLimited):
+            body, status = response if isinstance(response, tuple) else (response, e.status)
+            return body, status, {"Retry-After": str(e.retry_after)}
+        return response
 
     @app.errorhandler(AuthFailure)
     async def on_auth(e: AuthFailure):

@@ -292,6 +292,8 @@ ERROR_TEXT = {
     409: "request.conflict: archived project, slug taken, default project, closed ticket, expired top-up.",
     413: "request.bad_request: the body is too large (1 MiB; 51 MiB for uploads).",
     422: "A well-formed request that breaks a rule (request.validation_failed or a domain code).",
+    429: "request.rate_limited: too many requests for this key, or (submits) too many jobs in progress for "
+         "the organization; details.retry_after and the Retry-After header say when to retry.",
     503: "request.service_unavailable (model, product, payment provider or a busy service) or "
          "billing.not_configured.",
 }
@@ -643,7 +645,7 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     permission = getattr(func, "permission", "missing")
     if permission == "missing":
         raise DocumentError(f"{where}: the view is not wrapped in @requires")
-    statuses = {401, 408, *op.errors}
+    statuses = {401, 408, 429, *op.errors}
     if permission is not None:
         statuses.add(403)
     if has_input:

@@ -173,3 +173,10 @@ def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
     return unknown, released
 
 
+
+
+def active_jobs(store, org_id: str) -> int:
+    """Jobs of the organization queued or rendering, submitted through the API or the
+    dashboard (a product run's steps are not counted)."""
+    return store.scalar("SELECT COUNT(*) FROM jobs WHERE status IN ('queued', 'rendering') "
+                        "AND organization_id = ? AND source != 'workflow'", (org_id,))

@@ -77,6 +77,7 @@ async def _submit(data: SubmitBody, *, capability: str | None = None, model: str
     async def make(idempotency: dict | None) -> dict:
         project = resolve_project(data.project_id, write=True)
         plan = g.plan(p.org_id, project["id"], capability=capability, model=model, body=fields)
+        g.check_active_limit(p.org_id)
         return await g.submit(plan, org_id=p.org_id, project_id=project["id"], source="api",
                               webhook_url=data.webhook_url, idempotency=idempotency)
 

@@ -1,0 +1,62 @@
+"""Request limits that keep one tenant from starving the others (answered 429
+`request.rate_limited` with `Retry-After`):
+
+- per API key: a token bucket, `rate_limit_per_key` requests a second sustained with bursts of
+  `rate_limit_burst` (settings; 0 turns it off). Kept in memory, on trio's clock: a restart
+  refills every bucket, which only ever errs on the generous side.
+- per organization: at most `max_active_jobs_per_org` jobs queued or rendering from API and
+  dashboard submits (steps of product runs are counted by their run's own estimate check,
+  not here). Read from the database at each submit: two submits racing at the limit may both
+  pass, so the limit can be passed by the few in flight at once; it bounds a flood, not a
+  count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+from service.errors import RateLimited
+
+MAX_BUCKETS = 50_000  # past it, full buckets are forgotten (they are the default state)
+
+
+class KeyBuckets:
+    def __init__(self, per_second: float, burst: int) -> None:
+        self.rate = per_second
+        self.burst = max(1, burst)
+        self.buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, trio time)
+
+    @property
+    def on(self) -> bool:
+        return self.rate > 0
+
+    def take(self, key_id: str) -> None:
+        """One request of `key_id`, or RateLimited with the seconds until one is allowed."""
+        if not self.on:
+            return
+        now = trio.current_time()
+        tokens, last = self.buckets.get(key_id, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+        if tokens < 1:
+            wait = math.ceil((1 - tokens) / self.rate)
+            self.buckets[key_id] = (tokens, now)
+            raise RateLimited(f"Too many requests for this API key: at most {self.rate:g} a second "
+                              f"(bursts of {self.burst}). Retry in {wait} s.", wait,
+                              {"limit_per_second": self.rate, "burst": self.burst})
+        self.buckets[key_id] = (tokens - 1, now)
+        if len(self.buckets) > MAX_BUCKETS:
+            self._forget_full(now)
+
+    def _forget_full(self, now: float) -> None:
+        for key, (tokens, last) in list(self.buckets.items()):
+            if tokens + (now - last) * self.rate >= self.burst:
+                del self.buckets[key]
+
+
+def check_active_jobs(active: int, limit: int) -> None:
+    """Refuse one more job when `active` (queued or rendering) already reaches `limit`."""
+    if limit > 0 and active >= limit:
+        raise RateLimited(f"Too many jobs in progress for this organization (at most {limit} queued or "
+                          "rendering). Retry when some have finished.", 5, {"active_jobs_limit": limit})
