@@ -53,6 +53,8 @@ class Settings(BaseModel):
     tls_key: str | None = None
     # Proxies (addresses or networks, comma-separated) whose X-Forwarded-For is believed
     trusted_proxies: str | None = None
+    # Finished events, deliveries, job webhooks and sent mails are deleted after this many days
+    retention_days: float = 30.0
     # Limits (service/limits.py); 0 turns one off
     rate_limit_per_key: float = 50.0
     rate_limit_burst: int = 200

@@ -29,6 +29,7 @@ from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
 from service.actors.billing_messages import Grant
 from service.actors.delivery import DeliveryRegistry
 from service.actors.jobs import Generation
+from service.actors.retention import RetentionActor
 from service.actors.runs import Products
 from service.actors.runtime import Registry
 from service.actors.sessions import SessionsActor
@@ -74,6 +75,7 @@ class Node:
     topups: Registry
     webhook_delivery: DeliveryRegistry
     tickets: Registry
+    retention: Registry  # one actor: deletes finished rows past their age, in small batches
     sessions: Registry  # browser sessions and provider sign-in flows
     page_secret: bytes  # signs the pages' CSRF tokens, derives PKCE verifiers
     login_by_address: Throttle
@@ -112,6 +114,13 @@ class Node:
     def _registry(self, registry: Registry) -> Registry:
         self.registries.append(registry)
         return registry
+
+
+def _start_retention(node: Node):
+    async def start() -> None:
+        node.retention.get("retention")  # its first sweep runs at once, then every hour
+
+    return start
 
 
 def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | None = None) -> Node:
@@ -158,6 +167,10 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
 
     node.tickets = node._registry(
         Registry("tickets", lambda key: TicketsActor(store, clock, node.webhook_delivery.wake), clock))
+
+    node.retention = node._registry(
+        Registry("retention", lambda key: RetentionActor(store, clock, settings.retention_days), clock))
+    node.recoveries.append(_start_retention(node))
 
     # people: browser sessions, login throttles, identity providers
     node.sessions = node._registry(Registry("sessions", lambda key: SessionsActor(store, clock), clock))

@@ -92,6 +92,7 @@ from service.limits import check_active_jobs
 from service.media.inspect import MediaInfo, image_pixels, inspect_file
 from service.storage import generation as sql
 from service.storage import idempotency as idem_sql
+from service.storage import retention as retention_sql
 
 log = logging.getLogger(__name__)
 
@@ -713,6 +714,9 @@ class Generation:
         recover the webhook outbox, continue every open job, settle every open hold."""
         files = self.files
         await trio.to_thread.run_sync(files.clear_work)
+        orphans = await trio.to_thread.run_sync(files.remove_unreferenced, retention_sql.content_shas(self.store))
+        if orphans:
+            log.info("assets: %d content files no asset names were removed", orphans)
         parts = [p.name.removesuffix(".part") for p in files.tmp.iterdir()]
         shas = {r["id"]: r["sha256"] for r in sql.assets_by_ids(self.store, parts)} if parts else {}
         placed, dropped = await trio.to_thread.run_sync(files.recover_uploads, shas.get)

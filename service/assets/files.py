@@ -65,6 +65,16 @@ class FileStore:
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
+    def remove_unreferenced(self, referenced: set[str]) -> int:
+        """Delete content files no asset row names: left by a stop between placing a file
+        and committing its row. Run at start, before anything writes files."""
+        removed = 0
+        for path in self.root.glob("??/??/*"):
+            if path.is_file() and path.name not in referenced:
+                path.unlink()
+                removed += 1
+        return removed
+
     def upload_temp(self, asset_id: str) -> Path:
         return self.tmp / f"{asset_id}.part"
 

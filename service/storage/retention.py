@@ -1,0 +1,52 @@
+"""What the retention sweep deletes, table by table (service/actors/retention.py runs it).
+
+Each rule names a table and the condition under which a row is no longer needed: only
+finished rows (a dispatched event, a delivery with its outcome, a sent mail) older than the
+retention age, idempotency keys after 24 hours, sessions and sign-in flows once expired.
+Rows still in flight are never touched. A table the node does not have (a feature not
+installed) is skipped. A new table joins with one line here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BATCH = 500  # rows per transaction: the writer is never held for long
+
+
+@dataclass(frozen=True)
+class Rule:
+    table: str
+    where: str  # SQL condition with one `?`: the cutoff
+    cutoff: str  # "age" (ISO text, retention age), "day" (epoch seconds, 24 h), "now" (epoch seconds)
+
+
+RULES = (
+    Rule("events", "dispatched = 1 AND created_at < ?", "age"),
+    Rule("webhook_deliveries", "status IN ('delivered', 'failed', 'skipped', 'unknown') AND created_at < ?", "age"),
+    Rule("job_webhooks", "state NOT IN ('waiting', 'pending', 'sending') AND created_at < ?", "age"),
+    Rule("emails", "sent_at IS NOT NULL AND created_at < ?", "age"),
+    Rule("idempotency_keys", "created_at < ?", "day"),
+    Rule("product_run_keys", "created_at < ?", "day"),
+    Rule("sessions", "expires_at < ?", "now"),
+    Rule("login_flows", "expires_at < ?", "now"),
+)
+
+
+def tables(store) -> set[str]:
+    return {r["name"] for r in store.all("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def has_some(store, rule: Rule, cutoff) -> bool:
+    """A read first: a sweep with nothing to delete takes no write."""
+    return store.one(f"SELECT 1 AS x FROM {rule.table} WHERE {rule.where} LIMIT 1", (cutoff,)) is not None
+
+
+def delete_batch(conn, rule: Rule, cutoff) -> int:
+    """Delete up to BATCH rows matching the rule; how many went."""
+    return conn.execute(f"DELETE FROM {rule.table} WHERE rowid IN "
+                        f"(SELECT rowid FROM {rule.table} WHERE {rule.where} LIMIT {BATCH})", (cutoff,)).rowcount
+
+
+def content_shas(store) -> set[str]:
+    return {r["sha256"] for r in store.all("SELECT DISTINCT sha256 FROM assets")}
