@@ -16,8 +16,9 @@ def _serve(args) -> int:
     from service.main import serve
 
     settings = load_settings(args.config)
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from service.logs import configure
+
+    configure(settings.log_level, settings.log_format)
 
     async def run():
         shutdown = trio.Event()

@@ -53,6 +53,9 @@ class Settings(BaseModel):
     tls_key: str | None = None
     # Proxies (addresses or networks, comma-separated) whose X-Forwarded-For is believed
     trusted_proxies: str | None = None
+    # GET /metrics (Prometheus) answers only with this bearer token; unset: no metrics route
+    metrics_token: str | None = None
+    log_format: Literal["text", "json"] = "text"
     # Finished events, deliveries, job webhooks and sent mails are deleted after this many days
     retention_days: float = 30.0
     # Limits (service/limits.py); 0 turns one off

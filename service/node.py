@@ -46,8 +46,10 @@ from service.payments.base import PaymentProvider
 from service.payments.choose import provider_for
 from service.payments.pricing import Quote, quote_from
 from service.storage import billing as billing_sql
+from service.storage import retention as retention_sql
 from service.storage.db import Store
 from service.limits import KeyBuckets
+from service.metrics import Metrics
 from service.sealing import NodeKey
 from service.streams import Hub
 from service.throttle import Throttle
@@ -64,6 +66,7 @@ class Node:
     catalog: Catalog
     streams: Hub  # committed job and run changes to open event streams, in memory
     key_buckets: KeyBuckets  # the request rate limit per API key
+    metrics: Metrics  # Prometheus counters of this node (GET /metrics)
     accounts: Registry
     balances: Registry
     generation: Generation
@@ -132,6 +135,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.catalog = load_catalog(settings.catalog_file)
     node.streams = Hub(clock)
     node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
+    node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams)
 
     node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock), clock))
     node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))

@@ -338,6 +338,7 @@ class JobActor(Actor):
             raise
         crashpoint("hold_committed")  # hold and job row committed, not yet handed to a render
         self.job = row
+        gen.node.metrics.holds.labels("placed").inc()
         gen.publish(row)
         self.done = False
         if msg.notify is not None:
@@ -503,6 +504,11 @@ class JobActor(Actor):
         await gen.store.write(tx)
         self.job = final
         gen.publish(final, status)
+        metrics = gen.node.metrics
+        metrics.jobs.labels(job["capability"], job["model"], new).inc()
+        if job["started_at"] and new != "canceled":
+            metrics.render.labels(job["model"], job["backend"]).observe(
+                max(0.0, gen.clock.now() - parse_iso(job["started_at"])))
         await self._settle()
         crashpoint("final_committed")  # final status and capture/release committed, webhook not sent
         if hook is not None and hook["state"] == "pending":
@@ -531,6 +537,7 @@ class JobActor(Actor):
             return
         await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"hold_settled": 1}))
         job["hold_settled"] = 1
+        gen.node.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
         self.retry_at = None
 
     # cancel and watch -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.http import browser, errors, openapi, routes
+from service.logs import REQUEST_ID
 
 log = logging.getLogger("service.http")
 
@@ -95,6 +96,7 @@ def create_app(node) -> QuartTrio:
     @app.before_request
     async def begin():
         g.request_id = str(uuid.uuid4())
+        REQUEST_ID.set(g.request_id)  # JSON log lines carry it (service/logs.py)
         g.started = time.perf_counter()
         # Only the upload route itself streams its body; any other method on its path is a
         # 405 and must drain the body like every other route (the keep-alive hang otherwise).
@@ -113,7 +115,12 @@ def create_app(node) -> QuartTrio:
         response = browser.after_request(response)
         started = g.get("started")
         if started is not None:
-            response.headers["X-Process-Time"] = f"{(time.perf_counter() - started) * 1000:.2f}"
+            elapsed = time.perf_counter() - started
+            response.headers["X-Process-Time"] = f"{elapsed * 1000:.2f}"
+            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            metrics = node.metrics
+            metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+            metrics.latency.labels(route, request.method).observe(elapsed)
         return response
 
     for name in route_modules():

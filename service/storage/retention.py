@@ -50,3 +50,17 @@ def delete_batch(conn, rule: Rule, cutoff) -> int:
 
 def content_shas(store) -> set[str]:
     return {r["sha256"] for r in store.all("SELECT DISTINCT sha256 FROM assets")}
+
+
+BACKLOG = {
+    "events": "SELECT COUNT(*) FROM events WHERE dispatched = 0",
+    "webhook_deliveries": "SELECT COUNT(*) FROM webhook_deliveries WHERE status IN ('pending', 'sending')",
+    "job_webhooks": "SELECT COUNT(*) FROM job_webhooks WHERE state IN ('waiting', 'pending', 'sending')",
+    "emails": "SELECT COUNT(*) FROM emails WHERE sent_at IS NULL",
+}
+
+
+def backlog(store) -> dict[str, int]:
+    """Rows waiting in each outbox table (the metrics gauge)."""
+    present = tables(store)
+    return {t: store.scalar(q) for t, q in BACKLOG.items() if t in present}
