@@ -35,7 +35,8 @@ class RetentionActor(Actor):
         return self.next_sweep
 
     async def on_deadline(self) -> None:
-        self.next_sweep = self.clock.now() + SWEEP_EVERY_S
+        # hourly; sooner when the retention age itself is short (a node set to keep minutes)
+        self.next_sweep = self.clock.now() + min(SWEEP_EVERY_S, max(1.0, self.age_s / 4))
         await self.sweep()
 
     async def handle(self, msg):  # pragma: no cover - it takes no messages
