@@ -17,7 +17,7 @@ import trio
 from quart import current_app, g, request
 
 from service.clock import iso
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, NotFound, RateLimited
 from service.http.errors import AuthFailure, RouteTimeout
 from service.roles import ROLE_BY_ID, allows, within
 from service.storage import accounts as sql
@@ -37,6 +37,9 @@ class Principal:
     key_id: str | None  # None: a browser session (service.http.browser), which holds no key
     role: str  # what the caller may do: the person's role, or the narrower role its key is bound to
     user_role: str | None = None  # the person's own role when `role` is narrower (a bound key)
+
+
+TARPIT_S = 1.0  # the longest pause before a per-key 429
 
 
 def node() -> Node:
@@ -101,7 +104,14 @@ def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
             if permission is not None and not allows(principal.role, permission):
                 raise AuthFailure(403)
             if principal.key_id is not None:
-                node().key_buckets.take(principal.key_id)
+                try:
+                    node().key_buckets.take(principal.key_id)
+                except RateLimited as e:
+                    # answered after a pause (no CPU: a sleep): a client that floods without
+                    # reading Retry-After is slowed to a trickle per connection instead of
+                    # taking the node's time from everyone else's requests
+                    await trio.sleep(min(TARPIT_S, e.retry_after))
+                    raise
             g.principal = principal
             g.permission = permission
             with trio.move_on_after(limit) as scope:
