@@ -1,0 +1,58 @@
+"""The layer rules of the team's DESIGN.md ("Layers"), checked on the source with `ast`:
+who may import what. A new module breaking a rule fails here with the import named."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SERVICE = Path(__file__).resolve().parent.parent / "service"
+
+# package (under service/) -> imports it must not make (prefixes of module names)
+FORBIDDEN = {
+    "machines": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
+                 "service.actors", "service.http"),
+    "catalog": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
+                "service.actors", "service.http"),
+    "storage": ("service.actors", "service.http", "quart", "hypercorn"),
+    "actors": ("service.http", "quart", "hypercorn"),
+    "streams": ("service.storage", "service.actors", "sqlite3"),
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def package_of(path: Path) -> str:
+    rel = path.relative_to(SERVICE)
+    return rel.parts[0].removesuffix(".py")
+
+
+def test_every_module_keeps_to_its_layer():
+    broken = []
+    checked = 0
+    for path in sorted(SERVICE.rglob("*.py")):
+        rules = FORBIDDEN.get(package_of(path))
+        if not rules:
+            continue
+        checked += 1
+        for name in imports_of(path):
+            if any(name == r or name.startswith(r + ".") for r in rules):
+                broken.append(f"{path.relative_to(SERVICE.parent)} imports {name}")
+    assert broken == []
+    assert checked > 40
+
+
+def test_no_sql_outside_storage():
+    """Only service/storage opens SQLite (the one writer and its readers live there)."""
+    users = [str(p.relative_to(SERVICE.parent)) for p in SERVICE.rglob("*.py")
+             if package_of(p) != "storage" and {"sqlite3", "sqlite_utils"} & imports_of(p)]
+    assert users == []
