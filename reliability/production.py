@@ -4,8 +4,10 @@
   the node is stopped), then API p99 for --seconds without a backup and while
   `genservice admin backup` runs; the backup's time; `genservice admin restore`'s time.
 - retention: a node keeping finished rows --retention seconds, under a steady load that
-  writes events, webhook deliveries, job webhooks and idempotency keys for --minutes; the
-  database size (file + WAL) every 10 s, flat once the retention age has passed.
+  writes events, webhook deliveries, job webhooks and idempotency keys for --minutes; every
+  10 s the rows of the tables retention bounds (flat once the retention age has passed),
+  those of the business records kept forever (jobs, keys: they grow with the load), and the
+  database size (file + WAL).
 - flood: limits on (50/s per key, bursts of 200); key A floods from 16 clients while key B
   asks 10 times a second; B's p99 alone and during the flood, and A's 429s.
 
@@ -134,6 +136,18 @@ def db_mb(data: str) -> float:
     return round(sum(p.stat().st_size for p in Path(data).glob("genservice.db*")) / 2**20, 2)
 
 
+MANAGED = ("events", "webhook_deliveries", "job_webhooks")  # what retention bounds
+KEPT = ("jobs", "api_keys")  # business records: kept forever, they grow with the load
+
+
+def row_counts(data: str) -> dict[str, int]:
+    db = sqlite3.connect(f"file:{Path(data) / 'genservice.db'}?mode=ro", uri=True)
+    try:
+        return {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in MANAGED + KEPT}
+    finally:
+        db.close()
+
+
 def part_retention(args) -> dict:
     data = tempfile.mkdtemp(prefix="genservice-prod-")
     proc, url, _, _ = start_server({"GENSERVICE_DATA_DIR": data,
@@ -153,16 +167,19 @@ def part_retention(args) -> dict:
                     headers={"Idempotency-Key": f"k{n}"})  # a job webhook and an idempotency key
                 n += 1
                 if time.monotonic() >= next_sample:
-                    sizes.append((round(time.monotonic() - started), db_mb(data)))
+                    sizes.append((round(time.monotonic() - started), db_mb(data), row_counts(data)))
                     next_sample += 10
                 time.sleep(0.05)
     finally:
         stop_server(proc)
-    after = [s for t, s in sizes if t >= args.retention * 1.5]
-    third = max(1, len(after) // 2)
-    fig = {"retention_s": args.retention, "minutes": args.minutes, "operations": n, "sizes_mb": sizes,
-           "first_half_max_mb": max(after[:third]) if after else None,
-           "second_half_max_mb": max(after[third:]) if after[third:] else None}
+    after = [(t, mb, rows) for t, mb, rows in sizes if t >= args.retention * 1.5]
+    half = max(1, len(after) // 2)
+    managed = [sum(rows[m] for m in MANAGED) for _, _, rows in after]
+    fig = {"retention_s": args.retention, "minutes": args.minutes, "operations": n,
+           "samples": [{"t": t, "db_mb": mb, **rows} for t, mb, rows in sizes],
+           "managed_rows_max_first_half": max(managed[:half]) if managed else None,
+           "managed_rows_max_second_half": max(managed[half:]) if managed[half:] else None,
+           "kept_rows_end": {k: sizes[-1][2][k] for k in KEPT} if sizes else None}
     print("retention:", fig, flush=True)
     return fig
 
