@@ -201,7 +201,10 @@ def part_flood(args) -> dict:
         codes = json.loads(flood.communicate(timeout=120)[0].strip().splitlines()[-1])
     finally:
         stop_server(proc)
-    fig = {"flood_status_counts": codes, "b_p99_ms_alone": p99(alone), "b_p99_ms_during_flood": p99(loaded),
+    fig = {"flood_status_counts": codes, "b_requests": [len(alone), len(loaded)],
+           "b_p50_ms_alone": round(statistics.median(alone) * 1000, 2),
+           "b_p50_ms_during_flood": round(statistics.median(loaded) * 1000, 2),
+           "b_p99_ms_alone": p99(alone), "b_p99_ms_during_flood": p99(loaded),
            "b_ratio": round(p99(loaded) / p99(alone), 2)}
     print("flood:", fig, flush=True)
     return fig

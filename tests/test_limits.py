@@ -8,6 +8,7 @@ import pytest
 import trio
 
 from conftest import start_node, stop_node
+from service.http import auth
 from test_generation_support import submit
 
 
@@ -24,7 +25,8 @@ def error_of(body: dict) -> dict:
     return body["error"]
 
 
-async def test_a_key_past_its_bucket_gets_429_and_another_key_does_not(limited, autojump_clock):
+async def test_a_key_past_its_bucket_gets_429_and_another_key_does_not(limited, autojump_clock, monkeypatch):
+    monkeypatch.setattr(auth.random, "uniform", lambda a, b: b)  # the pause's jitter at its longest
     a = await limited.create_org()
     b = await limited.create_org(name="Other", email="o@other.test")
     for _ in range(10):
@@ -66,3 +68,16 @@ async def test_an_organization_with_too_many_jobs_in_progress_gets_429(limited, 
         r = await limited.call("GET", f"/v1/generation/requests/{rid}/status", a["api_key"])
         assert (await r.get_json())["status"] == "failed"
     await submit(limited, a["api_key"], {"prompt": "after [[fail:internal]]"})
+
+
+async def test_the_pause_before_a_429_is_jittered_between_half_and_the_whole_of_it(limited, autojump_clock):
+    a = await limited.create_org()
+    for _ in range(10):
+        await limited.call("GET", "/v1/projects", a["api_key"])
+    pauses = []
+    for _ in range(8):
+        started = trio.current_time()
+        r = await limited.call("GET", "/v1/projects", a["api_key"])
+        if r.status_code == 429:
+            pauses.append(trio.current_time() - started)
+    assert pauses and all(0.5 <= p <= 1.0 for p in pauses), pauses

@@ -9,6 +9,7 @@ role, capped at its creator's current role so a demoted creator's old keys shrin
 from __future__ import annotations
 
 import hmac
+import random
 from dataclasses import dataclass
 from functools import wraps
 from typing import TYPE_CHECKING, Callable
@@ -109,8 +110,9 @@ def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
                 except RateLimited as e:
                     # answered after a pause (no CPU: a sleep): a client that floods without
                     # reading Retry-After is slowed to a trickle per connection instead of
-                    # taking the node's time from everyone else's requests
-                    await trio.sleep(min(TARPIT_S, e.retry_after))
+                    # taking the node's time from everyone else's requests; the pause is
+                    # jittered so its connections do not all come back at once
+                    await trio.sleep(min(TARPIT_S, e.retry_after) * random.uniform(0.5, 1.0))
                     raise
             g.principal = principal
             g.permission = permission
