@@ -157,14 +157,17 @@ def part_retention(args) -> dict:
         key = make_org(url, "Retention")
         h = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=url, headers=h, timeout=30) as c:
-            c.post("/v1/webhooks", json={"url": "https://127.0.0.1:9/h", "events": ["api_key.created"]})
+            hook = c.post("/v1/webhooks", json={"url": "https://127.0.0.1:9/h", "events": ["api_key.created"]}).json()
             started = time.monotonic()
             next_sample, n = started, 0
             while time.monotonic() - started < args.minutes * 60:
-                c.post("/v1/api-keys", json={"name": f"k{n}"})  # an event and a delivery
-                c.post("/v1/generation/capabilities/image.generate", json={
-                    "prompt": "x [[fail:internal]]", "webhook_url": "https://127.0.0.1:9/j"},
-                    headers={"Idempotency-Key": f"k{n}"})  # a job webhook and an idempotency key
+                if args.soak_load == "mixed":
+                    c.post("/v1/api-keys", json={"name": f"k{n}"})  # an event and a delivery
+                    c.post("/v1/generation/capabilities/image.generate", json={
+                        "prompt": "x [[fail:internal]]", "webhook_url": "https://127.0.0.1:9/j"},
+                        headers={"Idempotency-Key": f"k{n}"})  # a job webhook and an idempotency key
+                else:  # only rows retention bounds: a test delivery each
+                    c.post(f"/v1/webhooks/{hook['webhook']['id']}/test")
                 n += 1
                 if time.monotonic() >= next_sample:
                     sizes.append((round(time.monotonic() - started), db_mb(data), row_counts(data)))
@@ -238,6 +241,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--retention", type=float, default=60.0, help="seconds finished rows are kept")
     parser.add_argument("--minutes", type=float, default=3.0, help="retention soak length")
+    parser.add_argument("--soak-load", choices=("mixed", "outbox"), default="mixed",
+                        help="mixed: keys and jobs too (kept forever); outbox: only rows retention bounds")
     args = parser.parse_args()
     print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}", flush=True)
     summary = {}
