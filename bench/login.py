@@ -59,8 +59,10 @@ async def accept_invitations(url: str, operator: str, org_id: str, n: int) -> li
             r.raise_for_status()
             tokens.append(r.json()["data"]["token"])
 
-    async def accept(token: str) -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+    async def accept(token: str, i: int) -> None:
+        # ten accepts per source address: the pages' throttle allows 20 at once per address
+        transport = httpx.AsyncHTTPTransport(local_address=f"127.0.1.{1 + i // 10}")
+        async with httpx.AsyncClient(base_url=url, timeout=60, transport=transport) as c:
             page = await c.get(f"/invitations/accept?token={token}")
             r = await c.post("/invitations/accept", data={"csrf_token": CSRF.search(page.text).group(1),
                                                           "token": token, "password": PASSWORD})
@@ -69,12 +71,12 @@ async def accept_invitations(url: str, operator: str, org_id: str, n: int) -> li
     async with trio.open_nursery() as nursery:
         limiter = trio.CapacityLimiter(8)
 
-        async def one(t):
+        async def one(t, i):
             async with limiter:
-                await accept(t)
+                await accept(t, i)
 
-        for t in tokens:
-            nursery.start_soon(one, t)
+        for i, t in enumerate(tokens):
+            nursery.start_soon(one, t, i)
     return emails
 
 
