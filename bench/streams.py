@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
