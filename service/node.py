@@ -10,6 +10,7 @@ Who owns which state (one owner each; see docs/design.md):
     accounts          organizations, members, keys, projects, invitations
     balances          one actor per organization: lots, holds, ledger
     generation/jobs   one actor per job: status, hold id, outputs
+    engines           engine server pools (health, load), outcomes of engine webhooks
     products/runs     one actor per product run: steps
     topups            one actor per organization: checkout sessions
     tickets           one actor per organization: support tickets
@@ -34,7 +35,11 @@ from service.actors.runs import Products
 from service.actors.runtime import Registry
 from service.actors.sessions import SessionsActor
 from service.actors.tickets import TicketsActor
-from service.catalog.catalog import Catalog, load_catalog
+from service.backends import BACKENDS
+from service.backends import runnable as builtin_runnable
+from service.catalog.catalog import Catalog, CatalogError, Model, load_catalog
+from service.catalog.engines import ENGINE_BACKENDS, missing_tokens
+from service.engines import Engines
 from service.clock import Clock
 from service.assets.signing import load_secret
 from service.config import Settings
@@ -64,6 +69,7 @@ class Node:
     node_key: NodeKey  # seals the stored secrets the node must read back (webhook secrets)
     sender: Sender  # outgoing HTTP (SSRF guard, CA file), shared by every outgoing call
     catalog: Catalog
+    engines: Engines  # the catalog's engine models: server pools, health checks, engine webhooks
     streams: Hub  # committed job and run changes to open event streams, in memory
     key_buckets: KeyBuckets  # the request rate limit per API key
     metrics: Metrics  # Prometheus counters of this node (GET /metrics)
@@ -98,10 +104,16 @@ class Node:
     async def start(self, nursery: trio.Nursery) -> None:
         await nursery.start(self.store.run)
         await nursery.start(self.streams.run)
+        await nursery.start(self.engines.run)
         for registry in self.registries:
             await nursery.start(registry.run)
         for recover in self.recoveries:
             await recover()
+
+    def runnable(self, model: Model) -> bool:
+        """Whether a model can take jobs here now: a built-in whose backend is present, or an
+        engine model whose pool is not all known down."""
+        return self.engines.available(model) if model.engine is not None else builtin_runnable(model.backend)
 
     async def on_approved(self, org_id: str) -> None:
         """An organization was created approved or approved later: the 200-credit signup
@@ -126,13 +138,25 @@ def _start_retention(node: Node):
     return start
 
 
+def check_catalog(catalog: Catalog) -> Catalog:
+    """The start-up checks the catalog file alone cannot make: every backend is known
+    here, and every engine token variable is set. One line per problem; any stops the start."""
+    problems = [f"model {m.id!r}: backend: unknown backend {m.backend!r} (known: "
+                f"{', '.join([*BACKENDS, *ENGINE_BACKENDS])})"
+                for m in catalog.models if m.backend not in BACKENDS and m.backend not in ENGINE_BACKENDS]
+    problems += missing_tokens(catalog.models)
+    if problems:
+        raise CatalogError(f"{catalog.source}: " + f"\n{catalog.source}: ".join(problems))
+    return catalog
+
+
 def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | None = None) -> Node:
     """Assemble the node, part by part, in dependency order."""
     node = Node(settings, store, clock)
     node.node_key = node_key or NodeKey(settings.node_key_path)
     node.sender = Sender(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
     node.closers.append(node.sender.aclose)
-    node.catalog = load_catalog(settings.catalog_file)
+    node.catalog = check_catalog(load_catalog(settings.catalog_file))
     node.streams = Hub(clock)
     node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
     node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams)
@@ -149,6 +173,9 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.recoveries.append(wake_balances)
 
     node.generation = Generation(node)  # jobs, per-model slots, job webhooks, asset files
+    node.engines = Engines(node.catalog, lambda: settings.public_base_url,
+                           load_secret(settings.data_dir, "engine-hook-secret"), node.generation.engine_progress)
+    node.closers.append(node.engines.aclose)
     node.jobs = node._registry(node.generation.jobs)
     node._registry(node.generation.uploads)
     node.recoveries.append(node.generation.recover)

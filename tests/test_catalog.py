@@ -13,7 +13,7 @@ SPEC_ORDER = [
 ]
 
 
-def everything(_backend):
+def everything(_model):
     return True
 
 
@@ -107,7 +107,7 @@ def test_default_model_details(default):
 
 
 def test_availability_follows_runnable(default):
-    only_images = lambda backend: backend == "procedural_image"  # noqa: E731
+    only_images = lambda model: model.backend == "procedural_image"  # noqa: E731
     offers = {m["id"]: m["available"] for c in default.capabilities_view(only_images) for m in c["models"]}
     assert offers == {"proc-image": True, "camera-move": False, "lanczos-upscale": False}
     models = {m["id"]: m["available"] for m in default.models_view(only_images)}

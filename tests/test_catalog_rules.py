@@ -29,11 +29,11 @@ def resolve(ids):
     return {i: ASSETS.get(i) for i in ids}
 
 
-def everything(_backend):
+def everything(_model):
     return True
 
 
-def nothing(_backend):
+def nothing(_model):
     return False
 
 
@@ -164,7 +164,7 @@ prices = [{ resolution = "1k", credits = "1" }]
 
 def test_omitted_model_takes_the_first_runnable_one(cat):
     custom = loads_catalog(TWO_IMAGE_MODELS)
-    only_local = lambda b: b == "local"  # noqa: E731
+    only_local = lambda m: m.backend == "local"  # noqa: E731
     p = plan(cat, {"prompt": "x"}, capability="image.generate", runnable=only_local, catalog=custom)
     assert p.model == "local-image"
     assert plan(cat, {"prompt": "x"}, capability="image.generate", catalog=custom).model == "remote-image"
@@ -174,7 +174,7 @@ def test_omitted_model_takes_the_first_runnable_one(cat):
 
 def test_a_named_model_on_a_missing_backend_is_not_replaced(cat):
     custom = loads_catalog(TWO_IMAGE_MODELS)
-    only_local = lambda b: b == "local"  # noqa: E731
+    only_local = lambda m: m.backend == "local"  # noqa: E731
     e = refused(cat, {"prompt": "x", "model": "remote-image"}, capability="image.generate",
                 runnable=only_local, catalog=custom, exc=Unavailable)
     assert e.message == "Model remote-image is not available on this deployment."

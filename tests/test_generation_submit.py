@@ -21,10 +21,11 @@ CUSTOM_CATALOG = """
 [[models]]
 id = "ghost"
 capability = "image.generate"
-backend = "no_such_backend"
+backend = "cog"  # its only server refuses connections: known down from the start
 resolutions = ["1k"]
 concurrency = 1
 prices = [{ resolution = "1k", credits = "1.00" }]
+engine = { urls = ["http://127.0.0.1:9"] }
 
 [[models]]
 id = "half-priced"

@@ -28,7 +28,7 @@ def resolve(ids):
     return {i: ASSETS.get(i) for i in ids}
 
 
-def everything(_backend):
+def everything(_model):
     return True
 
 
@@ -158,7 +158,7 @@ def test_require_available_is_503_with_reasons(cat):
 
 
 def test_missing_backend_blocks_the_step(cat):
-    no_video = lambda b: b != "camera_move_video"  # noqa: E731
+    no_video = lambda m: m.backend != "camera_move_video"  # noqa: E731
     v = view("text-to-clip", cat, runnable=no_video)
     assert v["unavailable_reasons"] == ["step 'clip': model camera-move is not available on this deployment"]
     assert v["credits_estimate"] is None
@@ -237,11 +237,11 @@ prices = [{ resolution = "480p", credits = "3.00" }]
 
 def test_a_step_without_a_model_uses_the_first_runnable_one(cat):
     custom = loads_catalog(_default_text() + SPEECH_AND_LIPSYNC)
-    local = lambda b: b != "cloud"  # noqa: E731
+    local = lambda m: m.backend != "cloud"  # noqa: E731
     v = view("talking-portrait", custom, runnable=local)
     # portrait 1.00 + motion 10.00 + local-voice 0.25 + lips 3.00
     assert (v["available"], v["credits_estimate"]) == (True, "14.25")
-    v = view("talking-portrait", custom, runnable=lambda b: b not in ("cloud", "local_tts"))
+    v = view("talking-portrait", custom, runnable=lambda m: m.backend not in ("cloud", "local_tts"))
     assert v["unavailable_reasons"] == ["step 'voice': model cloud-voice is not available on this deployment"]
 
 

@@ -66,7 +66,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import trio
@@ -178,7 +178,11 @@ async def _render_task(gen: Generation, job_id: str, handle: RenderHandle, req: 
     hashed: list = []
     try:
         with handle.scope:
-            outcome = await render(req, limiter=gen.render_limiter)
+            model = gen.catalog.model(req.model)
+            if model is not None and model.engine is not None:
+                outcome = await gen.node.engines.render(req, model)
+            else:
+                outcome = await render(req, limiter=gen.render_limiter)
             if isinstance(outcome, Completed):
                 hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
     except Exception:  # noqa: BLE001 - reported as failure 5
@@ -364,7 +368,7 @@ class JobActor(Actor):
                 await self._settle()
             self._maybe_done()
             return
-        if not runnable(job["backend"]):
+        if not self.gen.can_render(job):
             log.error("job %s: backend %s is not runnable here; failing it", self.job_id, job["backend"])
             self.gen.slots.release(job["model"], self.job_id)
             await self._finish("fail", error=MSG_INTERNAL)
@@ -375,6 +379,7 @@ class JobActor(Actor):
     async def _start(self) -> None:
         gen, job = self.gen, self.job
         assert job is not None
+        resumed = job["status"] == "rendering"
         if job["status"] == "queued":
             new, _effects = JOB.apply("queued", "start")
             now = gen.clock.iso_now()
@@ -384,7 +389,7 @@ class JobActor(Actor):
         if self.job_id in gen.jobs.renders:
             return  # a render of this job is already running (actor reloaded): adopt it
         try:
-            req = self._render_request()
+            req = replace(self._render_request(), resumed=resumed)
         except Exception:  # noqa: BLE001 - e.g. an input file is missing
             log.exception("job %s: cannot build the render request", self.job_id)
             gen.slots.release(job["model"], self.job_id)
@@ -428,6 +433,7 @@ class JobActor(Actor):
         if job is None or gen.jobs.renders.get(self.job_id) is not msg.token:
             return  # stale report
         del gen.jobs.renders[self.job_id]
+        gen.progress_now.pop(self.job_id, None)
         gen.slots.release(job["model"], self.job_id)
         try:
             if job["status"] == "canceled":
@@ -602,6 +608,7 @@ class Generation:
         self._idem_locks = KeyedLocks()
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
+        self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
 
     def publish(self, job: dict, status: dict | None = None) -> None:
         """After a commit: the job's status object to the streams following it or its
@@ -618,12 +625,34 @@ class Generation:
         self.streams.progress(job["id"], (f"job:{job['id']}", f"project:{job['project_id']}"), lambda: data,
                               source=job["source"])
 
+    def engine_progress(self, req: RenderRequest, value: float, maximum: float, step: str | None) -> None:
+        """An engine's progress message: kept for the job's status (`progress`) and sent to
+        the streams following it."""
+        if req.job_id not in self.jobs.renders:
+            return
+        self.progress_now[req.job_id] = {"value": value, "max": maximum, "step": step}
+        job = sql.get_job(self.store, req.job_id)
+        if job is not None:
+            self.progress(job, value, maximum, step)
+
     def balances(self) -> Registry:
         return self.node.balances
 
+    def runnable(self, model) -> bool:
+        return self.node.runnable(model)
+
+    def can_render(self, job: dict) -> bool:
+        """Whether a job left queued or rendering by a restart can still run here."""
+        m = self.catalog.model(job["model"])
+        if m is None or m.backend != job["backend"]:
+            return runnable(job["backend"])  # a built-in the catalog no longer lists still runs
+        return m.engine is not None or runnable(m.backend)
+
     def _capacity(self, model_id: str) -> int:
+        """Jobs of a model rendering at once: `concurrency` per engine server (one server
+        for built-ins)."""
         m = self.catalog.model(model_id)
-        return m.concurrency if m is not None else 1
+        return m.concurrency * m.servers if m is not None else 1
 
     # reads ----------------------------------------------------------------------------------
     def status(self, job_id: str, org_id: str | None = None) -> dict | None:
@@ -631,7 +660,11 @@ class Generation:
         if job is None:
             return None
         outputs = sql.assets_of_jobs(self.store, [job_id])[job_id]
-        return views.status_object(job, outputs, self.base_url)
+        status = views.status_object(job, outputs, self.base_url)
+        progress = self.progress_now.get(job_id)
+        if progress is not None and job["status"] == "rendering":
+            status["progress"] = progress
+        return status
 
     def list_statuses(self, project_id: str, limit: int) -> list[dict]:
         jobs = sql.list_jobs(self.store, project_id, limit)
@@ -645,16 +678,16 @@ class Generation:
         return resolve
 
     def capabilities_view(self) -> list[dict]:
-        return self.catalog.capabilities_view(runnable)
+        return self.catalog.capabilities_view(self.runnable)
 
     def models_view(self) -> list[dict]:
-        return self.catalog.models_view(runnable)
+        return self.catalog.models_view(self.runnable)
 
     def estimate(self, body: dict) -> dict:
         """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
         `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
         out = estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
-                       runnable=runnable)
+                       runnable=self.runnable)
         out["tier"] = tier_label(out["resolution"], out["duration"])
         return out
 
@@ -679,7 +712,7 @@ class Generation:
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
              body: dict) -> Plan:
-        return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=runnable,
+        return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=self.runnable,
                            resolve_inputs=self.resolve_inputs(org_id), project_id=project_id,
                            base_url=self.base_url)
 

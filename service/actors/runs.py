@@ -645,9 +645,8 @@ class Products:
         return self.views_of(sql.list_runs(self.store, project_id, limit, product))
 
     # products -------------------------------------------------------------------------------
-    def runnable(self, backend: str) -> bool:
-        from service.backends import runnable
-        return runnable(backend)
+    def runnable(self, model) -> bool:
+        return self.node.runnable(model)
 
     def product_or_404(self, slug: str):
         p = catalog_products.product(slug)

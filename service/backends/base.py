@@ -44,6 +44,7 @@ class RenderRequest:
     inputs: dict[str, list[InputFile]]
     work_dir: Path  # outputs are written here
     test_mode: bool
+    resumed: bool = False  # the job was already rendering before a restart (an engine may still hold it)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Callable, Iterable
 
 from pydantic import ValidationError
@@ -18,9 +19,10 @@ from pydantic import ValidationError
 from service.money import fmt, to_uc
 
 from .capabilities import BY_ID, CAPABILITIES
+from .engines import Engine, EngineConfigError, parse_engine
 from .schema import CatalogFile, ModelEntry, tier_label
 
-Runnable = Callable[[str], bool]
+Runnable = Callable[["Model"], bool]
 
 
 class CatalogError(ValueError):
@@ -64,6 +66,12 @@ class Model:
     prices: tuple[Price, ...]  # in tier order: resolutions x durations
     max_output_pixels: int | None = None  # media.upscale: the largest output it makes
     timeout_s: int = 600  # a render that has no outcome after this long fails
+    engine: Engine | None = None  # the engine outside the node that serves it; None: built in
+
+    @property
+    def servers(self) -> int:
+        """How many engine servers share the model's jobs (1 for everything else)."""
+        return len(getattr(self.engine, "urls", ())) or 1
 
     def slot(self, name: str) -> ModelSlot | None:
         return next((s for s in self.slots if s.name == name), None)
@@ -76,8 +84,9 @@ class Model:
         return None
 
     @classmethod
-    def from_entry(cls, e: ModelEntry) -> Model:
+    def from_entry(cls, e: ModelEntry, base_dir: Path = Path(".")) -> Model:
         cap = BY_ID[e.capability]
+        engine = parse_engine(e.id, e.backend, tuple(s.name for s in cap.inputs), e.engine, base_dir)
         slots = tuple(
             ModelSlot(s.name, s.kinds, e.slots.get(s.name, s.max)) for s in cap.inputs
         )
@@ -101,6 +110,7 @@ class Model:
             prices=prices,
             max_output_pixels=e.max_output_pixels,
             timeout_s=e.timeout_s,
+            engine=engine,
         )
 
 
@@ -154,7 +164,7 @@ class Catalog:
             {
                 "id": m.id,
                 "description": m.description,
-                "available": bool(runnable(m.backend)),
+                "available": bool(runnable(m)),
                 "capabilities": [{"id": m.capability, "prices": [p.view() for p in m.prices]}],
             }
             for m in self.models
@@ -165,7 +175,7 @@ class Catalog:
         return {
             "id": m.id,
             "description": m.description,
-            "available": bool(runnable(m.backend)),
+            "available": bool(runnable(m)),
             "resolutions": list(m.resolutions),
             "durations": list(m.durations),
             "inputs": [s.view() for s in m.slots],
@@ -173,8 +183,9 @@ class Catalog:
         }
 
 
-def loads_catalog(text: str, source: str = "<string>") -> Catalog:
-    """Parse and validate catalog TOML text; raises CatalogError naming the bad key."""
+def loads_catalog(text: str, source: str = "<string>", base_dir: Path | None = None) -> Catalog:
+    """Parse and validate catalog TOML text; raises CatalogError naming the bad key.
+    Engine workflow files are read relative to `base_dir` (the catalog file's folder)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -183,7 +194,11 @@ def loads_catalog(text: str, source: str = "<string>") -> Catalog:
         parsed = CatalogFile.model_validate(raw)
     except ValidationError as e:
         raise CatalogError(f"{source}: invalid catalog:\n{_explain(e)}") from None
-    return Catalog((Model.from_entry(m) for m in parsed.models), source=source)
+    try:
+        models = [Model.from_entry(m, base_dir or Path(".")) for m in parsed.models]
+    except EngineConfigError as e:
+        raise CatalogError(f"{source}: {e}") from None
+    return Catalog(models, source=source)
 
 
 def load_catalog(path: str | None = None) -> Catalog:
@@ -196,7 +211,7 @@ def load_catalog(path: str | None = None) -> Catalog:
             text = f.read()
     except OSError as e:
         raise CatalogError(f"{path}: cannot read catalog: {e.strerror or e}") from None
-    return loads_catalog(text, source=path)
+    return loads_catalog(text, source=path, base_dir=Path(path).resolve().parent)
 
 
 def _explain(e: ValidationError) -> str:

@@ -151,12 +151,12 @@ def _step_price(s: Step, catalog: Catalog, runnable: Runnable, values: Mapping[s
         models = catalog.models_for(cap)  # type: ignore[arg-type]
         if not models:
             return f"no model implements {cap} yet", 0
-        m = next((x for x in models if runnable(x.backend)), models[0])
+        m = next((x for x in models if runnable(x)), models[0])
     else:
         m = catalog.model(s.model)
         if m is None or m.capability != cap:
             return f"model {s.model} is not in the catalog", 0
-    if not runnable(m.backend):
+    if not runnable(m):
         return f"model {m.id} is not available on this deployment", 0
     resolution, duration = _tier(s, m, values)
     tier = tier_label(resolution, duration)  # type: ignore[arg-type]

@@ -116,7 +116,7 @@ def estimate(
 
 def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
     m = _choose_model(catalog, capability, model_id, body.get("model"), runnable)
-    if not runnable(m.backend):
+    if not runnable(m):
         raise Unavailable(f"Model {m.id} is not available on this deployment.", {"model": m.id})
     cap = BY_ID[m.capability]
     prompt = body.get("prompt") or ""
@@ -166,7 +166,7 @@ def _choose_model(catalog: Catalog, capability, path_model, body_model, runnable
         if not models:
             raise Unprocessable(f"No model implements {capability} yet.", {"capability": capability})
         if body_model is None:
-            return next((m for m in models if runnable(m.backend)), models[0])
+            return next((m for m in models if runnable(m)), models[0])
         chosen = next((m for m in models if m.id == body_model), None)
         if chosen is None:
             raise _unknown(body_model, [m.id for m in models])

@@ -16,12 +16,16 @@ places; floats are refused.
     slots = { start_frame = 1 }        # exact count per slot; default = capability max
     max_output_pixels = 16777216       # media.upscale only: refuse inputs whose output would be larger
     timeout_s = 600                    # a render with no outcome after this long fails, credits released
+    [models.engine]                    # engine backends only (comfyui, cog, replicate, openai, fal):
+    urls = ["http://gpu1:8188"]        #   see service/catalog/engines.py and docs/engines.md
     prices = [                         # one per tier; a missing tier cannot be run
       { resolution = "480p", duration = 5, credits = "10.00" },
     ]
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -62,6 +66,7 @@ class ModelEntry(_Strict):
     prices: list[PriceEntry] = []
     max_output_pixels: int | None = Field(default=None, ge=1)  # media.upscale: largest output (width x height)
     timeout_s: int = Field(default=600, ge=1)  # a render with no outcome by then fails (hold released)
+    engine: dict[str, Any] | None = None  # [models.engine] of an engine backend; checked in engines.py
 
     @field_validator("capability")
     @classmethod

@@ -19,6 +19,7 @@ from quart_schema.openapi import OpenAPIProvider
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
 from service.logs import REQUEST_ID
 
@@ -101,7 +102,9 @@ def create_app(node) -> QuartTrio:
         # Only the upload route itself streams its body; any other method on its path is a
         # 405 and must drain the body like every other route (the keep-alive hang otherwise).
         upload = request.path == "/v1/generation/uploads" and request.method == "POST"
-        limit = UPLOAD_BODY_LIMIT if upload else BODY_LIMIT
+        # an engine's outcome may carry its files as data URLs (Cog without an upload URL)
+        big = upload or (request.path.startswith(HOOK_PATH + "/") and request.method == "POST")
+        limit = UPLOAD_BODY_LIMIT if big else BODY_LIMIT
         # Quart sizes the body buffer when the request is built, from the app-wide limit;
         # tighten it per route here (a declared length over it is refused before reading).
         request.body._max_content_length = limit

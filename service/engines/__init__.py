@@ -1,0 +1,115 @@
+"""Engines: models served by engine servers outside the node (ComfyUI, Cog, ...).
+
+`node.engines` is an `Engines`. The job actor renders an engine model with
+`await engines.render(req, model)`, which returns the same outcome as a built-in
+render (Completed / Failed) and never raises but trio.Cancelled; cancelling it
+cancels the job on the engine too. Engine clients are trio tasks (httpx for HTTP,
+trio-websocket for sockets), not worker threads: remote work is I/O.
+
+Failures map to the spec's messages (operations.md, "Engines"): an HTTP error from
+the engine -> upstream (HTTP status); cannot be reached -> unavailable; an execution
+error or a lost job -> incomplete; finished with no file -> no output.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import httpx
+import trio
+
+from service.backends.base import (
+    MSG_INCOMPLETE,
+    MSG_INTERNAL,
+    MSG_NO_OUTPUT,
+    MSG_UNAVAILABLE,
+    MSG_UPSTREAM,
+    Completed,
+    Failed,
+    RenderRequest,
+)
+from service.catalog.catalog import Catalog, Model
+from service.catalog.engines import CogEngine, ComfyEngine
+
+from . import cog, comfyui
+from .common import EngineError, Incomplete, NoOutput, Unreachable, Upstream
+from .context import HOOK_PATH, Context, Progress
+from .pool import Pool
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Engines", "HOOK_PATH"]
+
+
+class Engines:
+    def __init__(self, catalog: Catalog, base_url: Callable[[], str], hook_secret: bytes,
+                 progress: Progress) -> None:
+        # Engine URLs are the operator's own servers (often on a private network): no
+        # SSRF guard here, unlike webhook calls to addresses a client chose.
+        self.http = httpx.AsyncClient(follow_redirects=False, timeout=30.0,
+                                      limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        self.context = Context(self.http, base_url, hook_secret, progress)
+        self.pools: dict[str, Pool] = {
+            m.id: Pool(m.id, list(m.engine.urls), m.concurrency)
+            for m in catalog.models if isinstance(m.engine, (ComfyEngine, CogEngine))
+        }
+        self._catalog = catalog
+
+    def serves(self, model: Model) -> bool:
+        return model.engine is not None
+
+    def available(self, model: Model) -> bool:
+        """False once every server of the model's pool is known down (submits answer 503)."""
+        pool = self.pools.get(model.id)
+        return pool is None or not pool.all_down
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Health checks of every pool, for as long as the node runs."""
+        async with trio.open_nursery() as n:
+            for model_id, pool in self.pools.items():
+                engine = self._catalog.model(model_id).engine
+                check = comfyui.healthy if isinstance(engine, ComfyEngine) else cog.healthy
+                await n.start(pool.watch, lambda url, check=check: check(self.http, url))
+            task_status.started()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def render(self, req: RenderRequest, model: Model) -> Completed | Failed:
+        engine = model.engine
+        try:
+            pool = self.pools.get(model.id)
+            if pool is None:
+                raise Unreachable(f"{model.backend} engines are not driven by this version")
+            async with pool.acquire() as server:
+                try:
+                    if isinstance(engine, ComfyEngine):
+                        outputs = await comfyui.render(self.context, req, engine, server.url)
+                    else:
+                        assert isinstance(engine, CogEngine)
+                        outputs = await cog.render(self.context, req, engine, server.url,
+                                                   single_slot=model.concurrency == 1)
+                except (httpx.TransportError, Unreachable):
+                    pool.mark(server, down=True)
+                    raise
+            return Completed(outputs)
+        except Upstream as e:
+            return _failed(req, e, MSG_UPSTREAM.format(status=e.status))
+        except (Unreachable, httpx.TransportError) as e:
+            return _failed(req, e, MSG_UNAVAILABLE)
+        except NoOutput as e:
+            return _failed(req, e, MSG_NO_OUTPUT)
+        except (Incomplete, EngineError) as e:
+            return _failed(req, e, MSG_INCOMPLETE)
+        except (ValueError, KeyError, TypeError) as e:  # an answer not shaped as the protocol says
+            log.exception("job %s: %s answered something unexpected", req.job_id, model.backend)
+            return _failed(req, e, MSG_INCOMPLETE)
+        except Exception as e:  # noqa: BLE001 - reported as failure 5
+            log.exception("job %s: engine %s crashed", req.job_id, model.backend)
+            return _failed(req, e, MSG_INTERNAL)
+
+
+def _failed(req: RenderRequest, error: Exception, message: str) -> Failed:
+    log.warning("job %s: engine failure (%s): %s", req.job_id, type(error).__name__, error)
+    return Failed(message)

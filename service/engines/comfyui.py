@@ -1,0 +1,214 @@
+"""ComfyUI: the operator's API-format workflow with the request bound into it.
+
+The protocol and its traps are in docs/engines.md; in short:
+
+- The websocket `/ws?clientId=` is opened *before* `POST /prompt`, and the prompt
+  carries our `client_id` and our own `prompt_id` (the job id): events for a client
+  with no socket are dropped, and a known id lets a restarted node find its job again.
+- Finished = `executing` with `node: null`, or `execution_success|error|interrupted`,
+  for our id. The socket can go silent or never connect, so `/queue` and
+  `/history/{id}` are polled too; `/history/{id}` is always read at the end as the truth.
+- `/history/{id}` answers `{}` both while a prompt runs and when it is lost: a prompt
+  in neither `/queue` nor the history is lost (a restart empties both), and fails.
+- An identical graph is served from ComfyUI's cache with the old file name; the seed
+  binding varies per job (a job without a seed gets one from its id).
+- Cancel: `POST /queue {"delete": [id]}` (pending) and `POST /interrupt {"prompt_id":
+  id}` (running; it lands at the next node boundary). Both are sent; each is a no-op
+  when the prompt is not in that state.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+
+from service.backends.base import Output, RenderRequest
+from service.catalog.engines import ComfyEngine
+
+from .common import Incomplete, NoOutput, check, field_values, store_output, store_text
+from .context import Context
+
+log = logging.getLogger(__name__)
+
+OUTPUT_KEYS = ("images", "video", "videos", "gifs", "audio")
+CANCEL_S = 5.0
+
+
+async def healthy(http: httpx.AsyncClient, url: str) -> bool:
+    resp = await http.get(f"{url}/system_stats", timeout=5.0)
+    return resp.status_code == 200
+
+
+async def render(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str) -> list[Output]:
+    prompt_id, client_id = req.job_id, f"genservice-{req.job_id}"
+    http = ctx.http
+    try:
+        graph = None
+        if req.resumed and await _state(http, url, prompt_id, cfg) != "lost":
+            log.info("job %s: found on %s after a restart; following it", req.job_id, url)
+        else:
+            graph = await _bound_graph(http, url, req, cfg)
+        await _follow(ctx, req, cfg, url, client_id, submit=graph)
+        return await _outputs(http, url, req, cfg)
+    except trio.Cancelled:
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
+            await _cancel(http, url, prompt_id)
+        raise
+
+
+async def _bound_graph(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: ComfyEngine) -> dict:
+    graph = copy.deepcopy(cfg.graph)
+    values = field_values(req)
+    for key, target in cfg.bind.items():
+        node_id, name = target.split(".", 1)
+        if key.startswith("inputs."):
+            files = req.inputs.get(key.removeprefix("inputs."), [])
+            if not files:
+                continue
+            graph[node_id]["inputs"][name] = await _upload(http, url, req, key, files[0].path, files[0].content_type, cfg)
+        elif key in values:
+            graph[node_id]["inputs"][name] = values[key]
+    return graph
+
+
+async def _upload(http, url, req, key: str, path: Path, content_type: str, cfg: ComfyEngine) -> str:
+    name = f"genservice-{req.job_id}-{key.removeprefix('inputs.')}{path.suffix or '.png'}"
+    data = await trio.to_thread.run_sync(path.read_bytes)
+    resp = check(await http.post(f"{url}/upload/image", files={"image": (name, data, content_type)},
+                                 data={"type": "input", "overwrite": "true"}, timeout=cfg.timeout_s))
+    body = resp.json()
+    return f"{body['subfolder']}/{body['name']}" if body.get("subfolder") else body["name"]
+
+
+async def _follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, client_id: str,
+                  submit: dict | None) -> None:
+    """Until the prompt has ended (or raise Incomplete when it is lost)."""
+    done = trio.Event()
+    parts = urlsplit(url)
+    ws_url = f"{'wss' if parts.scheme == 'https' else 'ws'}://{parts.netloc}{parts.path}/ws?clientId={client_id}"
+    async with trio.open_nursery() as n:
+        connected = trio.Event()
+        n.start_soon(_listen, ctx, req, ws_url, done, connected)
+        with trio.move_on_after(cfg.timeout_s):
+            await connected.wait()  # connected, or given up on: polling covers both
+        if submit is not None:
+            resp = await ctx.http.post(f"{url}/prompt", json={"prompt": submit, "client_id": client_id,
+                                                              "prompt_id": req.job_id}, timeout=cfg.timeout_s)
+            if resp.status_code == 400:
+                log.warning("job %s: ComfyUI refused the workflow: %s", req.job_id, _refusal(resp))
+            check(resp)
+        n.start_soon(_poll, ctx.http, url, req.job_id, cfg, done)
+        await done.wait()
+        n.cancel_scope.cancel()
+
+
+async def _listen(ctx: Context, req: RenderRequest, ws_url: str, done: trio.Event, connected: trio.Event) -> None:
+    prompt_id = req.job_id
+    try:
+        async with open_websocket_url(ws_url, connect_timeout=10, disconnect_timeout=1) as ws:
+            connected.set()
+            while True:
+                message = await ws.get_message()
+                if not isinstance(message, str):
+                    continue  # previews (binary frames)
+                event = json.loads(message)
+                kind, data = event.get("type"), event.get("data") or {}
+                if data.get("prompt_id") != prompt_id:
+                    continue
+                if kind == "executing" and data.get("node") is None:
+                    done.set()
+                elif kind in ("execution_success", "execution_error", "execution_interrupted"):
+                    done.set()
+                elif kind == "progress":
+                    ctx.progress(req, float(data.get("value", 0)), float(data.get("max", 1)), str(data.get("node")))
+    except (OSError, HandshakeError, ConnectionClosed, trio.TooSlowError, ValueError) as e:
+        log.info("job %s: ComfyUI websocket ended (%s); polling instead", req.job_id, type(e).__name__)
+    finally:
+        connected.set()
+
+
+async def _poll(http, url: str, prompt_id: str, cfg: ComfyEngine, done: trio.Event) -> None:
+    while not done.is_set():
+        await trio.sleep(cfg.poll_s)
+        state = await _state(http, url, prompt_id, cfg)
+        if state == "finished":
+            done.set()
+        elif state == "lost":
+            raise Incomplete(f"ComfyUI lost prompt {prompt_id} (neither queued nor in its history)")
+
+
+async def _state(http, url: str, prompt_id: str, cfg: ComfyEngine) -> str:
+    """`queued` (pending or running), `finished` or `lost`. The queue is read before the
+    history: ComfyUI moves a prompt from one to the other at once, so an id in neither
+    after that order is really gone."""
+    queue = check(await http.get(f"{url}/queue", timeout=cfg.timeout_s)).json()
+    for item in [*queue.get("queue_running", []), *queue.get("queue_pending", [])]:
+        if len(item) > 1 and item[1] == prompt_id:
+            return "queued"
+    history = check(await http.get(f"{url}/history/{prompt_id}", timeout=cfg.timeout_s)).json()
+    return "finished" if history.get(prompt_id) else "lost"
+
+
+async def _outputs(http, url: str, req: RenderRequest, cfg: ComfyEngine) -> list[Output]:
+    history = check(await http.get(f"{url}/history/{req.job_id}", timeout=cfg.timeout_s)).json()
+    entry = history.get(req.job_id)
+    if not entry:
+        raise Incomplete(f"ComfyUI has no history for prompt {req.job_id}")
+    status = entry.get("status") or {}
+    if status.get("status_str") == "error" or status.get("completed") is False:
+        raise Incomplete(f"ComfyUI reported an error: {_last_message(status)}")
+    outputs: list[Output] = []
+    texts: list[str] = []
+    for _node, produced in sorted((entry.get("outputs") or {}).items(), key=lambda kv: _node_order(kv[0])):
+        for key in OUTPUT_KEYS:
+            for item in produced.get(key) or []:
+                if not isinstance(item, dict) or item.get("type", "output") != "output":
+                    continue  # previews live in ComfyUI's temp folder
+                resp = check(await http.get(f"{url}/view", params={"filename": item["filename"], "subfolder":
+                                            item.get("subfolder", ""), "type": "output"}, timeout=cfg.timeout_s))
+                out = await store_output(req, len(outputs), resp.content, item["filename"])
+                if out is not None:
+                    outputs.append(out)
+        texts += [t for t in produced.get("text") or [] if isinstance(t, str)]
+    if req.capability == "text.llm" and texts:
+        outputs.append(await store_text(req, len(outputs), "\n".join(texts)))
+    if not outputs:
+        raise NoOutput(f"ComfyUI prompt {req.job_id} produced no stored file")
+    return outputs
+
+
+async def _cancel(http, url: str, prompt_id: str) -> None:
+    try:
+        await http.post(f"{url}/queue", json={"delete": [prompt_id]}, timeout=CANCEL_S)
+        await http.post(f"{url}/interrupt", json={"prompt_id": prompt_id}, timeout=CANCEL_S)
+    except httpx.HTTPError as e:
+        log.warning("cancelling prompt %s on %s failed: %s", prompt_id, url, type(e).__name__)
+
+
+def _node_order(node_id: str) -> tuple[int, str]:
+    return (int(node_id), "") if node_id.isdigit() else (1 << 30, node_id)
+
+
+def _last_message(status: dict) -> str:
+    for event, data in reversed(status.get("messages") or []):
+        if event in ("execution_error", "execution_interrupted"):
+            return f"{event} in node {data.get('node_id')} ({data.get('node_type')}): {data.get('exception_message', '')}"[:300]
+    return "unknown"
+
+
+def _refusal(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    err = body.get("error") or {}
+    nodes = ", ".join(f"{k}: {v.get('errors', [{}])[0].get('message', '')}" for k, v in (body.get("node_errors") or {}).items())
+    return f"{err.get('type')}: {err.get('message')} {nodes}"[:500]
+

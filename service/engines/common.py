@@ -1,0 +1,145 @@
+"""What every engine client shares: the failure kinds, request-field binding, outputs.
+
+An engine client raises one of the errors below; `engines.render` maps it to the
+spec's failure message (operations.md, "Engines"), so every engine fails the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from pathlib import Path
+
+import httpx
+import trio
+
+from service.backends.base import InputFile, Output, RenderRequest
+from service.catalog.capabilities import BY_ID
+from service.errors import Unprocessable
+from service.media.inspect import inspect_file
+
+log = logging.getLogger(__name__)
+
+TEXT_TYPE = "text/plain; charset=utf-8"
+
+
+class EngineError(Exception):
+    """An engine's expected failure; `render` turns it into a failed job."""
+
+
+class Upstream(EngineError):
+    """The engine answered an HTTP error."""
+
+    def __init__(self, status: int, detail: str = "") -> None:
+        super().__init__(f"HTTP {status} {detail[:200]}".strip())
+        self.status = status
+
+
+class Unreachable(EngineError):
+    """The engine cannot be reached (refused, reset, timed out, every server down)."""
+
+
+class Incomplete(EngineError):
+    """The engine reported an execution error, or lost the job."""
+
+
+class NoOutput(EngineError):
+    """The engine finished without a file this node can store."""
+
+
+def check(resp: httpx.Response) -> httpx.Response:
+    """The response, or Upstream for an HTTP error status."""
+    if resp.status_code >= 400:
+        raise Upstream(resp.status_code, resp.text)
+    return resp
+
+
+# -- binding request fields --------------------------------------------------------------------
+_LONG = {"1k": 1024, "2k": 2048, "4k": 4096}
+_SHORT = re.compile(r"^(\d{3,4})p$")
+_EXACT = re.compile(r"^(\d{2,5})x(\d{2,5})$")
+
+
+def dimensions(resolution: str, aspect_ratio: str | None) -> tuple[int, int]:
+    """Width and height for a tier: `1k`/`2k`/`4k` give the long side, `720p` the short
+    side, `1024x768` itself; the aspect ratio (default 1:1) shapes the others. Sides are
+    multiples of 8, as diffusion graphs want."""
+    exact = _EXACT.match(resolution)
+    if exact:
+        return int(exact.group(1)), int(exact.group(2))
+    w, h = (int(x) for x in (aspect_ratio or "1:1").split(":"))
+    short_m = _SHORT.match(resolution)
+    if resolution in _LONG:
+        long = _LONG[resolution]
+        short = round(long * min(w, h) / max(w, h) / 8) * 8
+    elif short_m:
+        short = int(short_m.group(1))
+        long = round(short * max(w, h) / min(w, h) / 8) * 8
+    else:
+        raise Unprocessable(f"resolution {resolution!r} gives no width and height")
+    return (long, short) if w >= h else (short, long)
+
+
+def field_values(req: RenderRequest) -> dict[str, object]:
+    """The request fields a `[models.engine.bind]` table may name, with their values."""
+    values: dict[str, object] = {"prompt": req.prompt, "seed": req.seed}
+    if req.aspect_ratio is not None:
+        values["aspect_ratio"] = req.aspect_ratio
+    if req.duration is not None:
+        values["duration"] = int(req.duration) if float(req.duration).is_integer() else req.duration
+    try:
+        values["width"], values["height"] = dimensions(req.resolution, req.aspect_ratio)
+    except Unprocessable:
+        pass
+    return values
+
+
+def data_url(f: InputFile) -> str:
+    """An input asset as a data URL (engines that take URLs read these)."""
+    return f"data:{f.content_type};base64," + base64.b64encode(f.path.read_bytes()).decode()
+
+
+# -- outputs -----------------------------------------------------------------------------------
+async def store_output(req: RenderRequest, index: int, data: bytes, name: str = "") -> Output | None:
+    """Write one returned file under the job's work dir and inspect it; None (logged) when
+    it is not a kind this node stores."""
+    suffix = Path(name).suffix[:8] if name else ""
+    path = Path(req.work_dir) / f"out-{index}{suffix}"
+    return await trio.to_thread.run_sync(_write_and_inspect, req, path, data)
+
+
+def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    try:
+        info = inspect_file(path, None)
+    except Unprocessable as e:
+        log.warning("job %s: an engine output is not stored: %s", req.job_id, e.message)
+        path.unlink(missing_ok=True)
+        return None
+    kind = "mask" if BY_ID[req.capability].output == "mask" and info.kind == "image" else info.kind
+    return Output(path, info.content_type, kind, info.width, info.height, info.duration_s)
+
+
+async def store_text(req: RenderRequest, index: int, text: str) -> Output:
+    """A `text.llm` reply (or any text output) as a UTF-8 text asset."""
+    path = Path(req.work_dir) / f"out-{index}.txt"
+
+    def write() -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    await trio.to_thread.run_sync(write)
+    return Output(path, TEXT_TYPE, "text", None, None, None)
+
+
+def decode_data_url(url: str) -> bytes | None:
+    """The bytes of a base64 data URL, or None when `url` is not one."""
+    m = re.match(r"^data:[^,;]*(;[^,]*)?;base64,", url)
+    if not m:
+        return None
+    try:
+        return base64.b64decode(url[m.end():], validate=False)
+    except ValueError:
+        return None

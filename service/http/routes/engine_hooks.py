@@ -1,0 +1,33 @@
+"""`POST /engine-hooks/{job_id}/{token}`: outcomes an engine reports to this node.
+
+Cog has no GET of a prediction: it tells its outcome only by webhook. The URL it is
+given carries a token derived from a node secret (service/engines/context.py), so a
+wrong token is 404, as for any unknown path. Not part of the public API (no /v1).
+"""
+
+from __future__ import annotations
+
+import json
+
+from quart import Blueprint, request
+from quart_schema import hide
+
+from service.engines import HOOK_PATH
+from service.errors import BadRequest, NotFound
+from service.http.auth import node
+
+bp = Blueprint("engine_hooks", __name__)
+
+
+@bp.post(f"{HOOK_PATH}/<job_id>/<token>")
+@hide
+async def engine_hook(job_id: str, token: str):
+    try:
+        payload = json.loads(await request.get_data(cache=False))
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("Body must be a JSON object.") from None
+    if not isinstance(payload, dict):
+        raise BadRequest("Body must be a JSON object.")
+    if not node().engines.context.deliver(job_id, token, payload):
+        raise NotFound("Not found.")
+    return {"received": True}
