@@ -19,6 +19,14 @@ def _serve(args) -> int:
     from service.logs import configure
 
     configure(settings.log_level, settings.log_format)
+    from service.catalog.catalog import CatalogError, load_catalog
+    from service.node import check_catalog
+
+    try:  # a bad catalog stops the start with its own lines, before anything is opened
+        check_catalog(load_catalog(settings.catalog_file))
+    except CatalogError as e:
+        print(f"genservice: {e}", file=sys.stderr)
+        return 2
 
     async def run():
         shutdown = trio.Event()

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 CANCEL_S = 5.0
 BUSY_RETRY_S = (0.05, 2.0)  # first and largest wait after a 409
-LOST_AFTER = 3  # idle health checks with no outcome
+LOST_AFTER = 5  # idle health checks with no outcome (Cog retries a final webhook for a while)
 DOWN_AFTER = 2  # failed health checks
 
 

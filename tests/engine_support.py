@@ -1,0 +1,113 @@
+"""Helpers for the engine tests and the engines bench: a real Cog server in a subprocess,
+a node with an engine catalog served over real HTTP (engines call back: Cog's webhooks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from test_generation_support import running_node
+
+HERE = Path(__file__).parent
+PREDICTOR = HERE / "engines" / "cog_predictor.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CogServer:
+    """`python -m cog.server.http` with the test predictor; no Docker."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> CogServer:
+        env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": f"{PREDICTOR.name}:Predictor",
+               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
+                                         cwd=PREDICTOR.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health-check", timeout=1).json().get("status") == "READY":
+                    return self
+            except (httpx.HTTPError, ValueError):
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the Cog server did not start; see {self.log_path}")
+
+    def stop(self) -> None:
+        """Kill the server and its worker (its own process group)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+
+def cog_catalog(url: str | list[str], *, concurrency: int = 1, model_id: str = "cog-image",
+                extra: str = "") -> str:
+    urls = [url] if isinstance(url, str) else url
+    return f"""
+[[models]]
+id = "{model_id}"
+capability = "image.generate"
+backend = "cog"
+resolutions = ["1k"]
+concurrency = {concurrency}
+prices = [{{ resolution = "1k", credits = "3.00" }}]
+[models.engine]
+urls = {urls!r}
+{extra}
+[models.engine.bind]
+prompt = "prompt"
+seed = "seed"
+width = "width"
+height = "height"
+""".replace("'", '"')
+
+
+@asynccontextmanager
+async def engine_node(tmp_path: Path, catalog: str, files: dict[str, str] | None = None, **settings):
+    """A test node with this catalog, its app also served on a real loopback port (the
+    engines post back to it); yields the test `Node`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "catalog.toml").write_text(catalog)
+    async with running_node(tmp_path / "node", test_mode=True, catalog_file=str(tmp_path / "catalog.toml"),
+                            **settings) as n:
+        async with trio.open_nursery() as nursery:
+            cfg = Config()
+            cfg.bind = ["127.0.0.1:0"]
+            cfg.accesslog = None
+            urls = await nursery.start(partial(serve, n.app, cfg, shutdown_trigger=trio.sleep_forever))
+            n.parts.settings.base_url = urls[0]
+            try:
+                yield n
+            finally:
+                nursery.cancel_scope.cancel()

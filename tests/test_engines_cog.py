@@ -1,0 +1,137 @@
+"""The Cog engine against a real Cog server (`python -m cog.server.http`, no Docker) with a
+small Pillow predictor (tests/engines/cog_predictor.py): outcome by webhook, cancel, 409 at
+capacity as backpressure, a server killed mid-job, the webhook route's refusals."""
+
+from __future__ import annotations
+
+import hashlib
+
+import httpx
+import pytest
+import trio
+
+from engine_support import CogServer, cog_catalog, engine_node
+from test_generation_support import balance, submit, wait_hold, wait_status
+
+UNAVAILABLE = "Generation failed: the model backend is unavailable. Credits were released."
+INCOMPLETE = "Generation failed: the model backend could not complete the request. Credits were released."
+NO_OUTPUT = "Generation failed: the model returned no output. Credits were released."
+COG = "/v1/generation/models/cog-image"
+
+
+@pytest.fixture(scope="module")
+def cog(tmp_path_factory):
+    server = CogServer(tmp_path_factory.mktemp("cog") / "cog.log").start()
+    yield server
+    server.stop()
+
+
+async def health(url: str) -> str:
+    async with httpx.AsyncClient() as c:
+        return (await c.get(f"{url}/health-check", timeout=5)).json()["status"]
+
+
+async def test_a_job_completes_through_cog_and_is_charged(cog, tmp_path):
+    async with engine_node(tmp_path, cog_catalog(cog.url)) as n:
+        org = await n.create_org()
+        key = org["api_key"]
+        rid = (await submit(n, key, {"prompt": "a red fox in the snow", "seed": 7}, path=COG))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert st["status"] == "completed", st
+        [out] = st["outputs"]
+        assert (out["content_type"], out["width"], out["height"]) == ("image/png", 1024, 1024)
+        r = await n.call("GET", out["url"].removeprefix("http://testserver"), key)
+        assert r.status_code == 302  # to the signed file URL
+        r = await n.call("GET", r.headers["Location"].removeprefix("http://testserver"), None)
+        assert r.status_code == 200
+        body = await r.get_data()
+        # the predictor's picture: its colours come from sha256("7:<prompt>")
+        from io import BytesIO
+
+        from PIL import Image
+        digest = hashlib.sha256(b"7:a red fox in the snow").digest()
+        assert Image.open(BytesIO(body)).convert("RGB").getpixel((0, 0)) == tuple(digest[:3])
+        assert (await wait_hold(n, key, rid, "captured"))["amount"] == "3.00"
+        assert (await balance(n, key))["available"] == "197.00"
+
+
+async def test_predictor_errors_and_empty_outputs_fail_the_job_and_release(cog, tmp_path):
+    async with engine_node(tmp_path, cog_catalog(cog.url)) as n:
+        key = (await n.create_org())["api_key"]
+        failed = (await submit(n, key, {"prompt": "x [fail]"}, path=COG))["request_id"]
+        empty = (await submit(n, key, {"prompt": "x [empty]"}, path=COG))["request_id"]
+        assert ((await wait_status(n, key, failed))["error"]) == INCOMPLETE
+        assert ((await wait_status(n, key, empty))["error"]) == NO_OUTPUT
+        for rid in (failed, empty):
+            await wait_hold(n, key, rid, "released")
+        assert (await balance(n, key))["available"] == "200.00"
+
+
+async def test_cancel_while_running_cancels_the_prediction(cog, tmp_path):
+    async with engine_node(tmp_path, cog_catalog(cog.url)) as n:
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, {"prompt": "long [slow:30]"}, path=COG))["request_id"]
+        await wait_status(n, key, rid, wanted=("rendering",))
+        with trio.fail_after(10):
+            while await health(cog.url) != "BUSY":
+                await trio.sleep(0.05)
+        r = await n.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
+        assert r.status_code == 200 and (await r.get_json())["status"] == "canceled"
+        await wait_hold(n, key, rid, "released")
+        with trio.fail_after(15):  # the predictor was stopped, not left to run its 30 s
+            while await health(cog.url) != "READY":
+                await trio.sleep(0.1)
+
+
+async def test_at_capacity_is_backpressure_not_failure(cog, tmp_path):
+    async with engine_node(tmp_path, cog_catalog(cog.url)) as n:
+        key = (await n.create_org())["api_key"]
+        async with httpx.AsyncClient() as c:  # someone else holds the server's one slot
+            r = await c.put(f"{cog.url}/predictions/outsider", json={"input": {"prompt": "[slow:2]"}},
+                            headers={"Prefer": "respond-async"})
+            assert r.status_code == 202
+            busy = await c.put(f"{cog.url}/predictions/probe", json={"input": {"prompt": "x"}},
+                               headers={"Prefer": "respond-async"})
+            assert busy.status_code == 409  # what our job meets first
+        rid = (await submit(n, key, {"prompt": "after the outsider"}, path=COG))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("completed", None)
+
+
+async def test_a_server_killed_mid_job_fails_it_and_the_model_turns_unavailable(tmp_path):
+    server = CogServer(tmp_path / "cog.log").start()
+    try:
+        async with engine_node(tmp_path, cog_catalog(server.url)) as n:
+            key = (await n.create_org())["api_key"]
+            rid = (await submit(n, key, {"prompt": "doomed [slow:60]"}, path=COG))["request_id"]
+            await wait_status(n, key, rid, wanted=("rendering",))
+            server.stop()
+            st = await wait_status(n, key, rid, timeout=30)
+            assert (st["status"], st["error"]) == ("failed", UNAVAILABLE)
+            await wait_hold(n, key, rid, "released")
+            assert (await balance(n, key))["available"] == "200.00"
+            # its only server is known down: submits now answer 503 and create nothing
+            r = await n.call("POST", COG, key, json={"prompt": "x"})
+            assert r.status_code == 503
+            e = (await r.get_json())["error"]
+            assert (e["code"], e["message"]) == ("request.service_unavailable",
+                                                 "Model cog-image is not available on this deployment.")
+            models = (await (await n.call("GET", "/v1/generation/models", key)).get_json())["data"]
+            assert [(m["id"], m["available"]) for m in models] == [("cog-image", False)]
+    finally:
+        server.stop()
+
+
+async def test_the_engine_webhook_route_refuses_a_wrong_token_and_a_bad_body(cog, tmp_path):
+    async with engine_node(tmp_path, cog_catalog(cog.url)) as n:
+        ctx = n.parts.engines.context
+        good = ctx.hook_url("job-1").removeprefix(n.parts.settings.base_url)
+        r = await n.call("POST", good[:-1] + ("0" if good[-1] != "0" else "1"), None, json={"status": "succeeded"})
+        assert r.status_code == 404
+        r = await n.call("POST", good, None, data=b"not json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 400
+        assert (await r.get_json())["error"]["message"] == "Body must be a JSON object."
+        r = await n.call("POST", good, None, json=["a list"])
+        assert r.status_code == 400
+        r = await n.call("POST", good, None, json={"status": "succeeded"})  # nobody waits: accepted, dropped
+        assert (r.status_code, await r.get_json()) == (200, {"received": True})
