@@ -25,7 +25,8 @@ def _serve(args) -> int:
     try:  # a bad catalog stops the start with its own lines, before anything is opened
         check_catalog(load_catalog(settings.catalog_file))
     except CatalogError as e:
-        print(f"genservice: {e}", file=sys.stderr)
+        for line in str(e).splitlines():
+            print(f"genservice: {line}", file=sys.stderr)
         return 2
 
     async def run():

@@ -157,7 +157,7 @@ def _load_graph(where: str, path: Path) -> dict[str, Any]:
         for n in graph.values()
     ):
         raise EngineConfigError(f"{where}: engine.workflow: {path} is not an API-format workflow "
-                                "({{node id: {{class_type, inputs}}}}; export it with \"Save (API)\")")
+                                "({node id: {class_type, inputs}}; export it with \"Save (API)\")")
     return graph
 
 
