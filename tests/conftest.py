@@ -95,6 +95,16 @@ async def node(nursery, tmp_path) -> Node:
 
 
 @pytest.fixture(scope="session")
+def cog(tmp_path_factory):
+    """A real Cog server with the test predictor (tests/engines/cog_predictor.py), once per run."""
+    from engine_support import CogServer
+
+    server = CogServer(tmp_path_factory.mktemp("cog") / "cog.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def oidc_issuer():
     """A real OpenID Connect provider (PyPI oidc-provider-mock) in a subprocess, once per
     test session: its import warns, so it never runs inside pytest. Yields its issuer URL."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 
 import httpx
-import pytest
 import trio
 
 from engine_support import CogServer, cog_catalog, engine_node
@@ -18,12 +17,6 @@ INCOMPLETE = "Generation failed: the model backend could not complete the reques
 NO_OUTPUT = "Generation failed: the model returned no output. Credits were released."
 COG = "/v1/generation/models/cog-image"
 
-
-@pytest.fixture(scope="module")
-def cog(tmp_path_factory):
-    server = CogServer(tmp_path_factory.mktemp("cog") / "cog.log").start()
-    yield server
-    server.stop()
 
 
 async def health(url: str) -> str:
