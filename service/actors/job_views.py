@@ -6,6 +6,8 @@ webhook's body is exactly what the status endpoint returns. Nulls are kept, neve
 
 from __future__ import annotations
 
+import json
+
 from service.money import fmt
 
 FINAL = ("completed", "failed", "nsfw", "canceled")
@@ -48,7 +50,7 @@ def status_object(job: dict, outputs: list[dict], base_url: str) -> dict:
     shown = [asset_output(a, base_url) for a in outputs]
     images = [o for a, o in zip(outputs, shown) if a["kind"] == "image"]
     video = next((o for a, o in zip(outputs, shown) if a["kind"] == "video"), None)
-    return {
+    status = {
         "status": job["status"],
         "request_id": job["id"],
         "status_url": status_url,
@@ -65,6 +67,9 @@ def status_object(job: dict, outputs: list[dict], base_url: str) -> dict:
         "created_at": job["created_at"],
         "finished_at": job["finished_at"],
     }
+    if job.get("usage"):  # only jobs whose engine reported it (text.llm on an OpenAI-compatible server)
+        status["usage"] = json.loads(job["usage"])
+    return status
 
 
 def submit_response(job: dict, base_url: str) -> dict:

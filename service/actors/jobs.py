@@ -456,7 +456,7 @@ class JobActor(Actor):
                 log.exception("job %s: storing outputs failed", self.job_id)
                 await self._finish("fail", error=MSG_INTERNAL)
                 return
-            await self._finish("finish", outputs=msg.hashed)
+            await self._finish("finish", outputs=msg.hashed, usage=outcome.usage)
         elif isinstance(outcome, Failed):
             await self._finish("fail", error=outcome.message)
         elif isinstance(outcome, Flagged):
@@ -470,7 +470,8 @@ class JobActor(Actor):
             self.gen.files.place(output.path, sha)
 
     # final states ---------------------------------------------------------------------------
-    async def _finish(self, event: str, *, error: str | None = None, outputs: list = ()) -> None:
+    async def _finish(self, event: str, *, error: str | None = None, outputs: list = (),
+                      usage: dict | None = None) -> None:
         gen, job = self.gen, self.job
         assert job is not None
         old = job["status"]
@@ -479,6 +480,8 @@ class JobActor(Actor):
         fields: dict = {"status": new, "finished_at": now}
         if event == "finish":
             fields["actual_uc"] = job["price_uc"]
+            if usage:
+                fields["usage"] = json.dumps(usage, separators=(",", ":"))
         if error is not None:
             fields["error"] = error
         final = {**job, **fields}

@@ -62,6 +62,7 @@ class Output:
 @dataclass(frozen=True)
 class Completed:
     outputs: list[Output] = field(default_factory=list)
+    usage: dict = field(default_factory=dict)  # an engine's report of what it used (token counts)
 
 
 @dataclass(frozen=True)

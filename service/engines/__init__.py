@@ -30,9 +30,9 @@ from service.backends.base import (
     RenderRequest,
 )
 from service.catalog.catalog import Catalog, Model
-from service.catalog.engines import CogEngine, ComfyEngine
+from service.catalog.engines import CogEngine, ComfyEngine, OpenAIEngine
 
-from . import cog, comfyui
+from . import cog, comfyui, openai
 from .common import EngineError, Incomplete, NoOutput, Unreachable, Upstream
 from .context import HOOK_PATH, Context, Progress
 from .pool import Pool
@@ -50,9 +50,10 @@ class Engines:
         self.http = httpx.AsyncClient(follow_redirects=False, timeout=30.0,
                                       limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         self.context = Context(self.http, base_url, hook_secret, progress)
+        # servers the operator runs have a pool (health-checked); hosted APIs do not
         self.pools: dict[str, Pool] = {
-            m.id: Pool(m.id, list(m.engine.urls), m.concurrency)
-            for m in catalog.models if isinstance(m.engine, (ComfyEngine, CogEngine))
+            m.id: Pool(m.id, _urls(m.engine), m.concurrency)
+            for m in catalog.models if isinstance(m.engine, (ComfyEngine, CogEngine, OpenAIEngine))
         }
         self._catalog = catalog
 
@@ -68,10 +69,15 @@ class Engines:
         """Health checks of every pool, for as long as the node runs."""
         async with trio.open_nursery() as n:
             for model_id, pool in self.pools.items():
-                engine = self._catalog.model(model_id).engine
-                check = comfyui.healthy if isinstance(engine, ComfyEngine) else cog.healthy
-                await n.start(pool.watch, lambda url, check=check: check(self.http, url))
+                await n.start(pool.watch, self._health_check(self._catalog.model(model_id).engine))
             task_status.started()
+
+    def _health_check(self, engine):
+        if isinstance(engine, ComfyEngine):
+            return lambda url: comfyui.healthy(self.http, url)
+        if isinstance(engine, CogEngine):
+            return lambda url: cog.healthy(self.http, url)
+        return lambda url: openai.healthy(self.http, url, engine)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -82,18 +88,21 @@ class Engines:
             pool = self.pools.get(model.id)
             if pool is None:
                 raise Unreachable(f"{model.backend} engines are not driven by this version")
+            usage: dict = {}
             async with pool.acquire() as server:
                 try:
                     if isinstance(engine, ComfyEngine):
                         outputs = await comfyui.render(self.context, req, engine, server.url)
-                    else:
-                        assert isinstance(engine, CogEngine)
+                    elif isinstance(engine, CogEngine):
                         outputs = await cog.render(self.context, req, engine, server.url,
                                                    single_slot=model.concurrency == 1)
+                    else:
+                        assert isinstance(engine, OpenAIEngine)
+                        outputs, usage = await openai.render(self.http, req, engine, server.url)
                 except (httpx.TransportError, Unreachable):
                     pool.mark(server, down=True)
                     raise
-            return Completed(outputs)
+            return Completed(outputs, usage.get("usage", {}))
         except Upstream as e:
             return _failed(req, e, MSG_UPSTREAM.format(status=e.status))
         except (Unreachable, httpx.TransportError) as e:
@@ -108,6 +117,10 @@ class Engines:
         except Exception as e:  # noqa: BLE001 - reported as failure 5
             log.exception("job %s: engine %s crashed", req.job_id, model.backend)
             return _failed(req, e, MSG_INTERNAL)
+
+
+def _urls(engine) -> list[str]:
+    return [engine.url.rstrip("/")] if isinstance(engine, OpenAIEngine) else list(engine.urls)
 
 
 def _failed(req: RenderRequest, error: Exception, message: str) -> Failed:

@@ -187,7 +187,11 @@ SCHEMAS: dict[str, dict] = {
     "Asset": obj({**ASSET_OUTPUT, "kind": STR, "project_id": UUID, "job_id": nullable(UUID), "source": STR,
                   "size_bytes": INT, "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                   "created_at": TS}),
-    "JobStatus": obj(JOB_STATUS),
+    # `progress` is sent only while an engine reports it (rendering jobs of engine models);
+    # `usage` only when the engine reported it (a text.llm job's token counts)
+    "JobStatus": obj({**JOB_STATUS, "progress": obj({"value": {"type": "number"}, "max": {"type": "number"},
+                                                     "step": nullable(STR)}),
+                      "usage": {"type": "object", "additionalProperties": INT}}, required=list(JOB_STATUS)),
     "SubmitAccepted": obj({"status": {"const": "queued"}, "request_id": UUID, "status_url": STR,
                            "cancel_url": STR, "credits_estimate": CREDITS}),
     "Estimate": obj({"capability": STR, "model": STR, "resolution": nullable(STR),

@@ -98,3 +98,10 @@ def m001_generation(db: Database) -> None:
         );
         """
     )
+
+
+@migrations()
+def m002_job_usage(db: Database) -> None:
+    """`usage`: what an engine reported it used for a completed job (JSON; token counts of
+    an OpenAI-compatible chat), shown on the job's status."""
+    db.execute("ALTER TABLE jobs ADD COLUMN usage TEXT")

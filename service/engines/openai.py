@@ -1,0 +1,109 @@
+"""OpenAI-compatible servers (llama.cpp, llama-cpp-python, vLLM, Ollama, LocalAI, ...).
+
+- `text.llm`: `POST {url}/chat/completions` with the prompt as the one user message,
+  the job's seed, `stream: true` and `stream_options.include_usage`. The reply is
+  read as it streams, so cancelling a job closes a stream the server is writing to:
+  servers that generate token by token stop at their next write (a non-streaming
+  request would run to `max_tokens` after the client left). The reply becomes one
+  `text/plain; charset=utf-8` asset; `usage` (token counts) is kept on the job.
+- `image.generate`: `POST {url}/images/generations` (`b64_json` asked; a `url`
+  answer is fetched); `image.edit`: multipart `POST {url}/images/edits` with the
+  input image.
+- `Authorization: Bearer <token>` only when `token_env` is set; the token is read
+  from the environment for each call and never logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+
+import httpx
+import trio
+
+from service.backends.base import Output, RenderRequest
+from service.catalog.engines import OpenAIEngine
+
+from .common import Incomplete, NoOutput, Upstream, check, dimensions, store_output, store_text
+
+log = logging.getLogger(__name__)
+
+
+async def healthy(http: httpx.AsyncClient, url: str, cfg: OpenAIEngine) -> bool:
+    resp = await http.get(f"{url}/models", headers=_auth(cfg), timeout=5.0)
+    return resp.status_code == 200
+
+
+async def render(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, url: str) -> tuple[list[Output], dict]:
+    """The outputs and what to keep on the job (`usage` for a chat)."""
+    if req.capability == "text.llm":
+        return await _chat(http, req, cfg, url)
+    if req.capability == "image.generate":
+        body = {"model": cfg.model, "prompt": req.prompt, "n": 1, "response_format": "b64_json",
+                "size": "{}x{}".format(*dimensions(req.resolution, req.aspect_ratio))}
+        resp = await http.post(f"{url}/images/generations", json=body, headers=_auth(cfg), timeout=cfg.timeout_s)
+    elif req.capability == "image.edit":
+        image = req.inputs["image"][0]
+        data = await trio.to_thread.run_sync(image.path.read_bytes)
+        resp = await http.post(f"{url}/images/edits", headers=_auth(cfg), timeout=cfg.timeout_s,
+                               files={"image": (f"image{image.path.suffix or '.png'}", data, image.content_type)},
+                               data={"model": cfg.model, "prompt": req.prompt, "n": "1", "response_format": "b64_json"})
+    else:
+        raise Incomplete(f"an OpenAI-compatible server does not serve {req.capability}")
+    return await _images(http, req, cfg, check(resp).json()), {}
+
+
+async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, url: str) -> tuple[list[Output], dict]:
+    body = {"model": cfg.model, "messages": [{"role": "user", "content": req.prompt}], "seed": req.seed,
+            "stream": True, "stream_options": {"include_usage": True}}
+    parts: list[str] = []
+    usage: dict = {}
+    finish = None
+    async with http.stream("POST", f"{url}/chat/completions", json=body, headers=_auth(cfg),
+                           timeout=cfg.timeout_s) as resp:
+        if resp.status_code >= 400:
+            await resp.aread()
+            raise Upstream(resp.status_code, resp.text)
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            chunk = json.loads(payload)
+            if chunk.get("error"):
+                raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
+            for choice in chunk.get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+                finish = choice.get("finish_reason") or finish
+            if chunk.get("usage"):
+                usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                         if isinstance(chunk["usage"].get(k), int)}
+    text = "".join(parts)
+    if not text:
+        raise NoOutput(f"the chat ended ({finish}) with no text")
+    return [await store_text(req, 0, text)], ({"usage": usage} if usage else {})
+
+
+async def _images(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, answer: dict) -> list[Output]:
+    outputs: list[Output] = []
+    for item in answer.get("data") or []:
+        if item.get("b64_json"):
+            data = base64.b64decode(item["b64_json"])
+        elif item.get("url"):
+            data = check(await http.get(item["url"], timeout=cfg.timeout_s)).content
+        else:
+            continue
+        out = await store_output(req, len(outputs), data)
+        if out is not None:
+            outputs.append(out)
+    if not outputs:
+        raise NoOutput("the server returned no image")
+    return outputs
+
+
+def _auth(cfg: OpenAIEngine) -> dict:
+    token = os.environ.get(cfg.token_env) if cfg.token_env else None
+    return {"Authorization": f"Bearer {token}"} if token else {}
