@@ -66,11 +66,16 @@ class Engines:
         return pool is None or not pool.all_down
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Health checks of every pool, for as long as the node runs."""
-        async with trio.open_nursery() as n:
-            for model_id, pool in self.pools.items():
-                await n.start(pool.watch, self._health_check(self._catalog.model(model_id).engine))
-            task_status.started()
+        """Health checks of every pool, for as long as the node runs; the HTTP client is
+        closed when the node's tasks end (after the render tasks were cancelled)."""
+        try:
+            async with trio.open_nursery() as n:
+                for model_id, pool in self.pools.items():
+                    await n.start(pool.watch, self._health_check(self._catalog.model(model_id).engine))
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.http.aclose()
 
     def _health_check(self, engine):
         if isinstance(engine, ComfyEngine):
@@ -80,7 +85,8 @@ class Engines:
         return lambda url: openai.healthy(self.http, url, engine)
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        """The node is stopping: jobs running on engines are left to finish there."""
+        self.context.stopping = True
 
     async def render(self, req: RenderRequest, model: Model) -> Completed | Failed:
         engine = model.engine

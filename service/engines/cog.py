@@ -24,7 +24,7 @@ import trio
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import CogEngine
 
-from .common import Incomplete, NoOutput, Unreachable, check, data_url, decode_data_url, field_values, store_output, store_text
+from .common import is_cancel, Incomplete, NoOutput, Unreachable, check, data_url, decode_data_url, field_values, store_output, store_text
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,9 @@ async def render(ctx: Context, req: RenderRequest, cfg: CogEngine, url: str, sin
         final = first if first.get("status") in ("succeeded", "failed", "canceled") else \
             await _wait(ctx.http, url, hooks, cfg, single_slot)
         return await _outcome(ctx.http, req, final, cfg)
-    except trio.Cancelled:
+    except BaseException as e:
+        if not is_cancel(e) or ctx.stopping:  # a shutdown leaves the job running: the restarted node follows it
+            raise
         with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
             try:
                 await ctx.http.post(f"{url}/predictions/{req.job_id}/cancel", timeout=CANCEL_S)

@@ -32,7 +32,7 @@ from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import ComfyEngine
 
-from .common import Incomplete, NoOutput, check, field_values, store_output, store_text
+from .common import is_cancel, Incomplete, NoOutput, check, first_error, field_values, store_output, store_text
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,9 @@ async def render(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str) -
             graph = await _bound_graph(http, url, req, cfg)
         await _follow(ctx, req, cfg, url, client_id, submit=graph)
         return await _outputs(http, url, req, cfg)
-    except trio.Cancelled:
+    except BaseException as e:
+        if not is_cancel(e) or ctx.stopping:  # a shutdown leaves the job running: the restarted node follows it
+            raise
         with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
             await _cancel(http, url, prompt_id)
         raise
@@ -93,6 +95,17 @@ async def _follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, 
     done = trio.Event()
     parts = urlsplit(url)
     ws_url = f"{'wss' if parts.scheme == 'https' else 'ws'}://{parts.netloc}{parts.path}/ws?clientId={client_id}"
+    try:
+        await _run_follow(ctx, req, cfg, url, client_id, submit, ws_url, done)
+    except BaseExceptionGroup as group:
+        error = first_error(group)
+        if error is group:
+            raise
+        raise error from None
+
+
+async def _run_follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, client_id: str,
+                      submit: dict | None, ws_url: str, done: trio.Event) -> None:
     async with trio.open_nursery() as n:
         connected = trio.Event()
         n.start_soon(_listen, ctx, req, ws_url, done, connected)

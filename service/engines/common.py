@@ -48,6 +48,27 @@ class NoOutput(EngineError):
     """The engine finished without a file this node can store."""
 
 
+def first_error(group: BaseExceptionGroup) -> BaseException:
+    """The error a task group ended with, unwrapped: a client's tasks (a websocket reader, a
+    poller) fail one at a time, and callers map single errors."""
+    leaves = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
+    return leaves[0] if leaves else group
+
+
+def is_cancel(e: BaseException) -> bool:
+    """trio.Cancelled, alone or as every leaf of a task group's error."""
+    leaves = list(_leaves(e))
+    return bool(leaves) and all(isinstance(x, trio.Cancelled) for x in leaves)
+
+
+def _leaves(e: BaseException):
+    if isinstance(e, BaseExceptionGroup):
+        for inner in e.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield e
+
+
 def check(resp: httpx.Response) -> httpx.Response:
     """The response, or Upstream for an HTTP error status."""
     if resp.status_code >= 400:

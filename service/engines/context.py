@@ -28,6 +28,9 @@ class Context:
         self._base_url = base_url
         self._secret = secret
         self.progress = progress
+        # set when the node shuts down: engine jobs are then left running (not cancelled),
+        # and the restarted node follows them again by their ids
+        self.stopping = False
         self._hooks: dict[str, trio.MemorySendChannel] = {}
 
     def token(self, job_id: str) -> str:
