@@ -28,11 +28,6 @@ FAILURES = [
 ]
 
 
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
-
-
 async def cancel(node, key, rid):
     r = await node.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
     assert r.status_code == 200, await r.get_data(as_text=True)
@@ -136,7 +131,8 @@ async def test_restart_recovery_completes_queued_and_rendering_jobs(tmp_path):
     async with running_node(tmp_path, test_mode=True) as n1:
         org = await n1.create_org()
         key = org["api_key"]
-        rids = [(await submit(n1, key, {"prompt": f"r{i} [[delay:0.5]]"}))["request_id"] for i in range(3)]
+        # 2 s renders: long enough to see two rendering and one queued on a busy machine
+        rids = [(await submit(n1, key, {"prompt": f"r{i} [[delay:2]]"}))["request_id"] for i in range(3)]
         for rid in rids[:2]:
             await wait_status(n1, key, rid, wanted=("rendering",))
         assert (await status(n1, key, rids[2]))["status"] == "queued"
