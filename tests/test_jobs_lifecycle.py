@@ -11,7 +11,7 @@ import trio
 
 from service.actors.jobs import Generation, RenderHandle
 from service.backends import run as backends_run
-from service.errors import NotFound
+from service.errors import ActorGone, NotFound
 from service.storage import generation as gsql
 from test_generation_support import (
     VIDEO, balance, hold_of, holds, job_row, running_node, status, submit, upload_ok, wait_hold, wait_status,
@@ -258,7 +258,7 @@ async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch)
         return real(self, notify)
 
     monkeypatch.setattr(jobs_mod.JobActor, "_watch", crash)
-    with pytest.raises(Exception):
+    with pytest.raises(ActorGone):  # the crashed actor answers its caller ActorGone
         await gen.watch(rid, lambda st: None)
     await trio.sleep(0.01)
     assert gen.jobs.renders.get(rid) is handle
