@@ -216,7 +216,9 @@ def create_app(peer) -> QuartTrio:
             stem, suffix = os.path.splitext(name)
             i = 1
             while os.path.exists(path):
-                if open(path, "rb").read() == data:
+                with open(path, "rb") as f:
+                    same = f.read() == data
+                if same:
                     return answer({"name": name, "subfolder": sub, "type": kind})
                 name = f"{stem} ({i}){suffix}"
                 path = os.path.join(target, name)

@@ -95,29 +95,35 @@ class Target:
     def id(self, name: str) -> str:
         return f"{self.tag}-{name}"
 
+    def require_restart(self) -> None:
+        """Skip (call it before any nursery opens) when this target cannot be restarted."""
+        if self.peer is None and self.process is None:
+            pytest.skip(f"a restart of a real ComfyUI needs {CMD_ENV} (the command that starts it)")
+
     async def restart(self) -> None:
         """A restart as ComfyUI has one: the queue, the history and the cache are gone."""
         if self.peer is not None:
             self.peer.restart()
             return
-        if self.process is None:
-            pytest.skip(f"a restart of a real ComfyUI needs {CMD_ENV} (the command that starts it)")
+        self.require_restart()
         await trio.to_thread.run_sync(self.process.stop)
         await trio.to_thread.run_sync(self.process.start)
 
     def slow_node(self, image: list, seconds: float, salt: str) -> dict:
-        """Nodes that take about `seconds` between node boundaries, ending in node "slow".
+        """Nodes that take about `seconds` in all, ending in node "slow".
 
-        The peer has its `PeerSleep` node; a real ComfyUI gets a chain of 2048x2048 Lanczos
-        scales (about 3 s a node on 2 cores), each distinct so none comes from the cache.
+        The peer has its `PeerSleep` node (progress every 50 ms); a real ComfyUI gets a
+        chain of Lanczos scales to about 4096x4096 (0.8 s a node on 2 cores, measured),
+        each size distinct so that none comes from the cache, with no progress inside.
         """
         if self.peer is not None:
             return {"slow": {"class_type": "PeerSleep", "inputs": {"image": image, "seconds": seconds}}}
         nodes, src = {}, image
-        count = max(2, int(seconds / 3) + 1)
+        count = max(3, int(seconds / 0.8))
+        base = 4096 + sum(salt.encode()) % 64
         for i in range(count):
             nid = "slow" if i == count - 1 else f"slow{i}"
-            size = 2048 + (i % 2) * 8 + len(salt) % 5
+            size = base + (i % 2) * 8
             nodes[nid] = {"class_type": "ImageScale", "inputs": {"image": src, "upscale_method": "lanczos",
                                                                  "width": size, "height": size, "crop": "disabled"}}
             src = [nid, 0]
