@@ -4,6 +4,7 @@ against the in-repo peer, or against a real ComfyUI when GENSERVICE_COMFYUI_URL 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -59,9 +60,12 @@ async def test_every_route_is_also_under_api_and_answers_like_aiohttp(comfy):
         await wait_history(c, comfy.id("api"))
         r = await c.post("/api/queue", json={})
         assert (r.status_code, r.content, r.headers.get("content-type")) == (200, b"", None)
-        for method, path in (("GET", "/nope"), ("GET", "/interrupt"), ("DELETE", "/queue")):
+        for method, path in (("GET", "/nope"), ("GET", "/interrupt")):  # any GET falls to the web root
             r = await c.request(method, path)
             assert (r.status_code, r.content) == (404, b""), (method, path)
+        for method, path in (("DELETE", "/queue"), ("POST", "/nope")):
+            r = await c.request(method, path)
+            assert (r.status_code, r.text) == (405, "405: Method Not Allowed"), (method, path)
         info = (await c.get("/object_info/ImageScale")).json()["ImageScale"]
         assert info["input"]["required"]["width"] == ["INT", {"default": 512, "min": 0, "max": 16384, "step": 1}]
         assert (info["output"], info["output_node"], info["display_name"]) == (["IMAGE"], False, "Upscale Image")
@@ -245,7 +249,9 @@ async def test_outputs_subfolders_previews_and_view(comfy):
         r = await c.get("/view", params=entry["outputs"]["2"]["images"][0])
         assert r.headers["content-disposition"] == 'filename="x_00001_.png"'
         image = Image.open(io.BytesIO(r.content))
-        assert (image.size, image.mode, json.loads(image.info["prompt"])) == ((20, 10), "RGB", entry["prompt"][2])
+        written = json.loads(image.info["prompt"])  # the prompt, LoadImage with its file's hash
+        assert written["1"].pop("is_changed") == [hashlib.sha256(png()).hexdigest()]
+        assert (image.size, image.mode, written) == ((20, 10), "RGB", entry["prompt"][2])
         r = await c.get("/view", params={**preview, "preview": "webp;50"})
         assert (r.status_code, r.headers["content-type"]) == (200, "image/webp")
         r = await c.get("/view", params={**preview, "preview": "jpeg;80"})

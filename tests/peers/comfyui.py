@@ -347,9 +347,7 @@ class Execution:
         parts = {k: (self.signature(str(v[0])) + f":{v[1]}" if isinstance(v, list) else v)
                  for k, v in sorted(node["inputs"].items())}
         if node["class_type"] == "LoadImage":  # ComfyUI's IS_CHANGED: the file's hash
-            name, kind = nodes.annotated(str(node["inputs"].get("image")))
-            path = self.peer.folders[kind or "input"] / name
-            parts["#file"] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+            parts["#file"] = nodes.file_hash(self.peer.root, str(node["inputs"].get("image")))
         return hashlib.sha256(json.dumps([node["class_type"], parts], sort_keys=True, default=str).encode()).hexdigest()
 
 

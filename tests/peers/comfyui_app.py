@@ -75,7 +75,11 @@ def create_app(peer) -> QuartTrio:
     @app.errorhandler(404)
     @app.errorhandler(405)
     async def not_found(_e):
-        return empty(404, "application/octet-stream")
+        """ComfyUI serves its web root for any GET: an unknown GET is a bare 404, any other
+        method on a path without it a 405."""
+        if request.method in ("GET", "HEAD"):
+            return empty(404, "application/octet-stream")
+        return Response("405: Method Not Allowed", status=405, content_type="text/plain; charset=utf-8")
 
     @app.errorhandler(500)
     async def trouble(_e):

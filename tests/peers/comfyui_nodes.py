@@ -21,6 +21,7 @@ The node implementations use Pillow; only what a client can observe is reproduce
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import string
@@ -283,11 +284,28 @@ def save_images(images: list, folder: Path, prefix: str, kind: str, prompt: dict
         name = f"{base}_{counter:05}_.png"
         meta = PngImagePlugin.PngInfo()
         if prompt is not None:
-            meta.add_text("prompt", json.dumps(prompt))
+            meta.add_text("prompt", json.dumps(prompt_with_hashes(prompt, folder.parent)))
         image.save(target / name, pnginfo=meta, compress_level=compress_level)
         files.append({"filename": name, "subfolder": sub, "type": kind})
         counter += 1
     return {"images": files}
+
+
+def file_hash(folders_root: Path, name: str) -> str:
+    name, kind = annotated(name)
+    path = folders_root / (kind or "input") / name
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def prompt_with_hashes(prompt: dict, root: Path) -> dict:
+    """The prompt as ComfyUI writes it into a PNG: LoadImage nodes carry `is_changed`."""
+    out = {}
+    for nid, node in prompt.items():
+        node = dict(node)
+        if node["class_type"] == "LoadImage":
+            node["is_changed"] = [file_hash(root, str(node["inputs"]["image"]))]
+        out[nid] = node
+    return out
 
 
 def preview_prefix() -> str:
