@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from peers.comfyui_target import comfy, comfy_process  # noqa: F401 - fixtures
+from peers.comfyui_target import comfy, comfy_process, restartable  # noqa: F401 - fixtures
 from peers.comfyui_target import events_until_done, graph, wait_history
 
 
@@ -169,8 +169,7 @@ async def test_history_is_empty_while_running_interrupt_lands_at_the_next_step_a
         assert (await c.get(f"/history/{wait}")).json() == {}  # deleted from the queue: no trace at all
 
 
-async def test_a_restart_loses_queue_and_history(comfy):
-    comfy.require_restart()
+async def test_a_restart_loses_queue_and_history(comfy, restartable):
     pid = comfy.id("x")
     async with httpx.AsyncClient(base_url=comfy.url) as c:
         await c.post("/prompt", json={"prompt": graph(comfy, "restart"), "prompt_id": pid})

@@ -54,7 +54,7 @@ class RealProcess:
     def start(self) -> None:
         if _answers(self.url):
             raise RuntimeError(f"{self.url} already answers: stop it, or unset {CMD_ENV} to use it as it is")
-        self.proc = subprocess.Popen(["/bin/sh", "-c", f"exec {self.command}"], start_new_session=True,
+        self.proc = subprocess.Popen(["/bin/sh", "-c", self.command], start_new_session=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_S
         while not _answers(self.url):
@@ -95,17 +95,13 @@ class Target:
     def id(self, name: str) -> str:
         return f"{self.tag}-{name}"
 
-    def require_restart(self) -> None:
-        """Skip (call it before any nursery opens) when this target cannot be restarted."""
-        if self.peer is None and self.process is None:
-            pytest.skip(f"a restart of a real ComfyUI needs {CMD_ENV} (the command that starts it)")
-
     async def restart(self) -> None:
         """A restart as ComfyUI has one: the queue, the history and the cache are gone."""
         if self.peer is not None:
             self.peer.restart()
             return
-        self.require_restart()
+        if self.process is None:
+            raise RuntimeError(f"a restart of a real ComfyUI needs {CMD_ENV}: ask for the `restartable` fixture")
         await trio.to_thread.run_sync(self.process.stop)
         await trio.to_thread.run_sync(self.process.start)
 
@@ -143,6 +139,13 @@ def comfy_process():
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def restartable(comfy_process) -> None:
+    """For tests that restart the server: skipped on a real one this run did not start."""
+    if real_url() is not None and comfy_process is None:
+        pytest.skip(f"a restart of a real ComfyUI needs {CMD_ENV} (the command that starts it)")
 
 
 @asynccontextmanager
