@@ -126,19 +126,32 @@ class Target:
         return nodes
 
 
+_shared: dict = {"process": None, "users": 0}
+
+
 @pytest.fixture(scope="session")
 def comfy_process():
-    """The real ComfyUI this run started and owns (None for the peer or a server given as is)."""
+    """The real ComfyUI this run started and owns (None for the peer or a server given as is).
+
+    Each test module that imports this fixture gets its own session fixture, so the
+    process is shared between them and stopped when the last one is done.
+    """
     url, command = real_url(), os.environ.get(CMD_ENV)
     if url is None or not command:
         yield None
         return
-    process = RealProcess(url, command)
-    process.start()
+    if _shared["process"] is None:
+        process = RealProcess(url, command)
+        process.start()
+        _shared["process"] = process
+    _shared["users"] += 1
     try:
-        yield process
+        yield _shared["process"]
     finally:
-        process.stop()
+        _shared["users"] -= 1
+        if _shared["users"] == 0:
+            _shared["process"].stop()
+            _shared["process"] = None
 
 
 @pytest.fixture
