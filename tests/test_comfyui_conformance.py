@@ -362,3 +362,38 @@ async def test_feature_flags_are_answered_only_as_the_first_message(comfy):
             "supports_preview_metadata": True, "max_upload_size": 104857600}}
         await ws.send_message(json.dumps({"type": "feature_flags", "data": {}}))
         assert await drain(ws, 0.3) == []
+
+
+async def test_queue_order_deletes_and_their_statuses_and_an_empty_id_interrupt(comfy):
+    """Pending prompts are a heap on (number, prompt_id): `front` goes first. Each deleted
+    item is one `status`, the last one two (ComfyUI wipes the queue, then reports); a
+    delete that matches nothing says nothing. An empty prompt id interrupts globally."""
+    g = {**graph(comfy, "q"), **comfy.slow_node(["3", 0], 8, comfy.tag + "q")}
+    g["4"]["inputs"]["images"] = ["slow", 0]
+    run = comfy.id("run")
+    async with httpx.AsyncClient(base_url=comfy.url) as c, open_websocket_url(comfy.ws_url(comfy.tag)) as ws:
+        await ws.get_message()
+        await c.post("/prompt", json={"prompt": g, "client_id": comfy.tag, "prompt_id": run})
+        with trio.fail_after(30):
+            while True:
+                m = json.loads(await ws.get_message())
+                if m["type"] == "executing" and m["data"]["node"].startswith("slow"):
+                    break
+        for name, extra in (("b", {}), ("c", {}), ("d", {"front": True})):
+            await c.post("/prompt", json={"prompt": graph(comfy, name), "prompt_id": comfy.id(name), **extra})
+        pending = [i[1] for i in (await c.get("/queue")).json()["queue_pending"]]
+        assert pending[0] == comfy.id("d") and sorted(pending) == sorted(comfy.id(n) for n in "bcd")
+
+        async def statuses_after(body: dict) -> list[int]:
+            await drain(ws, 0.05)
+            await c.post("/queue", json=body)
+            return [m["data"]["status"]["exec_info"]["queue_remaining"] for m in await drain(ws, 0.4)
+                    if m["type"] == "status"]
+
+        assert await statuses_after({"delete": [comfy.id("c")]}) == [3]
+        assert await statuses_after({"delete": [comfy.id("nothing")]}) == []
+        assert await statuses_after({"delete": [comfy.id("b")]}) == [2]
+        assert await statuses_after({"delete": [comfy.id("d")]}) == [1, 1]
+        await c.post("/interrupt", json={"prompt_id": ""})
+        seen = await events_until_done(ws, run)
+        assert [k for k, _ in seen][-3:] == ["execution_interrupted", "status", "executing"]
