@@ -9,6 +9,7 @@ import io
 import json
 import re
 
+import av
 import httpx
 import trio
 from PIL import Image
@@ -397,3 +398,37 @@ async def test_queue_order_deletes_and_their_statuses_and_an_empty_id_interrupt(
         await c.post("/interrupt", json={"prompt_id": ""})
         seen = await events_until_done(ws, run)
         assert [k for k, _ in seen][-3:] == ["execution_interrupted", "status", "executing"]
+
+
+async def test_video_is_reported_under_images_as_animated_and_its_combos_fail_only_at_run_time(comfy):
+    def video(name: str, fmt: str = "auto", codec: str = "auto", fps=8.0) -> dict:
+        return {"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 48, "batch_size": 6,
+                                                             "color": graph(comfy, name)["1"]["inputs"]["color"]}},
+                "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "fps": fps}},
+                "3": {"class_type": "SaveVideo", "inputs": {"video": ["2", 0], "filename_prefix": f"{comfy.tag}/{name}",
+                                                            "format": fmt, "codec": codec}}}
+
+    async with httpx.AsyncClient(base_url=comfy.url) as c:
+        r = await c.post("/prompt", json={"prompt": video("v", fps=500)})
+        assert r.status_code == 400 and r.json()["node_errors"]["2"]["errors"][0]["extra_info"] == {
+            "input_name": "fps", "input_config": ["FLOAT", {"default": 30.0, "min": 1.0, "max": 120.0, "step": 1.0}],
+            "received_value": 500.0}
+        await c.post("/prompt", json={"prompt": video("v"), "prompt_id": comfy.id("v")})
+        entry = await wait_history(c, comfy.id("v"))
+        assert entry["outputs"] == {"3": {"images": [{"filename": "v_00001_.mp4", "subfolder": comfy.tag,
+                                                      "type": "output"}], "animated": [True]}}
+        r = await c.get("/view", params=entry["outputs"]["3"]["images"][0])
+        assert r.headers["content-type"] == "video/mp4"
+        with av.open(io.BytesIO(r.content)) as f:
+            stream = f.streams.video[0]
+            assert (stream.codec_context.name, stream.width, stream.height, stream.average_rate, stream.frames) == (
+                "h264", 64, 48, 8, 6)
+            assert json.loads(f.metadata["prompt"]) == entry["prompt"][2]
+        for name, fmt, codec, message in (("f", "gif", "auto", "'gif' is not a valid VideoContainer\n"),
+                                          ("c", "mp4", "vp9", "Only H264 codec is supported for now\n")):
+            r = await c.post("/prompt", json={"prompt": video(name, fmt, codec), "prompt_id": comfy.id(name)})
+            assert r.status_code == 200  # a COMBO of a v3 node is not checked before the run
+            entry = await wait_history(c, comfy.id(name))
+            event, data = entry["status"]["messages"][-1]
+            assert (event, data["node_id"], data["exception_type"], data["exception_message"]) == (
+                "execution_error", "3", "ValueError", message)

@@ -319,6 +319,11 @@ class Execution:
             raise RuntimeError("PeerFail was asked to fail")
         if cls == "SaveImage":
             return (), nodes.save_images(a["images"], peer.out_dir, a["filename_prefix"], "output", self.prompt, 4)
+        if cls == "CreateVideo":
+            return ({"frames": a["images"], "fps": a["fps"]},), None
+        if cls == "SaveVideo":
+            return (), nodes.save_video(a["video"], peer.out_dir, a["filename_prefix"], a["format"], a["codec"],
+                                        self.prompt)
         if cls == "PreviewImage":
             return (), nodes.save_images(a["images"], peer.temp_dir, nodes.preview_prefix(), "temp", self.prompt, 1)
         raise RuntimeError(f"no such node {cls}")

@@ -26,7 +26,10 @@ import json
 import random
 import string
 import traceback
+from fractions import Fraction
 from pathlib import Path
+
+import av
 
 from PIL import Image, ImageOps, PngImagePlugin
 
@@ -39,9 +42,9 @@ CONVERT = {"INT": int, "FLOAT": float, "STRING": str}
 
 
 def _spec(required: dict, outputs: tuple, output_node: bool, display: str, category: str,
-          hidden: dict | None = None) -> dict:
+          hidden: dict | None = None, module: str = "nodes") -> dict:
     return {"required": required, "hidden": hidden or {}, "outputs": outputs, "output_node": output_node,
-            "display_name": display, "category": category}
+            "display_name": display, "category": category, "module": module}
 
 
 # class -> spec; an input spec is [type] or [type, options], as /object_info shows it
@@ -62,6 +65,15 @@ NODES: dict[str, dict] = {
     "SaveImage": _spec({"images": ["IMAGE"], "filename_prefix": ["STRING", {"default": "ComfyUI"}]},
                        (), True, "Save Image", "image", HIDDEN),
     "PreviewImage": _spec({"images": ["IMAGE"]}, (), True, "Preview Image", "image", HIDDEN),
+    # ComfyUI's newer (v3) nodes: a COMBO input is not checked against its options before the run
+    "CreateVideo": _spec({"images": ["IMAGE"],
+                          "fps": ["FLOAT", {"default": 30.0, "min": 1.0, "max": 120.0, "step": 1.0}]},
+                         ("VIDEO",), False, "Create Video", "image/video", module="comfy_extras.nodes_video"),
+    "SaveVideo": _spec({"video": ["VIDEO"], "filename_prefix": ["STRING", {"default": "video/ComfyUI", "multiline": False}],
+                        "format": ["COMBO", {"default": "auto", "multiselect": False, "options": ["auto", "mp4"]}],
+                        "codec": ["COMBO", {"default": "auto", "multiselect": False, "options": ["auto", "h264"]}]},
+                       (), True, "Save Video", "image/video", {"prompt": ["PROMPT"], "extra_pnginfo": ["EXTRA_PNGINFO"]},
+                       module="comfy_extras.nodes_video"),
     # the peer's own test nodes (not ComfyUI's)
     "PeerSleep": _spec({"image": ["IMAGE"], "seconds": ["FLOAT", {"default": 1.0, "min": 0.0, "max": 3600.0}]},
                        ("IMAGE",), False, "PeerSleep", "peer"),
@@ -89,7 +101,7 @@ def object_info(cls: str, in_dir: Path) -> dict:
         info["input_order"]["hidden"] = list(node["hidden"])
     outputs = list(node["outputs"])
     return {**info, "output": outputs, "output_is_list": [False] * len(outputs), "output_name": outputs,
-            "name": cls, "display_name": node["display_name"], "description": "", "python_module": "nodes",
+            "name": cls, "display_name": node["display_name"], "description": "", "python_module": node["module"],
             "category": node["category"], "output_node": node["output_node"]}
 
 
@@ -270,15 +282,8 @@ def save_images(images: list, folder: Path, prefix: str, kind: str, prompt: dict
                 compress_level: int) -> dict:
     """SaveImage/PreviewImage: `prefix` may hold a subfolder; the counter goes on from the
     highest `prefix_NNNNN_` already there; a prefix escaping the folder is an error."""
-    sub, base = str(Path(prefix).parent), Path(prefix).name
-    sub = "" if sub == "." else sub
-    target = (folder / sub).resolve()
-    if not target.is_relative_to(folder.resolve()):
-        raise Exception("**** ERROR: Saving image outside the output folder is not allowed.")
-    target.mkdir(parents=True, exist_ok=True)
-    counters = [int(p.name[len(base) + 1:].split("_")[0]) for p in target.iterdir()
-                if p.name[:len(base) + 1] == base + "_" and p.name[len(base) + 1:].split("_")[0].isdigit()]
-    counter = max(counters, default=0) + 1
+    sub, base, target = save_path(folder, prefix)
+    counter = next_counter(target, base)
     files = []
     for image in images:
         name = f"{base}_{counter:05}_.png"
@@ -289,6 +294,46 @@ def save_images(images: list, folder: Path, prefix: str, kind: str, prompt: dict
         files.append({"filename": name, "subfolder": sub, "type": kind})
         counter += 1
     return {"images": files}
+
+
+def save_path(folder: Path, prefix: str) -> tuple[str, str, Path]:
+    """ComfyUI's get_save_image_path: (subfolder, base name, folder made)."""
+    sub, base = str(Path(prefix).parent), Path(prefix).name
+    sub = "" if sub == "." else sub
+    target = (folder / sub).resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise Exception("**** ERROR: Saving image outside the output folder is not allowed.")
+    target.mkdir(parents=True, exist_ok=True)
+    return sub, base, target
+
+
+def next_counter(target: Path, base: str) -> int:
+    """One past the highest `base_NNNNN_` in the folder, whatever the extension."""
+    counters = [int(p.name[len(base) + 1:].split("_")[0]) for p in target.iterdir()
+                if p.name[:len(base) + 1] == base + "_" and p.name[len(base) + 1:].split("_")[0].isdigit()]
+    return max(counters, default=0) + 1
+
+
+def save_video(video: dict, folder: Path, prefix: str, container: str, codec: str, prompt: dict) -> dict:
+    """SaveVideo: mp4/h264 (what `auto` means too); any other format or codec fails at run
+    time with ComfyUI's messages; the prompt goes into the container's metadata."""
+    sub, base, target = save_path(folder, prefix)
+    if container not in ("auto", "mp4"):
+        raise ValueError(f"'{container}' is not a valid VideoContainer")
+    name = f"{base}_{next_counter(target, base):05}_.mp4"
+    if codec not in ("auto", "h264"):
+        raise ValueError("Only H264 codec is supported for now")
+    frames = video["frames"]
+    with av.open(str(target / name), mode="w", format="mp4", options={"movflags": "use_metadata_tags"}) as out:
+        out.metadata["prompt"] = json.dumps(prompt)
+        stream = out.add_stream("h264", rate=Fraction(round(video["fps"] * 1000), 1000))
+        stream.width, stream.height, stream.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
+        for image in frames:
+            for packet in stream.encode(av.VideoFrame.from_image(image.convert("RGB"))):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return {"images": [{"filename": name, "subfolder": sub, "type": "output"}], "animated": [True]}
 
 
 def file_hash(folders_root: Path, name: str) -> str:
