@@ -437,3 +437,14 @@ async def test_video_is_reported_under_images_as_animated_and_its_combos_fail_on
             event, data = entry["status"]["messages"][-1]
             assert (event, data["node_id"], data["exception_type"], data["exception_message"]) == (
                 "execution_error", "3", "ValueError", message)
+
+
+async def test_extra_data_is_kept_in_the_history_but_for_comfy_org_keys(comfy):
+    pid = comfy.id("extra")
+    extra = {"api_key_comfy_org": "k-1", "auth_token_comfy_org": "t-1", "mine": [1, "a"]}
+    async with httpx.AsyncClient(base_url=comfy.url) as c:
+        r = await c.post("/prompt", json={"prompt": graph(comfy, "extra"), "prompt_id": pid, "extra_data": extra,
+                                          "client_id": comfy.id("nobody")})
+        assert r.status_code == 200
+        entry = await wait_history(c, pid)
+        assert entry["prompt"][3] == {"mine": [1, "a"], "client_id": comfy.id("nobody")}

@@ -55,6 +55,9 @@ if __package__ in (None, ""):  # run as a script: make `peers` importable
 from peers import comfyui_nodes as nodes  # noqa: E402
 
 
+SENSITIVE = ("auth_token_comfy_org", "api_key_comfy_org")  # extra_data keys left out of the history
+
+
 class Interrupted(Exception):
     pass
 
@@ -249,8 +252,10 @@ class Execution:
               if signatures[n] in peer.cache and peer.cache[signatures[n]]["ui"]}
         peer.last_node = None
         success = self.messages[-1][0] == "execution_success"
+        number, pid, prompt, extra, outputs = self.item
+        extra = {k: v for k, v in extra.items() if k not in SENSITIVE}  # ComfyUI keeps no keys in history
         peer.history[self.prompt_id] = {
-            "prompt": self.item, "outputs": {n: u["output"] for n, u in ui.items()},
+            "prompt": [number, pid, prompt, extra, outputs], "outputs": {n: u["output"] for n, u in ui.items()},
             "status": {"status_str": "success" if success else "error", "completed": success,
                        "messages": self.messages},
             "meta": {n: u["meta"] for n, u in ui.items()}}
