@@ -448,3 +448,26 @@ async def test_extra_data_is_kept_in_the_history_but_for_comfy_org_keys(comfy):
         assert r.status_code == 200
         entry = await wait_history(c, pid)
         assert entry["prompt"][3] == {"mine": [1, "a"], "client_id": comfy.id("nobody")}
+
+
+async def test_the_cache_keys_on_inputs_not_ids_and_keeps_only_the_last_prompt(comfy):
+    async with httpx.AsyncClient(base_url=comfy.url) as c, open_websocket_url(comfy.ws_url(comfy.tag)) as ws:
+        await ws.get_message()
+
+        async def run(n: str, g: dict) -> tuple[list, dict]:
+            await c.post("/prompt", json={"prompt": g, "client_id": comfy.tag, "prompt_id": comfy.id(n)})
+            seen = await events_until_done(ws, comfy.id(n))
+            return dict(seen)["execution_cached"]["nodes"], (await c.get(f"/history/{comfy.id(n)}")).json()
+
+        a = graph(comfy, "a")
+        renamed = {str(int(k) + 10): {**v, "inputs": {i: ([str(int(x[0]) + 10), x[1]] if isinstance(x, list) else x)
+                                                      for i, x in v["inputs"].items()}} for k, v in a.items()}
+        first = f"{comfy.tag}_a_00001_.png"
+        assert (await run("a1", a))[0] == []
+        cached, history = await run("a-ids", renamed)
+        assert cached == ["11", "12", "13", "14"]
+        assert history[comfy.id("a-ids")]["outputs"]["14"]["images"][0]["filename"] == first
+        assert (await run("b", graph(comfy, "b")))[0] == []
+        cached, history = await run("a2", a)  # B's run dropped A's entries
+        assert cached == [] and history[comfy.id("a2")]["outputs"]["4"]["images"][0]["filename"] == (
+            f"{comfy.tag}_a_00002_.png")

@@ -16,8 +16,9 @@ faithful (docs/comfyui-peer.md, scripts/comfyui-conformance). What it reproduces
   `progress` go to every socket when the prompt has no client_id; `executing null`
   after the history write; a socket reconnecting while its prompt runs is told the
   running node (`executing` without prompt_id);
-- the output cache: only output nodes of a cached prompt are visited (`executed` with
-  the old files, then `progress_state`); LoadImage is re-run when its file changes;
+- the output cache, keyed on a node's class and inputs (not its id), holding only what
+  the latest prompt used: only output nodes of a cached prompt are visited (`executed`
+  with the old files, then `progress_state`); LoadImage is re-run when its file changes;
 - an interrupt lands when the next node starts (after its `executing`) or at the next
   progress step; `/history/{id}` is `{}` until the prompt is done; a restart loses the
   queue, the history and the cache.
@@ -223,6 +224,8 @@ class Execution:
         peer.client_id = self.client_id
         self.add("execution_start", {"prompt_id": self.prompt_id}, False)
         signatures = {nid: self.signature(nid) for nid in self.prompt}
+        keep = set(signatures.values())  # ComfyUI's classic cache keeps only what this prompt uses
+        peer.cache = {sig: entry for sig, entry in peer.cache.items() if sig in keep}
         self.add("execution_cached", {"nodes": [n for n in self.prompt if signatures[n] in peer.cache],
                                       "prompt_id": self.prompt_id}, False)
         current_outputs = list(self.prompt)
