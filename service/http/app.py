@@ -21,6 +21,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
+from service.http.responses import check as response_check
 from service.logs import REQUEST_ID
 
 log = logging.getLogger("service.http")
@@ -46,7 +47,7 @@ class Provider(OpenAPIProvider):
     def schema(self):
         self._table = openapi.operations(self._app.config.get("NODE"))
         doc = super().schema()
-        doc["components"] = openapi.components(doc.get("components", {}))
+        doc["components"] = openapi.components(doc.get("components", {}), self._table)
         return doc
 
     def build_request_body(self, model, source):
@@ -113,9 +114,13 @@ def create_app(node) -> QuartTrio:
         if not upload:
             await request.get_data(cache=True)
 
+    shapes: dict[tuple[str, str], openapi.Op] = {}
+
     @app.after_request
     async def finish(response):
         response = browser.after_request(response)
+        if node.settings.test_mode and request.url_rule is not None:
+            await _check_answer(response)
         started = g.get("started")
         if started is not None:
             elapsed = time.perf_counter() - started
@@ -125,6 +130,19 @@ def create_app(node) -> QuartTrio:
             metrics.requests.labels(route, request.method, str(response.status_code)).inc()
             metrics.latency.labels(route, request.method).observe(elapsed)
         return response
+
+    async def _check_answer(response) -> None:
+        """Test mode: a success answer of a `/v1` operation must be exactly its documented
+        shape (service/http/responses/check.py); a mismatch is a 500 with the reason logged."""
+        if not shapes:
+            shapes.update(openapi.operations(node))
+        op = shapes.get((request.method, openapi.normalize(request.url_rule.rule)))
+        if op is None or op.status != response.status_code or op.schema is None or isinstance(op.schema, dict):
+            return
+        try:
+            response_check.check(op.schema, await response.get_data())
+        except response_check.ResponseMismatch as e:
+            raise response_check.ResponseMismatch(f"{request.method} {request.url_rule.rule}: {e}") from None
 
     for name in route_modules():
         module = importlib.import_module(f"service.http.routes.{name}")
