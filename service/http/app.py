@@ -81,6 +81,8 @@ def create_app(node) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
     app.config["JSON_SORT_KEYS"] = False
+    # every /v1 success answer checked against its class (test mode only: bench/response_check.py)
+    app.config["CHECK_RESPONSES"] = bool(node.settings.test_mode)
     app.json.sort_keys = False
     QuartSchema(
         app,
@@ -119,7 +121,7 @@ def create_app(node) -> QuartTrio:
     @app.after_request
     async def finish(response):
         response = browser.after_request(response)
-        if node.settings.test_mode and request.url_rule is not None:
+        if app.config["CHECK_RESPONSES"] and request.url_rule is not None:
             response = await _check_answer(response)
         started = g.get("started")
         if started is not None:

@@ -6,23 +6,28 @@ what the models cannot say, from one table (`operations()`, one entry per `/v1` 
 method; a route without an entry is served bare, marked `x-undocumented`, and fails
 tests/test_schemathesis.py::test_routes_match_openapi):
 
-- the responses of every operation: the success status with its shape, and every error
-  the route can give: 400 (envelope), 401 and 403 (flat `{status: false, error}`), 404,
-  408 (flat timeout body), 409, 413, 422, 402, 503, as the route can answer them;
+- the responses of every operation: the success status with its shape, a class of
+  service/http/responses (the same class checks every real answer in test mode), and
+  every error the route can give: 400 (envelope), 401 and 403 (flat `{status: false,
+  error}`), 404, 408 (flat timeout body), 409, 413, 422, 402, as the route can answer
+  them, and 503 on every operation (any route can answer "busy");
 - the rules the server checks after parsing (422, not 400), written as JSON Schema where
   they can be stated exactly, so generated "valid" requests are valid and "invalid" ones
   invalid: non-blank names (Python's whitespace, spelled out), slugs, enums of event names,
-  roles, capabilities, models, aspect ratios, ticket types, top-up limits, int64 query
-  integers. Rules that cannot be stated exactly (URLs checked after parsing, a model's
-  resolutions, a product's inputs, "in the future") stay in descriptions; the schemathesis
-  run accepts their documented 422 (tests/test_schemathesis.py);
+  roles, capabilities, aspect ratios, ticket types, top-up limits, int64 query integers.
+  Names from the node's live catalog (model ids, resolutions, durations, product slugs)
+  are strings with examples, not enums: a client generated on one node must be able to
+  name a model added later. Rules that cannot be stated exactly (URLs checked after
+  parsing, a model's resolutions, a product's inputs, "in the future") stay in
+  descriptions; the schemathesis run accepts their documented 422 (tests/test_schemathesis.py);
 - the optional `X-Service-Project` header of project-scoped routes;
 - OpenAPI links from create answers to the operations on the created resource.
 
-Shapes follow spec "Resources" and the views (service/http/views.py, job_views, run_views,
-...). Response objects are open (`additionalProperties` allowed: the spec's additive
-changes); request bodies are closed (`additionalProperties: false`, the server refuses
-unknown fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe,
+Response objects are open (`additionalProperties` allowed: the spec's additive changes),
+and so are their enumerations: a status, event name or role is a string whose known values
+(from their owner: service/machines.py, the catalog, the actors) are listed as `examples`.
+Request bodies are closed (`additionalProperties: false`, the server refuses unknown
+fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe,
 /healthz) are hidden from the document.
 """
 
@@ -51,11 +56,8 @@ from service.roles import ROLE_IDS
 
 # -- schema helpers ----------------------------------------------------------------------------
 STR = {"type": "string"}
-INT = {"type": "integer"}
-BOOL = {"type": "boolean"}
 UUID = {"type": "string", "format": "uuid"}
 TS = {"type": "string", "format": "date-time"}
-CREDITS = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}$", "description": "Decimal string of credits."}
 HOLD_STATUSES = sorted_states(HOLD)
 MAX_THRESHOLD = MAX_UC // UC  # the largest low_balance_threshold, in credits
 
@@ -69,10 +71,6 @@ def nullable(schema: dict) -> dict:
     if isinstance(t, str) and "$ref" not in schema and "enum" not in schema and "const" not in schema:
         return {**schema, "type": [t, "null"]}
     return {"anyOf": [schema, {"type": "null"}]}
-
-
-def array(items: dict) -> dict:
-    return {"type": "array", "items": items}
 
 
 # Python's whitespace (str.isspace), spelled out: the service strips with str.strip(), and a
