@@ -35,7 +35,8 @@ from service.roles import PERMISSIONS
 pytestmark = pytest.mark.slow
 
 PACKAGE = "genservice_client"
-PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+                       "AAAABJRU5ErkJggg==")
 FINAL = ("completed", "failed", "nsfw", "canceled")
 # Ops that remove what later calls read: the owner runs them last.
 LAST = ("revoke_key", "delete_webhook", "archive_project")

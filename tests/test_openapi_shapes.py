@@ -111,7 +111,8 @@ async def test_catalog_names_are_open_strings(node):
         assert slug["type"] == "string" and "enum" not in slug and "text-to-clip" in slug["examples"]
     body = paths["/v1/generation/estimate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "anyOf" not in body  # every field is typed, not only capability / model
-    assert {"prompt", "model", "capability", "resolution", "duration", "inputs", "aspect_ratio"} <= set(body["properties"])
+    typed = {"prompt", "model", "capability", "resolution", "duration", "inputs", "aspect_ratio"}
+    assert typed <= set(body["properties"])
     model_field = body["properties"]["model"]
     assert "enum" not in json.dumps(model_field)
 

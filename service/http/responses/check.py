@@ -51,7 +51,8 @@ def check(shape: Any, raw: bytes | str) -> None:
     value, inner = sent, shape
     if isinstance(shape, Data):
         if not isinstance(sent, dict) or set(sent) != {"data"}:
-            raise ResponseMismatch(f"expected {{\"data\": ...}}, got keys {sorted(sent) if isinstance(sent, dict) else type(sent).__name__}")
+            got = sorted(sent) if isinstance(sent, dict) else type(sent).__name__
+            raise ResponseMismatch(f"expected {{\"data\": ...}}, got keys {got}")
         value, inner = sent["data"], shape.of
     adapter = _adapter(inner)
     try:
