@@ -179,3 +179,12 @@ def test_every_shape_is_a_class():
     for name, schema in comps.items():
         if name not in hand:
             assert "properties" in schema or "oneOf" in schema, name
+
+
+async def test_document_is_valid_openapi_3_1(node):
+    from openapi_spec_validator import OpenAPIV31SpecValidator
+
+    doc = await _doc(node)
+    assert doc["openapi"].startswith("3.1")
+    errors = [e.message for e in OpenAPIV31SpecValidator(doc).iter_errors()]
+    assert errors == []
