@@ -83,7 +83,7 @@ def create_app(node) -> QuartTrio:
     app.config["JSON_SORT_KEYS"] = False
     # every /v1 success answer checked against its class (test mode only: bench/response_check.py)
     app.config["CHECK_RESPONSES"] = bool(node.settings.test_mode)
-    app.json.sort_keys = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Quart's default provider has it
     QuartSchema(
         app,
         openapi_path="/v1/openapi.json",

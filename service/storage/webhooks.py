@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from typing import Any
 
 WEBHOOK_COLUMNS = "id, organization_id, url, events, description, is_active, created_at, updated_at"
 DELIVERY_COLUMNS = ("id, webhook_id, event, status, created_at, sent_at, completed_at, status_code, "
@@ -165,7 +166,7 @@ def insert_test_delivery(conn, row: dict) -> None:
                   row["created_at"], row["created_at"]))
 
 
-def record_outcomes(conn, outcomes: list[tuple[str, str, object]]) -> None:
+def record_outcomes(conn, outcomes: list[tuple[str, str, Any]]) -> None:
     """(delivery id, completed_at iso, Outcome). A late outcome also overwrites `unknown`
     (the actor restarted while the send was still running in the node)."""
     conn.executemany(
