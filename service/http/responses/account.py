@@ -13,8 +13,8 @@ from service.roles import ROLE_IDS, ROLE_NAMES
 
 from .types import Shape, Timestamp, Uuid, known, sorted_states
 
-RoleName = known(ROLE_NAMES, "role")
-EventName = known(EVENT_NAMES, "event name")
+RoleName = Annotated[str, known(ROLE_NAMES, "role")]
+EventName = Annotated[str, known(EVENT_NAMES, "event name")]
 
 
 class Project(Shape):
@@ -49,7 +49,7 @@ class ApiKeyCreated(ApiKey):
 
 
 class Role(Shape):
-    id: known(ROLE_IDS.values(), "role id")  # type: ignore[valid-type]
+    id: Annotated[str, known(ROLE_IDS.values(), "role id")]
     name: RoleName
     permissions: list[str]
 
@@ -130,9 +130,9 @@ class Ticket(Shape):
     organization_id: Uuid
     number: int
     subject_line: str
-    type: known(TYPES, "ticket type")  # type: ignore[valid-type]
-    priority: known(PRIORITIES, "priority")  # type: ignore[valid-type]
-    state: known(sorted_states(TICKET), "ticket state")  # type: ignore[valid-type]
+    type: Annotated[str, known(TYPES, "ticket type")]
+    priority: Annotated[str, known(PRIORITIES, "priority")]
+    state: Annotated[str, known(sorted_states(TICKET), "ticket state")]
     body: str
     opened_by: Uuid | None
     opened_by_email: str | None

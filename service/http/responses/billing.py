@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Annotated
 from service.machines import HOLD, TOPUP
 
 from .types import Credits, Day, Shape, Timestamp, Uuid, known, sorted_states
@@ -56,7 +57,7 @@ class Hold(Shape):
     job_id: Uuid | None
     workflow_run_id: Uuid | None
     project_id: Uuid | None
-    status: known(sorted_states(HOLD), "hold status")  # type: ignore[valid-type]
+    status: Annotated[str, known(sorted_states(HOLD), "hold status")]
     amount: Credits
     captured: Credits | None
     created_at: Timestamp
@@ -89,7 +90,7 @@ class Topup(Shape):
     credits: Credits
     amount_cents: int
     currency: str
-    status: known(sorted_states(TOPUP), "top-up status")  # type: ignore[valid-type]
+    status: Annotated[str, known(sorted_states(TOPUP), "top-up status")]
     paid_at: Timestamp | None
 
 

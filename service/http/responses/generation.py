@@ -4,7 +4,7 @@ catalog views; checked against these classes in tests (service/http/responses/ch
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from service.actors.run_feed import SOURCES
 from service.catalog.capabilities import ASPECT_RATIOS, ASSET_KINDS, CAPABILITIES
@@ -12,10 +12,10 @@ from service.machines import JOB
 
 from .types import Credits, Sha256, Shape, Timestamp, Uuid, known, sorted_states
 
-JobState = known(sorted_states(JOB), "job status")
-Source = known(SOURCES, "source")
-CapabilityId = known([c.id for c in CAPABILITIES], "capability")
-AssetKind = known(ASSET_KINDS, "asset kind")
+JobState = Annotated[str, known(sorted_states(JOB), "job status")]
+Source = Annotated[str, known(SOURCES, "source")]
+CapabilityId = Annotated[str, known([c.id for c in CAPABILITIES], "capability")]
+AssetKind = Annotated[str, known(ASSET_KINDS, "asset kind")]
 
 
 class AssetOutput(Shape):
@@ -124,7 +124,7 @@ class Capability(Shape):
     prompt_required: bool
     prompt_meaning: str
     inputs: list[CapabilitySlot]
-    aspect_ratios: list[known(ASPECT_RATIOS, "aspect ratio")]  # type: ignore[valid-type]
+    aspect_ratios: list[Annotated[str, known(ASPECT_RATIOS, "aspect ratio")]]
     models: list[Offering]
 
 

@@ -35,8 +35,8 @@ class ProductStep(Shape):
 class Product(Shape):
     slug: str
     name: str
-    category: known(CATEGORIES, "category")  # type: ignore[valid-type]
-    kind: known(KINDS, "kind")  # type: ignore[valid-type]
+    category: Annotated[str, known(CATEGORIES, "category")]
+    kind: Annotated[str, known(KINDS, "kind")]
     description: str
     thumbnail_url: str | None
     version: int
@@ -56,7 +56,7 @@ class RunStep(Shape):
     capability: CapabilityId | None
     op: str | None
     model: str | None
-    status: known(sorted_states(STEP), "step status")  # type: ignore[valid-type]
+    status: Annotated[str, known(sorted_states(STEP), "step status")]
     request_id: Uuid | None
     outputs: list[AssetOutput]
     error: str | None
@@ -66,7 +66,7 @@ class RunStep(Shape):
 
 class ProductRun(Shape):
     id: Uuid
-    status: known(sorted_states(RUN), "run status")  # type: ignore[valid-type]
+    status: Annotated[str, known(sorted_states(RUN), "run status")]
     product: str
     product_version: int
     project_id: Uuid

@@ -20,13 +20,14 @@ Credits = Annotated[str, WithJsonSchema({"type": "string", "pattern": r"^-?[0-9]
 Sha256 = Annotated[str, WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{64}$"})]
 
 
-def known(values: Iterable[str], what: str = "value") -> type[str]:
-    """A string with known values: `examples` lists them; another value may appear."""
+def known(values: Iterable[str], what: str = "value") -> WithJsonSchema:
+    """The schema of a string with known values (`Annotated[str, known(...)]`): `examples`
+    lists them; another value may appear."""
     vals = list(values)
-    return Annotated[str, WithJsonSchema({  # type: ignore[return-value]
+    return WithJsonSchema({
         "type": "string", "examples": vals,
         "description": f"Known values ({what}): {', '.join(vals)}. Others may appear: treat an unknown one as opaque.",
-    })]
+    })
 
 
 def sorted_states(machine) -> list[str]:
