@@ -61,7 +61,7 @@ def authenticator(handler: Handler):
               and auth_data.password == PASSWORD.encode())
         handler.logins.append((auth_data.login.decode() if isinstance(auth_data, LoginPassword) else "?",
                                session.ssl is not None))
-        return AuthResult(success=ok)
+        return AuthResult(success=ok, handled=False)  # handled=False: the server answers 535
 
     return check
 
