@@ -94,7 +94,8 @@ class MailOutbox:
         sql.on_enqueue(self.store.conn, self.wake)
         unwatch = self.clock.watch(self.wake)  # the test clock moved: retries may be due
         try:
-            unknown = await self.store.write(sql.recover)
+            now_iso = self.clock.iso_now()
+            unknown = await self.store.write(lambda c: sql.recover(c, now_iso))
             if unknown:
                 log.warning("mail: %d mails were being sent at the last stop; recorded unknown, not resent",
                             unknown)

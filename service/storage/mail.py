@@ -48,11 +48,11 @@ def enqueue(conn, org_id: str | None, to: str, kind: str, subject: str, text: st
 
 
 # -- the dispatcher -------------------------------------------------------------------------
-def recover(conn) -> int:
+def recover(conn, now_iso: str) -> int:
     """At start: mails left `sending` become `unknown` (never sent twice). Returns how many."""
-    cur = conn.execute("UPDATE emails SET state = 'unknown', link = NULL, error = 'The node stopped while this "
-                       "mail was being sent; it may have been delivered, so it is not sent again.' "
-                       "WHERE state = 'sending'")
+    cur = conn.execute("UPDATE emails SET state = 'unknown', link = NULL, finished_at = ?, error = 'The node "
+                       "stopped while this mail was being sent; it may have been delivered, so it is not sent "
+                       "again.' WHERE state = 'sending'", (now_iso,))
     return cur.rowcount
 
 
