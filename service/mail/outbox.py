@@ -7,7 +7,7 @@ is committed `sending` before the SMTP conversation starts; the outcome is commi
 
 Retries: a temporary failure (4xx answer, connection refused or dropped, timeout, TLS
 failure) is tried again after BACKOFF[attempt] seconds of service time, at most
-MAX_ATTEMPTS times in all (about 12 hours), then recorded `failed`. A permanent failure (5xx)
+MAX_ATTEMPTS times in all (about 14 hours), then recorded `failed`. A permanent failure (5xx)
 is recorded `failed` at once, with the server's answer.
 
 Delivery guarantee: **at most once**. A row found `sending` when the node starts may have
