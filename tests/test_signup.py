@@ -236,3 +236,20 @@ def test_admin_pending_command():
 
     args = build_parser().parse_args(["admin", "pending"])
     assert args.handler(args) == ("GET", "/organizations?status=pending", None)
+
+
+async def test_unconfirmed_person_sees_confirm_first(mail_node, smtp):
+    node, email = mail_node, "early@signup.test"
+    await sign_up(node.client, email)
+    assert (await login(node.client, email)).status_code == 303
+    r = await node.client.get("/account")
+    html = await r.get_data(as_text=True)
+    assert r.status_code == 403 and "Confirm your email address first" in html
+
+
+async def test_keys_of_an_unapproved_organization_answer_401(node):
+    org = await node.create_org(name="Held", email="held@signup.test", approved=False)
+    r = await node.call("GET", "/v1/projects", org["api_key"])
+    assert r.status_code == 401
+    await node.op("POST", f"/organizations/{org['organization_id']}/approve")
+    assert (await node.call("GET", "/v1/projects", org["api_key"])).status_code == 200

@@ -25,6 +25,7 @@ import trio
 
 from service.clock import Clock
 from service.config import Settings
+from service.crash import crashpoint
 from service.mail import smtp
 from service.mail.messages import build
 from service.sealing import NodeKey, SealError
@@ -116,6 +117,8 @@ class MailOutbox:
             if free > 0:
                 now = self.clock.now()
                 rows = await self.store.write(lambda c: sql.claim_due(c, now, free))
+            if rows:
+                crashpoint("mail_sending")  # rows committed `sending`, nothing said to the server yet
             for row in rows:
                 self._inflight.add(row["id"])
                 nursery.start_soon(self._send, row)
