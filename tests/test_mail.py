@@ -66,7 +66,7 @@ async def test_invitation_mail_and_resend(mail_node, smtp):
     assert row["state"] == "sent" and row["link"] is None and row["kind"] == "invitation"
 
 
-async def test_invitation_link_valid_14_days(mail_node, smtp):
+async def test_invitation_link_valid_14_days(mail_node, smtp, mock_clock):
     node, to = mail_node, "fortnight@mail.test"
     org = await node.create_org()
     await invite(node, org["organization_id"], to)

@@ -87,7 +87,7 @@ async def test_same_answer_for_unknown_address_and_no_mail(mail_node, smtp):
     assert node.store.scalar("SELECT count(*) FROM emails WHERE to_address = 'nobody@reset.test'") == 0
 
 
-async def test_link_single_use_digest_only_and_one_hour(mail_node, smtp):
+async def test_link_single_use_digest_only_and_one_hour(mail_node, smtp, mock_clock):
     node, email = mail_node, "once@reset.test"
     await node.create_org(email=email)
     await forgot(node.client, email)

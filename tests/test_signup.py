@@ -103,7 +103,7 @@ async def test_sign_up_confirm_approve_log_in(mail_node, smtp):
                              (org["organization_id"],)) == 1
 
 
-async def test_signup_lot_lasts_30_days(mail_node, smtp):
+async def test_signup_lot_lasts_30_days(mail_node, smtp, mock_clock):
     node, email = mail_node, "lot@signup.test"
     await sign_up(node.client, email)
     [mail] = await smtp.wait_for(email)
@@ -151,7 +151,7 @@ async def test_second_sign_up_while_unconfirmed_mails_a_new_link(mail_node, smtp
     assert r.status_code == 200 and "Email already confirmed" in await r.get_data(as_text=True)
 
 
-async def test_confirmation_link_twice_unknown_and_expired(mail_node, smtp):
+async def test_confirmation_link_twice_unknown_and_expired(mail_node, smtp, mock_clock):
     node = mail_node
     await sign_up(node.client, "click@signup.test")
     [mail] = await smtp.wait_for("click@signup.test")
