@@ -253,3 +253,19 @@ async def test_keys_of_an_unapproved_organization_answer_401(node):
     assert r.status_code == 401
     await node.op("POST", f"/organizations/{org['organization_id']}/approve")
     assert (await node.call("GET", "/v1/projects", org["api_key"])).status_code == 200
+
+
+async def test_former_member_signs_up_and_keeps_their_password(mail_node, smtp):
+    node, email = mail_node, "former@signup.test"
+    org = await node.create_org(email="boss@signup.test")
+    member = await node.add_member(org["organization_id"], "member", email)
+    old = await passwords.hash_password("the old passphrase")
+    await node.store.write(lambda c: c.execute("INSERT INTO passwords (email, password_hash, updated_at) "
+                                               "VALUES (?, ?, '2026-01-01')", (email, old)))
+    await node.op("DELETE", f"/organizations/{org['organization_id']}/members/{member['user_id']}")
+    r, html = await sign_up(node.client, email, "someone else's passphrase", "Fresh Start")
+    assert r.status_code == 200 and "Check your email" in html
+    [mail] = await smtp.wait_for(email)
+    assert mail["Subject"] == "Confirm your email address"
+    assert node.store.scalar("SELECT password_hash FROM passwords WHERE email = ?", (email,)) == old
+    assert [o["name"] for o in await pending(node, "unconfirmed")] == ["Fresh Start"]

@@ -7,9 +7,11 @@ token itself is kept only as a SHA-256 digest (`mail_tokens`).
 
 - A sign-up makes an organization (Default project, the person as `owner`, their password)
   that is `unconfirmed` and not approved, and mails a confirmation link (valid CONFIRM_DAYS).
-  A sign-up for an address that is already known makes nothing and answers the same: it
+  A sign-up for an address with an active membership makes nothing and answers the same: it
   mails that address instead, a fresh confirmation link when its own sign-up is still
-  unconfirmed, else a note that someone tried (no account enumeration).
+  unconfirmed, else a note that someone tried (no account enumeration). An address that has
+  a password but no membership left (a removed member) may sign up; its password stays the
+  one it had, so a sign-up never replaces a password someone else chose.
 - Confirming moves the organization to `pending` (waiting for the operator's approval).
   A used link answers "already confirmed"; an unknown or expired one is refused.
 - A reset link (valid RESET_VALID seconds) is mailed only when the address is known; the
@@ -93,7 +95,7 @@ class PeopleHandlers:
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
 
         def tx(conn):
-            if mail_sql.email_known(conn, m.email):
+            if mail_sql.has_membership(conn, m.email):
                 waiting = mail_sql.unconfirmed_signup(conn, m.email)
                 if waiting is not None:
                     link = self._link(conn, "confirm", m.email, waiting["id"], now, CONFIRM_VALID, "/confirm")
@@ -107,7 +109,8 @@ class PeopleHandlers:
             sql.insert_user(conn, user_id, org_id, m.email, "owner", now_iso)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default", slug="default",
                                           is_default=1, created_by=user_id, created_at=now_iso))
-            sessions_sql.set_password(conn, m.email, m.password_hash, now_iso)
+            if sessions_sql.password_hash(conn, m.email) is None:  # a former member keeps theirs
+                sessions_sql.set_password(conn, m.email, m.password_hash, now_iso)
             link = self._link(conn, "confirm", m.email, org_id, now, CONFIRM_VALID, "/confirm")
             self.queue_mail(conn, org_id, m.email, messages.confirmation(m.org_name, CONFIRM_DAYS), now_iso, link)
             return org_id

@@ -174,6 +174,11 @@ def email_known(conn, email: str) -> bool:
                         (email, email)).fetchone() is not None
 
 
+def has_membership(conn, email: str) -> bool:
+    return conn.execute("SELECT 1 FROM users WHERE email = ? COLLATE NOCASE AND is_active = 1 LIMIT 1",
+                        (email,)).fetchone() is not None
+
+
 def unconfirmed_signup(conn, email: str) -> dict | None:
     return conn.execute("SELECT o.id, o.name FROM organizations o JOIN users u ON u.organization_id = o.id "
                         "WHERE u.email = ? COLLATE NOCASE AND u.role = 'owner' AND u.is_active = 1 "
