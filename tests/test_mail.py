@@ -224,3 +224,11 @@ async def test_answers_classified(mail_node, smtp, mock_clock, answer, temporary
     row = one_row(mail_node, to)
     assert row["state"] == ("pending" if temporary else "failed")
     assert row["error"] == f"SMTP {answer[:3]}: {answer[4:]}"
+
+
+def test_default_sender_address():
+    from service.config import Settings
+
+    assert outbox.sender_address(Settings()) == "genservice@127.0.0.1"
+    assert outbox.sender_address(Settings(base_url="https://gen.example.com")) == "genservice@gen.example.com"
+    assert outbox.sender_address(Settings(mail_from="Gen <noreply@example.com>")) == "Gen <noreply@example.com>"

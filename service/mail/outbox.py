@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+from urllib.parse import urlsplit
 
 import trio
 
@@ -48,7 +49,9 @@ def smtp_config(settings: Settings) -> smtp.SmtpConfig | None:
 
 
 def sender_address(settings: Settings) -> str:
-    return settings.mail_from or f"genservice@{settings.host}"
+    """GENSERVICE_MAIL_FROM, else genservice@ the base URL's host name (GENSERVICE_HOST unless
+    a base URL names the public one)."""
+    return settings.mail_from or f"genservice@{urlsplit(settings.public_base_url).hostname or settings.host}"
 
 
 def backoff(attempts: int) -> float:
