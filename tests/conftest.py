@@ -155,3 +155,24 @@ async def mail_node(nursery, tmp_path, smtp) -> Node:
     n = await start_node(nursery, tmp_path, test_mode=True, **smtp.settings())
     yield n
     await stop_node(n)
+
+
+# -- helpers shared by the HTTP tests -------------------------------------------------------------
+async def j(r):
+    """A test-client response's JSON body."""
+    return await r.get_json()
+
+
+def err(body: dict) -> dict:
+    """An error envelope's `error` without its request id (checked to be there)."""
+    e = dict(body["error"])
+    rid = e.pop("request_id")
+    assert isinstance(rid, str) and rid
+    return e
+
+
+@pytest.fixture
+async def org(node):
+    """A new approved organization through the operator API (files with their own kind of
+    organization define their own `org` fixture)."""
+    return await node.create_org()

@@ -21,6 +21,7 @@ from service.http.app import create_app
 from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
+from conftest import err, j
 
 UNAUTHORIZED = {"status": False, "error": "Unauthorized"}
 FORBIDDEN = {"status": False, "error": "Forbidden"}
@@ -82,16 +83,6 @@ async def tnode(nursery, tmp_path):
     yield n
     await n.parts.aclose()
     n.store.close()
-
-
-async def j(r):
-    return await r.get_json()
-
-
-def err(body: dict) -> dict:
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
 
 
 async def create(node, key, credits=500, **extra):
