@@ -70,6 +70,9 @@ async def test_sign_up_confirm_approve_log_in(mail_node, smtp):
     assert f'href="{link}"' in html_part(mail)
     assert "Lab One" in text_part(mail)
 
+    token = link.split("token=")[1]
+    raw = b"".join(p.read_bytes() for p in node.parts.settings.data_dir.glob("genservice.db*"))
+    assert token.encode() not in raw  # a digest in mail_tokens, the link sealed in the outbox row
     r = await node.client.get(path_of(link))
     body = await r.get_data(as_text=True)
     assert r.status_code == 200 and "Email confirmed" in body
