@@ -232,3 +232,35 @@ def test_default_sender_address():
     assert outbox.sender_address(Settings()) == "genservice@127.0.0.1"
     assert outbox.sender_address(Settings(base_url="https://gen.example.com")) == "genservice@gen.example.com"
     assert outbox.sender_address(Settings(mail_from="Gen <noreply@example.com>")) == "Gen <noreply@example.com>"
+
+
+@pytest.mark.parametrize("security", ["tls", "none"])
+async def test_implicit_tls_and_plain_servers(nursery, tmp_path, security):
+    """GENSERVICE_SMTP_SECURITY=tls (implicit TLS, AUTH) and none (plain, no login), each
+    against its own short-lived aiosmtpd (the shared one speaks STARTTLS)."""
+    from smtp_server import SmtpServer
+
+    server = SmtpServer(tmp_path, security).start()
+    try:
+        node = await start_node(nursery, tmp_path, **server.settings())
+        org = await node.create_org()
+        await invite(node, org["organization_id"], f"{security}@mail.test")
+        [mail] = await server.wait_for(f"{security}@mail.test")
+        assert mail["Subject"] == "You are invited to join Acme on genservice"
+        # the login went inside the TLS session (aiosmtpd marks only its own STARTTLS as TLS;
+        # a client speaking TLS to a plain listener, or plain text to this one, gets nothing)
+        assert [login for login, _ in server.handler.logins] == (["mailer"] if security == "tls" else [])
+        await stop_node(node)
+    finally:
+        server.stop()
+
+
+async def test_untrusted_certificate_is_a_temporary_failure(nursery, tmp_path, smtp, mock_clock):
+    node = await start_node(nursery, tmp_path, **smtp.settings(smtp_ca_file=None))
+    org = await node.create_org()
+    await invite(node, org["organization_id"], "untrusted@mail.test")
+    await wait_until(lambda: (one_row(node, "untrusted@mail.test") or {}).get("error") is not None)
+    row = one_row(node, "untrusted@mail.test")
+    assert row["state"] == "pending" and row["error"].startswith("TLS with the SMTP server failed: ")
+    assert "CERTIFICATE_VERIFY_FAILED" in row["error"] and smtp.messages("untrusted@mail.test") == []
+    await stop_node(node)
