@@ -264,3 +264,14 @@ async def test_untrusted_certificate_is_a_temporary_failure(nursery, tmp_path, s
     assert row["state"] == "pending" and row["error"].startswith("TLS with the SMTP server failed: ")
     assert "CERTIFICATE_VERIFY_FAILED" in row["error"] and smtp.messages("untrusted@mail.test") == []
     await stop_node(node)
+
+
+async def test_more_mails_than_slots_all_go_once(mail_node, smtp):
+    org = await mail_node.create_org()
+    count = outbox.CONCURRENCY * 3 + 1
+    for i in range(count):
+        await invite(mail_node, org["organization_id"], f"many{i}@mail.test")
+    for i in range(count):
+        await smtp.wait_for(f"many{i}@mail.test")
+    await wait_until(lambda: mail_node.store.scalar("SELECT count(*) FROM emails WHERE state = 'sent'") == count)
+    assert all(len(smtp.messages(f"many{i}@mail.test")) == 1 for i in range(count))

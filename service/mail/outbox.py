@@ -127,7 +127,8 @@ class MailOutbox:
                 nursery.start_soon(self._send, row)
             if rows and len(rows) == free:
                 continue  # maybe more due: take them as slots free up (each send wakes us)
-            due = sql.next_due(self.store)
+            # with every slot busy, only the end of a send (which wakes us) can start another
+            due = sql.next_due(self.store) if len(self._inflight) < CONCURRENCY else None
             deadline = math.inf if due is None else self.clock.trio_time(due)
             with trio.move_on_at(deadline):
                 await self._wake.wait()
@@ -164,7 +165,8 @@ class MailOutbox:
             smtp.log_mail(msg, link)
             return None
         try:
-            await trio.to_thread.run_sync(smtp.send, self.smtp, msg, limiter=self._limiter)
+            # abandoned at shutdown: the row stays `sending`, so the next start records it `unknown`
+            await trio.to_thread.run_sync(smtp.send, self.smtp, msg, limiter=self._limiter, abandon_on_cancel=True)
         except smtp.SendFailure as e:
             return e
         except Exception as e:  # noqa: BLE001 - a bug here must not stop the dispatcher
