@@ -165,6 +165,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
 
     node.mail = MailOutbox(store, clock, settings, node.node_key)  # woken by the writes that queue mail
     node.registries.append(node.mail)  # type: ignore[arg-type]  (started like a registry: run)
+    node.recoveries.append(node.mail.recover)  # mails in flight at the last stop, then sending starts
     node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock, node.mail), clock))
     node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))
 

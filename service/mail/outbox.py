@@ -1,9 +1,10 @@
-"""The mail dispatcher: sends the `emails` outbox over SMTP (or to the log without a host).
+"""The mail outbox: the `emails` table sent over SMTP (or to the log without a host), by the
+shared outbox dispatcher (service/outbox.py) that also sends job webhooks.
 
-Shaped like the job-webhook dispatcher (service/actors/job_webhooks.py): rows are written by
-the change that causes them, in its transaction (service.storage.mail.enqueue); the write
-wakes this task (no polling: between wakes it sleeps until the earliest retry is due); a row
-is committed `sending` before the SMTP conversation starts; the outcome is committed after.
+Rows are written by the change that causes them, in its transaction
+(service.storage.mail.enqueue), which wakes the dispatcher (no polling: between wakes it
+sleeps until the earliest retry is due); a row is committed `sending` before the SMTP
+conversation starts; the outcome is committed after.
 
 Retries: a temporary failure (4xx answer, connection refused or dropped, timeout, TLS
 failure) is tried again after BACKOFF[attempt] seconds of service time, at most
@@ -19,16 +20,15 @@ address mails a fresh confirmation link), while a duplicate could not be taken b
 from __future__ import annotations
 
 import logging
-import math
 from urllib.parse import urlsplit
 
 import trio
 
 from service.clock import Clock
 from service.config import Settings
-from service.crash import crashpoint
 from service.mail import smtp
 from service.mail.messages import build
+from service.outbox import Dispatcher
 from service.sealing import NodeKey, SealError
 from service.storage import mail as sql
 from service.storage.db import Store
@@ -59,103 +59,39 @@ def backoff(attempts: int) -> float:
     return float(BACKOFF[min(attempts, len(BACKOFF)) - 1])
 
 
-class MailOutbox:
+class MailSource:
+    """The `emails` table and the SMTP sender, for the shared dispatcher."""
+
+    name = "mail"
+    crashpoint = "mail_sending"
+    concurrency = CONCURRENCY
+
     def __init__(self, store: Store, clock: Clock, settings: Settings, node_key: NodeKey) -> None:
         self.store = store
         self.clock = clock
-        self.settings = settings
         self.node_key = node_key
         self.smtp = smtp_config(settings)
         self.sender = sender_address(settings)
-        self._wake = trio.Event()
-        self._token: trio.lowlevel.TrioToken | None = None
         self._limiter = trio.CapacityLimiter(CONCURRENCY)
-        self._inflight: set[str] = set()
-        self.sent = 0
 
-    # -- what writers use ---------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        return self.settings.public_base_url
+    def paused(self) -> bool:
+        return False
 
-    def seal(self, link: str) -> str:
-        return self.node_key.seal(link)
+    def recover(self, conn, now_iso: str) -> str | None:
+        unknown = sql.recover(conn, now_iso)
+        if unknown:
+            log.warning("mail: %d mails were being sent at the last stop; recorded unknown, not resent", unknown)
+        if self.smtp is None:
+            return "GENSERVICE_SMTP_HOST is not set; mails are written to the log, not sent"
+        return None
 
-    def wake(self) -> None:
-        """Safe from any thread (the writer may commit in a worker thread)."""
-        if self._token is not None:
-            try:
-                self._token.run_sync_soon(self._set)
-            except trio.RunFinishedError:
-                pass
+    def claim(self, conn, now: float, now_iso: str, limit: int) -> list[dict]:
+        return sql.claim_due(conn, now, limit)
 
-    def _set(self) -> None:
-        self._wake.set()
+    def next_due(self) -> float | None:
+        return sql.next_due(self.store)
 
-    # -- the dispatcher -----------------------------------------------------------------------
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        sql.on_enqueue(self.store.conn, self.wake)
-        unwatch = self.clock.watch(self.wake)  # the test clock moved: retries may be due
-        try:
-            now_iso = self.clock.iso_now()
-            unknown = await self.store.write(lambda c: sql.recover(c, now_iso))
-            if unknown:
-                log.warning("mail: %d mails were being sent at the last stop; recorded unknown, not resent",
-                            unknown)
-            if self.smtp is None:
-                log.info("mail: GENSERVICE_SMTP_HOST is not set; mails are written to the log, not sent")
-            task_status.started()
-            async with trio.open_nursery() as nursery:
-                await self._loop(nursery)
-        finally:
-            unwatch()
-            sql.on_enqueue(self.store.conn, None)
-
-    async def _loop(self, nursery: trio.Nursery) -> None:
-        while True:
-            self._wake = trio.Event()
-            free = CONCURRENCY - len(self._inflight)
-            rows: list[dict] = []
-            if free > 0:
-                now = self.clock.now()
-                rows = await self.store.write(lambda c: sql.claim_due(c, now, free))
-            if rows:
-                crashpoint("mail_sending")  # rows committed `sending`, nothing said to the server yet
-            for row in rows:
-                self._inflight.add(row["id"])
-                nursery.start_soon(self._send, row)
-            if rows and len(rows) == free:
-                continue  # maybe more due: take them as slots free up (each send wakes us)
-            # with every slot busy, only the end of a send (which wakes us) can start another
-            due = sql.next_due(self.store) if len(self._inflight) < CONCURRENCY else None
-            deadline = math.inf if due is None else self.clock.trio_time(due)
-            with trio.move_on_at(deadline):
-                await self._wake.wait()
-
-    async def _send(self, row: dict) -> None:
-        try:
-            outcome = await self._attempt(row)
-            now = self.clock.now()
-            iso_now = self.clock.iso_now()
-            if outcome is None:
-                await self.store.write(lambda c: sql.mark_sent(c, row["id"], iso_now))
-                self.sent += 1
-            elif outcome.temporary and row["attempts"] < MAX_ATTEMPTS:
-                at = now + backoff(row["attempts"])
-                log.info("mail %s to %s: attempt %d failed (%s); next try in %d s", row["id"], row["to_address"],
-                         row["attempts"], outcome, at - now)
-                await self.store.write(lambda c: sql.mark_retry(c, row["id"], at, str(outcome)))
-            else:
-                error = str(outcome) if not outcome.temporary else \
-                    f"gave up after {row['attempts']} attempts: {outcome}"
-                log.warning("mail %s to %s failed: %s", row["id"], row["to_address"], error)
-                await self.store.write(lambda c: sql.mark_failed(c, row["id"], iso_now, error))
-        finally:
-            self._inflight.discard(row["id"])
-            self._wake.set()
-
-    async def _attempt(self, row: dict) -> smtp.SendFailure | None:
+    async def deliver(self, row: dict) -> smtp.SendFailure | None:
         try:
             link = self.node_key.open(row["link"]) if row["link"] else None
         except SealError:
@@ -169,7 +105,48 @@ class MailOutbox:
             await trio.to_thread.run_sync(smtp.send, self.smtp, msg, limiter=self._limiter, abandon_on_cancel=True)
         except smtp.SendFailure as e:
             return e
-        except Exception as e:  # noqa: BLE001 - a bug here must not stop the dispatcher
-            log.exception("mail %s: sender failed", row["id"])
-            return smtp.Permanent(f"internal error: {type(e).__name__}")
         return None
+
+    def crashed(self, row: dict, error: Exception) -> smtp.SendFailure:
+        log.error("mail %s: sender failed", row["id"], exc_info=error)
+        return smtp.Permanent(f"internal error: {type(error).__name__}")
+
+    def record(self, conn, row: dict, outcome: smtp.SendFailure | None, now: float, now_iso: str) -> None:
+        if outcome is None:
+            sql.mark_sent(conn, row["id"], now_iso)
+        elif outcome.temporary and row["attempts"] < MAX_ATTEMPTS:
+            at = now + backoff(row["attempts"])
+            log.info("mail %s to %s: attempt %d failed (%s); next try in %d s", row["id"], row["to_address"],
+                     row["attempts"], outcome, at - now)
+            sql.mark_retry(conn, row["id"], at, str(outcome))
+        else:
+            error = str(outcome) if not outcome.temporary else f"gave up after {row['attempts']} attempts: {outcome}"
+            log.warning("mail %s to %s failed: %s", row["id"], row["to_address"], error)
+            sql.mark_failed(conn, row["id"], now_iso, error)
+
+
+class MailOutbox(Dispatcher):
+    """The dispatcher of the mail outbox, and what writers of mails need: `seal` for a mail's
+    link and `base_url` for building it. Writes wake it through service.storage.mail."""
+
+    def __init__(self, store: Store, clock: Clock, settings: Settings, node_key: NodeKey) -> None:
+        self.mail = MailSource(store, clock, settings, node_key)
+        super().__init__(store, clock, self.mail)
+        self.settings = settings
+        self.node_key = node_key
+        self.smtp = self.mail.smtp
+        self.sender = self.mail.sender
+
+    @property
+    def base_url(self) -> str:
+        return self.settings.public_base_url
+
+    def seal(self, link: str) -> str:
+        return self.node_key.seal(link)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        sql.on_enqueue(self.store.conn, self.wake)
+        try:
+            await super().run(task_status=task_status)
+        finally:
+            sql.on_enqueue(self.store.conn, None)
