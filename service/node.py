@@ -163,8 +163,9 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
     node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams)
 
-    node.mail = MailOutbox(store, clock, settings, node.node_key)  # woken by the writes that queue mail
-    node.registries.append(node.mail)  # type: ignore[arg-type]  (started like a registry: run)
+    node.mail = MailOutbox(store, clock, settings, node.node_key)
+    # started with the registries (it has their `run`), woken by the writes that queue mail
+    node.registries.append(node.mail)  # type: ignore[arg-type]
     node.recoveries.append(node.mail.recover)  # mails in flight at the last stop, then sending starts
     node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock, node.mail), clock))
     node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))

@@ -151,7 +151,7 @@ async def test_connection_refused_retried_then_given_up(nursery, tmp_path, smtp,
     org = await node.create_org()
     await invite(node, org["organization_id"], to)
     for attempt, wait in enumerate(outbox.BACKOFF, start=1):
-        await wait_until(lambda a=attempt: one_row(node, to)["attempts"] == a and one_row(node, to)["error"])
+        await wait_until(lambda a=attempt: (one_row(node, to)["attempts"], one_row(node, to)["state"]) == (a, "pending"))
         row = one_row(node, to)
         assert row["state"] == "pending" and row["error"] == f"connection refused by 127.0.0.1:{port}"
         node.clock.advance(wait)

@@ -47,7 +47,7 @@ class JobWebhookSource:
     crashpoint = "job_webhook_sending"
     concurrency = CONCURRENCY
 
-    def __init__(self, sender: Callable[[], object]) -> None:
+    def __init__(self, sender: Callable[[], Any]) -> None:
         self._sender = sender  # returns the node's net.client.Sender (node.sender)
 
     def paused(self) -> bool:
@@ -85,5 +85,5 @@ class JobWebhookSource:
 class JobWebhooks(Dispatcher):
     """`wake()` after committing a pending row; `recover()` once at start; `run` as a task."""
 
-    def __init__(self, store: Store, clock: Clock, sender: Callable[[], object]) -> None:
+    def __init__(self, store: Store, clock: Clock, sender: Callable[[], Any]) -> None:
         super().__init__(store, clock, JobWebhookSource(sender))

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
-from service.clock import iso
+from service.clock import Clock, iso
 from service.errors import NotFound
 from service.mail import messages
 from service.storage import accounts as sql
 from service.storage import mail as mail_sql
 from service.storage import sessions as sessions_sql
+from service.storage.db import Store
 
 CONFIRM_DAYS = 7
 CONFIRM_VALID = CONFIRM_DAYS * 86400.0
@@ -70,8 +72,18 @@ class ResetPassword:
     password_hash: str
 
 
+def _at(t: float) -> str:
+    out = iso(t)
+    assert out is not None
+    return out
+
+
 class PeopleHandlers:
-    """Needs `self.store`, `self.clock` and `self.mail` (service.mail.outbox.MailOutbox or None)."""
+    """Mixed into the accounts actor, which sets these three."""
+
+    store: Store
+    clock: Clock
+    mail: Any  # service.mail.outbox.MailOutbox, or None (mails then carry no link)
 
     def queue_mail(self, conn, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
                    link: str | None = None) -> None:
@@ -85,7 +97,7 @@ class PeopleHandlers:
     def _link(self, conn, purpose: str, email: str, org_id: str | None, now: float, valid: float,
               path: str) -> str:
         token = secrets.token_urlsafe(32)
-        mail_sql.insert_token(conn, token, purpose, email, org_id, iso(now), iso(now + valid))
+        mail_sql.insert_token(conn, token, purpose, email, org_id, _at(now), _at(now + valid))
         return f"{self.base_url}{path}?token={token}"
 
     async def on_SignUp(self, m: SignUp) -> str | None:

@@ -65,6 +65,7 @@ def _classify(code: int, text) -> SendFailure:
 
 def send(config: SmtpConfig, msg: EmailMessage) -> None:
     """Deliver `msg` (blocking: run it in a worker thread). Raises Temporary or Permanent."""
+    client: smtplib.SMTP
     try:
         if config.security == "tls":
             client = smtplib.SMTP_SSL(config.host, config.port, timeout=TIMEOUT,
