@@ -15,8 +15,9 @@ gone, so it is never sent again).
 from __future__ import annotations
 
 import hashlib
-import uuid
 from typing import Callable
+
+from service.storage.rows import new_id, one
 
 _wakers: dict[int, Callable[[], None]] = {}
 
@@ -37,7 +38,7 @@ def enqueue(conn, org_id: str | None, to: str, kind: str, subject: str, text: st
             now_iso: str, link: str | None = None) -> str:
     """Queue one mail. `link`, when given, is already sealed; `text`/`html` carry the
     placeholder `LINK` where it goes (service.mail.messages)."""
-    mail_id = str(uuid.uuid4())
+    mail_id = new_id()
     conn.execute("INSERT INTO emails (id, organization_id, to_address, subject, body, created_at, kind, html, "
                  "link) VALUES (?,?,?,?,?,?,?,?,?)",
                  (mail_id, org_id or "", to, subject, text, now_iso, kind, html, link))
@@ -103,10 +104,7 @@ def insert_token(conn, token: str, purpose: str, email: str, org_id: str | None,
 
 
 def get_token(conn_or_store, token_hash: str, purpose: str) -> dict | None:
-    sql = "SELECT * FROM mail_tokens WHERE token_hash = ? AND purpose = ?"
-    if hasattr(conn_or_store, "one"):
-        return conn_or_store.one(sql, (token_hash, purpose))
-    return conn_or_store.execute(sql, (token_hash, purpose)).fetchone()
+    return one(conn_or_store, "SELECT * FROM mail_tokens WHERE token_hash = ? AND purpose = ?", (token_hash, purpose))
 
 
 def use_tokens(conn, email: str, purpose: str, now_iso: str) -> None:
