@@ -89,7 +89,7 @@ def current_session() -> BrowserSession | None:
         svc.sessions.tell("sessions", TouchSession(row["id"], now))
     g.browser_session = BrowserSession(
         row["id"], row["user_id"], row["organization_id"], row["email"], row["role"], row["org_name"],
-        approved=bool(row["approved_at"]), confirmed=True)
+        approved=bool(row["approved_at"]), confirmed=not row["unconfirmed"])
     return g.browser_session
 
 
