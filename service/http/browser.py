@@ -67,7 +67,7 @@ def secure_cookies() -> bool:
     return request.scheme == "https" or node().settings.public_base_url.startswith("https://")
 
 
-def set_cookie(resp: Response, name: str, value: str, max_age: int | None) -> None:
+def set_cookie(resp: Response | WerkzeugResponse, name: str, value: str, max_age: int | None) -> None:
     resp.set_cookie(name, value, max_age=max_age, path="/", httponly=True, samesite="Lax",
                     secure=secure_cookies())
 
