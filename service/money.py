@@ -11,22 +11,46 @@ from typing import overload
 
 UC = 1_000_000
 CENT_UC = UC // 100
+MAX_UC = 10 ** 15  # 1e9 credits: any single amount above this is refused (int64 headroom)
+
+
+class NotCredits(ValueError):
+    """Not a finite decimal number."""
+
+
+class TooPrecise(ValueError):
+    """More than two decimal places."""
+
+
+def to_decimal(value: str | int | Decimal) -> Decimal:
+    """A decimal string, int or Decimal of credits as a finite Decimal (strings are stripped)."""
+    try:
+        d = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except InvalidOperation as e:
+        raise NotCredits(f"not a decimal number: {value!r}") from e
+    if not d.is_finite():
+        raise NotCredits("credits must be finite")
+    return d
+
+
+def decimal_uc(d: Decimal) -> int:
+    """Credits as micro-credits, refusing more than two decimal places."""
+    uc = d * UC
+    if uc != uc.to_integral_value() or (uc % CENT_UC) != 0:
+        raise TooPrecise("credits take at most two decimal places")
+    return int(uc)
 
 
 def to_uc(value: str | int | Decimal) -> int:
     """Parse a decimal string (or int) of credits into micro-credits; at most 2 places."""
     if isinstance(value, bool) or isinstance(value, float):
-        raise ValueError("credits must be a decimal string or an integer, not a float")
-    try:
-        d = Decimal(str(value).strip()) if not isinstance(value, Decimal) else value
-    except InvalidOperation as e:
-        raise ValueError(f"not a decimal number: {value!r}") from e
-    if not d.is_finite():
-        raise ValueError("credits must be finite")
-    uc = d * UC
-    if uc != uc.to_integral_value() or (uc % CENT_UC) != 0:
-        raise ValueError("credits take at most two decimal places")
-    return int(uc)
+        raise NotCredits("credits must be a decimal string or an integer, not a float")
+    return decimal_uc(to_decimal(value))
+
+
+def bad_amount(v: object, zero_ok: bool) -> bool:
+    """True unless `v` is an int of micro-credits in range (0 or 1 up to MAX_UC)."""
+    return type(v) is not int or v < (0 if zero_ok else 1) or v > MAX_UC
 
 
 @overload

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from pydantic import Field
 from quart import Blueprint, request
 
-from service.actors.balance import MAX_UC
 from service.actors.billing_messages import SettingsPut, Sync
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
-from service.http.auth import principal, requires, node
+from service.http.auth import node, principal, requires
 from service.http.schemas import Body, Query, body, clamp, query
-from service.money import UC
+from service.money import MAX_UC, UC, NotCredits, TooPrecise, decimal_uc, to_decimal
 from service.storage import billing as sql
 
 bp = Blueprint("billing", __name__)
@@ -125,20 +124,18 @@ def threshold_uc(raw: bytes | str) -> int | None:
         return None
     message = "low_balance_threshold must be a number of credits."
     try:
-        d = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)
-    except InvalidOperation:
+        d = to_decimal(value)
+    except NotCredits:
         raise Unprocessable(message, {"field": "low_balance_threshold"}) from None
-    if not d.is_finite():
-        raise Unprocessable(message, {"field": "low_balance_threshold"})
     if d < 0:
         raise Unprocessable("low_balance_threshold cannot be negative.", {"field": "low_balance_threshold"})
     if d > Decimal(MAX_UC) / UC:
         raise Unprocessable("low_balance_threshold is too large.", {"field": "low_balance_threshold"})
-    uc = d * UC
-    if uc != uc.to_integral_value() or uc % (UC // 100):
+    try:
+        return decimal_uc(d)
+    except TooPrecise:
         raise Unprocessable("low_balance_threshold takes at most two decimal places.",
-                            {"field": "low_balance_threshold"})
-    return int(uc)
+                            {"field": "low_balance_threshold"}) from None
 
 
 @bp.put("/v1/billing/settings")
