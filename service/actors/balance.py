@@ -122,6 +122,11 @@ class BalanceActor(Actor):
         self._iso_sec: int | None = None
         self._iso_prefix = ""
 
+    @property
+    def lots(self) -> dict:
+        """The book's lots by id (read-only use: tests look up a granted lot's deadline)."""
+        return self.book.lots
+
     # -- loading -----------------------------------------------------------------------------
     async def load(self) -> None:
         self._load()
