@@ -4,6 +4,8 @@ who may import what. A new module breaking a rule fails here with the import nam
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"
@@ -17,6 +19,9 @@ FORBIDDEN = {
     "storage": ("service.actors", "service.http", "quart", "hypercorn"),
     "actors": ("service.http", "quart", "hypercorn"),
     "streams": ("service.storage", "service.actors", "sqlite3"),
+    # the money rules: pure, so they are tested without trio; service.clock brings trio in
+    "credits": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
+                "service.actors", "service.http", "service.clock", "service.engines"),
 }
 
 
@@ -56,3 +61,12 @@ def test_no_sql_outside_storage():
     users = [str(p.relative_to(SERVICE.parent)) for p in SERVICE.rglob("*.py")
              if package_of(p) != "storage" and {"sqlite3", "sqlite_utils"} & imports_of(p)]
     assert users == []
+
+
+def test_the_credit_rules_load_without_trio_or_sqlite():
+    """Not only no direct import: nothing the money core pulls in loads trio or sqlite3."""
+    code = ("import sys; import service.credits.book, service.credits.rules; "
+            "print(sorted(m for m in ('trio', 'sqlite3', 'sqlite_utils', 'quart') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=SERVICE.parent, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

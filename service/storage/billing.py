@@ -46,6 +46,8 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Any
 
+from service.credits.rules import available, is_due
+from service.credits.rules import spend_key as lot_spend_key
 from service.money import fmt
 from service.storage.events import emit
 from service.storage.mail import mail_low_balance
@@ -209,21 +211,40 @@ def ledger_view(row: dict) -> dict:
 
 
 def spend_key(row: dict) -> tuple:
-    ts = row["expires_ts"]
-    return (ts is None, ts if ts is not None else 0.0, row["created_at"], row["id"])
+    """The spend order (`service.credits.rules.spend_key`) of a stored lot."""
+    return lot_spend_key(row["expires_ts"], row["created_at"], row["id"])
 
 
 # -- reads of the routes ---------------------------------------------------------------------------
+def live_lots(store, org_id: str, now: float) -> list[dict]:
+    """The lots with credits left that are live at `now`, in spend order (a lot is expired
+    from its `expires_at` on, whether or not the actor has written its expiry yet)."""
+    rows = store.all(f"SELECT {LOT_COLUMNS} FROM credit_lots WHERE organization_id = ? AND remaining_uc > 0 "
+                     "AND expired_at IS NULL", (org_id,))
+    lots = [r for r in rows if not is_due(r["expires_ts"], now)]
+    lots.sort(key=spend_key)
+    return lots
+
+
+def lots_available(lots: list[dict]) -> int:
+    """`available` (`service.credits.rules.available`) of live stored lots."""
+    return available((r["remaining_uc"], r["reserved_uc"]) for r in lots)
+
+
+def available_at(store, org_id: str, now: float) -> int:
+    """An organization's available micro-credits at service time `now`, read from the DB."""
+    with snapshot(store):
+        return max(lots_available(live_lots(store, org_id, now)), 0)
+
+
 def balance(store, org_id: str, now: float) -> dict:
     """The Balance resource, relative to service time `now` (a lot is expired from its
     `expires_at` on, whether or not the actor has written its expiry yet)."""
     with snapshot(store):
-        lots = store.all(f"SELECT {LOT_COLUMNS} FROM credit_lots WHERE organization_id = ? AND remaining_uc > 0 "
-                         "AND expired_at IS NULL AND (expires_ts IS NULL OR expires_ts > ?)", (org_id, now))
+        lots = live_lots(store, org_id, now)
         held = store.scalar("SELECT COALESCE(SUM(amount_uc), 0) FROM credit_holds WHERE organization_id = ? "
                             "AND status = 'held'", (org_id,))
-    lots.sort(key=spend_key)
-    available = sum(r["remaining_uc"] - r["reserved_uc"] for r in lots)
+    free = lots_available(lots)
     by_source: dict[str, int] = {}
     for r in lots:
         by_source[r["source"]] = by_source.get(r["source"], 0) + r["remaining_uc"]
@@ -235,7 +256,7 @@ def balance(store, org_id: str, now: float) -> dict:
         next_amount = fmt(sum(r["remaining_uc"] for r in expiring if r["expires_ts"] == first))
     return {
         "organization_id": org_id,
-        "available": fmt(max(available, 0)),
+        "available": fmt(max(free, 0)),
         "held": fmt(held),
         "by_source": [{"source": s, "remaining": fmt(v)} for s, v in by_source.items()],
         "next_expiry": next_expiry,
@@ -311,5 +332,5 @@ def ledger_sum(store, org_id: str) -> int:
 
 def committed_available(store, org_id: str) -> int:
     """Σ free part of the lots whose expiry is not yet written: what the actor holds as available."""
-    return store.scalar("SELECT COALESCE(SUM(remaining_uc - reserved_uc), 0) FROM credit_lots "
-                        "WHERE organization_id = ? AND expired_at IS NULL", (org_id,))
+    return lots_available(store.all("SELECT remaining_uc, reserved_uc FROM credit_lots "
+                                    "WHERE organization_id = ? AND expired_at IS NULL", (org_id,)))

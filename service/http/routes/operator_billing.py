@@ -9,14 +9,13 @@ import trio
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors.balance import MAX_UC
 from service.actors.billing_messages import Grant, Sync
 from service.clock import parse_iso
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.http.auth import node
 from service.http.routes.operator import operator
 from service.http.schemas import Body, Timestamp, ValidationFailed, body
-from service.money import to_uc
+from service.money import bad_amount, to_uc
 from service.storage import billing as sql
 
 bp = Blueprint("operator_billing", __name__)
@@ -56,7 +55,7 @@ async def grant(org_id: str, data: GrantBody):
         uc = to_uc(data.credits)
     except ValueError:
         uc = 0
-    if uc <= 0 or uc > MAX_UC:
+    if bad_amount(uc, zero_ok=False):
         raise Unprocessable("credits must be a decimal number of credits above zero with at most two places.",
                             {"credits": data.credits})
     if not SOURCE_RE.match(data.source):
