@@ -1,5 +1,9 @@
 """The balance actor: one per organization, the only owner of its credits.
 
+The rules below live in `service.credits.book.CreditBook` (pure, tested without trio); this
+actor holds the book and does the plumbing: batching, prefetching hold ids, one store write
+per batch, replies after the commit, and reloading after a failure.
+
 State (loaded from SQLite by `load`, kept in memory, integer micro-credits throughout):
 lots (every lot of the organization; the unexpired ones with credits left in spend order:
 soonest `expires_at` first, no expiry last, ties by `created_at` then `id`), the
