@@ -215,7 +215,7 @@ class BalanceActor(Actor):
         """Decide `msgs` in memory (no await) and submit the batch's write, chained to the
         previous one: it refuses to apply if the previous write of this epoch did not.
         Optimistic about new hold ids when nothing is in flight (module docstring); a
-        refusal of an id not yet read reads it first (`_place`)."""
+        refusal of an id not yet read reads it first (`Unread`, `_apply`)."""
         optimistic = bool(msgs) and not read_new and self._tail is None and self.store.fast_path_open()
         now = self.clock.now()
         self._serial += 1
