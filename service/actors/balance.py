@@ -50,16 +50,7 @@ from typing import Any, Callable
 
 import trio
 
-from service.actors.billing_messages import (
-    Capture,
-    Grant,
-    PlaceHold,
-    Release,
-    SettingsPut,
-    Snapshot,
-    Stop,
-    Sync,
-)
+from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, SettingsPut, Snapshot, Stop, Sync
 from service.actors.runtime import Actor, Deferred, fail
 from service.clock import iso, parse_iso
 from service.credits.book import CreditBook, Unread

@@ -17,7 +17,7 @@ from quart import Blueprint, request
 from service.actors.billing_messages import SettingsPut, Sync
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
-from service.http.auth import node, principal, requires
+from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
 from service.money import MAX_UC, UC, NotCredits, TooPrecise, decimal_uc, to_decimal
 from service.storage import billing as sql
