@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-from service.credits.rules import available, free_part, is_due, spend_key
+from service.credits.records import Hold, Lot, Settled
+from service.credits.rules import available, free_part, is_due
 from service.errors import Conflict, InsufficientCredits, NotFound, Unprocessable
 from service.machines import HOLD, LOW_BALANCE, NEW
 from service.money import bad_amount, fmt
+
+__all__ = ["HOLD_EFFECTS", "LOW_BALANCE_EFFECTS", "CreditBook", "Hold", "Lot", "Settled", "Unread"]
 
 NOTHING: frozenset = frozenset()
 
@@ -34,76 +37,6 @@ class Unread(Exception):
     def __init__(self, hold_id: str) -> None:
         super().__init__(hold_id)
         self.hold_id = hold_id
-
-
-class Lot:
-    __slots__ = ("id", "grant_id", "source", "amount", "remaining", "reserved", "expired_uc", "expires_at",
-                 "expires_iso", "expired_at", "reason", "created_at", "key", "new_in")
-
-    def __init__(self, id, grant_id, source, amount, remaining, reserved, expired_uc, expires_at, expires_iso,
-                 expired_at, reason, created_at) -> None:
-        self.id = id
-        self.grant_id = grant_id
-        self.source = source
-        self.amount = amount
-        self.remaining = remaining
-        self.reserved = reserved
-        self.expired_uc = expired_uc
-        self.expires_at = expires_at      # service-time float or None
-        self.expires_iso = expires_iso
-        self.expired_at = expired_at      # ISO time the book expired it, or None
-        self.reason = reason
-        self.created_at = created_at
-        self.key = spend_key(expires_at, created_at, id)
-        self.new_in = -1                  # serial of the batch that created it (its INSERT)
-
-    def view(self) -> dict:
-        return {"id": self.id, "grant_id": self.grant_id, "source": self.source, "amount": fmt(self.amount),
-                "remaining": fmt(self.remaining), "expires_at": self.expires_iso, "reason": self.reason,
-                "created_at": self.created_at, "amount_uc": self.amount, "remaining_uc": self.remaining}
-
-
-class Settled(NamedTuple):
-    """A settled hold, as remembered for repeats. Kept in memory as a plain tuple of atomics
-    (`tuple(settled)`), which Python's cyclic GC stops tracking, so thousands cost no GC
-    time; the named view is built on the rare repeat."""
-
-    id: str
-    job_id: str | None
-    workflow_run_id: str | None
-    project_id: str | None
-    description: str | None
-    status: str
-    amount: int
-    captured: int | None
-    created_at: str
-    settled_at: str | None
-
-
-class Hold:
-    __slots__ = ("id", "job_id", "workflow_run_id", "project_id", "description", "status", "amount", "captured",
-                 "slices", "created_at", "settled_at", "new_in", "placed_slices")
-
-    def __init__(self, id, job_id, workflow_run_id, project_id, description, status, amount, captured, slices,
-                 created_at, settled_at) -> None:
-        self.id = id
-        self.job_id = job_id
-        self.workflow_run_id = workflow_run_id
-        self.project_id = project_id
-        self.description = description
-        self.status = status
-        self.amount = amount
-        self.captured = captured
-        self.slices = slices              # [(Lot, uc)] for outstanding holds; [] once settled
-        self.created_at = created_at
-        self.settled_at = settled_at
-        self.new_in = -1                  # serial of the batch that placed it (its INSERT)
-        self.placed_slices: list[tuple[str, int]] | None = None  # a hold settled in the batch that placed it
-
-    def settled(self) -> tuple:
-        """The plain tuple of `Settled`'s fields."""
-        return (self.id, self.job_id, self.workflow_run_id, self.project_id, self.description, self.status,
-                self.amount, self.captured, self.created_at, self.settled_at)
 
 
 class CreditBook:
