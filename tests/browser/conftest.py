@@ -7,14 +7,22 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import trustme
 from playwright.sync_api import sync_playwright
 
 from tests.browser.support import Node, start_node
 
 
 @pytest.fixture(scope="session")
-def node(tmp_path_factory, oidc_issuer):
-    with start_node(tmp_path_factory.mktemp("browser-node"), oidc_issuer) as n:
+def tls_ca():
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def node(tmp_path_factory, oidc_issuer, tls_ca):
+    tmp = tmp_path_factory.mktemp("browser-node")
+    tls_ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    with start_node(tmp, oidc_issuer, tmp / "ca.pem") as n:
         yield n
 
 

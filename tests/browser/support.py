@@ -61,8 +61,48 @@ class Node:
         return r.json()["data"]["token"]
 
 
+class Receiver:
+    """An https webhook receiver on 127.0.0.1 (a certificate from the test CA) that records
+    every POST and answers `status`."""
+
+    def __init__(self, ca, status: int = 204) -> None:
+        import ssl
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.received: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.received.append({"headers": dict(self.headers), "body": body})
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.issue_cert("127.0.0.1").configure_cert(ctx)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
 @contextmanager
-def start_node(tmp: Path, oidc_issuer: str):
+def start_node(tmp: Path, oidc_issuer: str, ca_file: Path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "server.log"
@@ -70,6 +110,7 @@ def start_node(tmp: Path, oidc_issuer: str):
            "GENSERVICE_BASE_URL": url, "GENSERVICE_DATA_DIR": str(tmp / "data"), "GENSERVICE_TEST_MODE": "1",
            "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0",
            "GENSERVICE_OPERATOR_TOKEN": OPERATOR, "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1",
+           "GENSERVICE_WEBHOOK_CA_FILE": str(ca_file),
            "GENSERVICE_OIDC_NAME": "TestID", "GENSERVICE_OIDC_ISSUER": oidc_issuer,
            "GENSERVICE_OIDC_CLIENT_ID": "genservice", "GENSERVICE_OIDC_CLIENT_SECRET": "s3cret"}
     with open(log, "wb") as out:
