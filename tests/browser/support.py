@@ -173,5 +173,6 @@ def check_page(page, name: str) -> None:
     unlabeled = page.evaluate("""() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
         .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.name || e.id)""")
     assert unlabeled == [], f"{name}: controls without a label: {unlabeled}"
-    assert axe_violations(page) == [], f"{name}: axe"
+    found = axe_violations(page)
+    assert found == [], f"{name}: axe: {found}"
     shoot(page, name)

@@ -28,6 +28,8 @@ SOURCES = ("api", "studio", "workflow")
 def thumb(item: dict) -> str | None:
     """A signed link to the row's first image output, if any."""
     outputs = item.get("outputs") or []
+    if isinstance(outputs, dict):  # a product run: named outputs
+        outputs = [o for group in outputs.values() for o in group]
     for o in outputs:
         if o.get("content_type", "").startswith("image/"):
             return signed(o["id"])
