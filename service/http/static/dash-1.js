@@ -13,6 +13,8 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById(el.id);
         if (fresh) { el.innerHTML = fresh.innerHTML; el.dataset.state = fresh.dataset.state || ""; }
+        var balance = doc.getElementById("balance"), mine = document.getElementById("balance");
+        if (balance && mine) { mine.textContent = balance.textContent; }
         el._busy = false;
         if (el._again) { el._again = false; refresh(el); }
         if (window.htmx) { htmx.process(el); }
