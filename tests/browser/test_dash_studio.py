@@ -28,7 +28,7 @@ def test_studio_submit_follows_the_job_live_and_lands_in_history(page, node):
     assert page.evaluate("window.__same_page") is True
     src = page.get_by_role("img", name=re.compile("Output 1")).get_attribute("src")
     assert src.startswith("/files/") and "sig=" in src  # a signed link, no key
-    assert page.evaluate("() => document.querySelector('.outputs img').naturalWidth") > 0
+    page.wait_for_function("() => { const i = document.querySelector('.outputs img'); return i.complete && i.naturalWidth > 0; }")
     check_page(page, "studio-job")
     assert "aak_" not in page.content()
     storage = page.evaluate("() => JSON.stringify(localStorage) + JSON.stringify(sessionStorage)")
