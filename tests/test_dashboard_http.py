@@ -1,0 +1,138 @@
+"""Dashboard routes without a browser (Quart test client): static files, the HTML 404 for
+browsers only, sessions required, the Studio submit's source, keys shown once, role refusals
+with their status and message, the streamed upload's CSRF, and the page event streams."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from service import passwords
+from service.actors.sessions import SetPassword
+from tests.pages import csrf, page
+
+PW = "correct horse battery"
+HTML = {"Accept": "text/html,application/xhtml+xml"}
+FORGED = "This form was not sent from this site, or the page was open too long."
+
+
+@pytest.fixture(autouse=True)
+def cheap_hashes(monkeypatch):
+    import argon2
+    monkeypatch.setattr(passwords, "HASHER", argon2.PasswordHasher.from_parameters(argon2.profiles.CHEAPEST))
+    monkeypatch.setattr(passwords, "_DUMMY", [])
+
+
+async def logged_in(node, role: str = "owner", email: str = "owner@acme.test") -> dict:
+    org = await node.create_org(email=email)
+    user_id = org["owner_user_id"]
+    if role != "owner":
+        email = f"{role}@acme.test"
+        user_id = (await node.add_member(org["organization_id"], role, email))["user_id"]
+    await node.parts.sessions.ask("sessions", SetPassword(email, await passwords.hash_password(PW), user_id,
+                                                          org["organization_id"]))
+    _, html = await page(node.client, "/login")
+    r = await node.client.post("/login", form={"csrf_token": csrf(html), "email": email, "password": PW})
+    assert r.status_code == 303
+    return org
+
+
+async def wait_final(node, key: str, job_id: str) -> dict:
+    for _ in range(400):
+        r = await node.call("GET", f"/v1/generation/requests/{job_id}/status", key)
+        body = await r.get_json()
+        if body["status"] in ("completed", "failed", "canceled", "nsfw"):
+            return body
+        await trio.sleep(0.05)
+    raise AssertionError("job did not finish")
+
+
+async def test_static_files_are_served_with_cache_headers(node):
+    r = await node.client.get("/static/htmx-2.0.11.min.js")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/javascript")
+    assert r.headers["Cache-Control"] == "public, max-age=86400" and r.headers["ETag"]
+    r = await node.client.get("/static/dash-1.css")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/css")
+    for bad in ("/static/nothing.js", "/static/.hidden.js", "/static/dash.html"):
+        r = await node.client.get(bad)
+        assert r.status_code == 404
+        assert (await r.get_json())["error"]["message"] == "File not found."
+
+
+async def test_browsers_get_the_404_page_and_api_clients_the_envelope(node):
+    r = await node.client.get("/no-such-page", headers=HTML)
+    assert r.status_code == 404 and "<h1>Page not found</h1>" in await r.get_data(as_text=True)
+    r = await node.client.get("/no-such-page")
+    assert r.status_code == 404 and (await r.get_json())["error"]["code"] == "request.not_found"
+    r = await node.client.get("/v1/no-such-route", headers=HTML)
+    assert r.status_code == 404 and (await r.get_json())["error"]["code"] == "request.not_found"
+
+
+async def test_pages_need_a_session(node):
+    for path in ("/studio", "/billing?offset=50", "/history/events", "/keys"):
+        r = await node.client.get(path)
+        assert r.status_code == 302 or r.status_code == 303
+        assert r.headers["Location"].startswith("/login?next=" + path.split("?")[0])
+
+
+async def test_studio_submit_is_a_studio_job_and_its_stream_ends_with_the_final_status(node):
+    org = await logged_in(node)
+    _, html = await page(node.client, "/studio")
+    assert "Price: <strong>1.00</strong> credits (1k)" in html
+    r = await node.client.post("/studio", form={"csrf_token": csrf(html), "capability": "image.generate",
+                                                "model": "proc-image", "prompt": "a fox", "resolution": "2k"})
+    assert r.status_code == 303
+    job_id = r.headers["Location"].rsplit("/", 1)[1]
+    status = await wait_final(node, org["api_key"], job_id)
+    assert (status["source"], status["status"], status["credits"]["actual"]) == ("studio", "completed", "2.00")
+    r = await node.client.get(f"/studio/jobs/{job_id}/events")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    text = await r.get_data(as_text=True)
+    assert text.count("event: status") == 1 and '"status":"completed"' in text
+
+
+async def test_another_organizations_job_is_not_found(node):
+    other = await node.create_org(name="Other", email="boss@other.test")
+    r = await node.call("POST", "/v1/generation/capabilities/image.generate", other["api_key"], json={"prompt": "x"})
+    job_id = (await r.get_json())["request_id"]
+    await logged_in(node)
+    r = await node.client.get(f"/studio/jobs/{job_id}", headers=HTML)
+    assert r.status_code == 404 and "Generation request not found." in await r.get_data(as_text=True)
+    r = await node.client.get(f"/studio/jobs/{job_id}/events")
+    assert r.status_code == 404 and (await r.get_json())["error"]["message"] == "Generation request not found."
+
+
+async def test_a_new_key_is_shown_once(node):
+    await logged_in(node)
+    _, html = await page(node.client, "/keys")
+    r = await node.client.post("/keys", form={"csrf_token": csrf(html), "name": "deploy"})
+    body = await r.get_data(as_text=True)
+    assert r.status_code == 201 and 'id="new-key">aak_' in body
+    assert r.headers["Cache-Control"] == "no-store"
+    _, html = await page(node.client, "/keys")
+    assert "deploy" in html and 'id="new-key"' not in html
+
+
+async def test_role_refusals_have_their_status_and_message(node):
+    await logged_in(node, role="member")
+    _, html = await page(node.client, "/studio")
+    for path, form in (("/keys", {"name": "x"}), ("/billing/threshold", {"threshold": "5"}),
+                       ("/members/invite", {"email": "a@b.test", "role": "member"}), ("/settings", {"name": "X"})):
+        r = await node.client.post(path, form={"csrf_token": csrf(html), **form})
+        assert r.status_code == 403, path
+        assert "Your role (member) does not allow this." in await r.get_data(as_text=True)
+
+
+async def test_streamed_upload_needs_the_token_in_its_query(node):
+    from tests.test_generation_support import multipart
+    from tests.test_media_samples import image_bytes
+
+    org = await logged_in(node)
+    body, ctype = multipart([("file", "s.png", "image/png", image_bytes("PNG"))])
+    r = await node.client.post("/assets/upload", data=body, headers={"Content-Type": ctype})
+    assert r.status_code == 403 and FORGED in await r.get_data(as_text=True)
+    _, html = await page(node.client, "/assets")
+    r = await node.client.post(f"/assets/upload?csrf_token={csrf(html)}", data=body, headers={"Content-Type": ctype})
+    assert r.status_code == 303 and r.headers["Location"] == "/assets"
+    r = await node.call("GET", "/v1/generation/assets", org["api_key"])
+    assert [(a["kind"], a["source"]) for a in (await r.get_json())["data"]] == [("image", "upload")]
