@@ -156,3 +156,24 @@ def test_expired_session_returns_to_login_then_to_the_page(page, node):
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(re.compile(r"/billing\?offset=0$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Billing")
+
+
+def test_studio_video_from_an_uploaded_start_frame_plays(page, node, tmp_path):
+    login_new_org(page, node)
+    page.goto("/studio")
+    page.get_by_label("Capability").select_option("video.generate")
+    expect(page.get_by_label("Model")).to_have_value("camera-move")
+    expect(page.locator("#price")).to_contain_text("10.00 credits")
+    png = tmp_path / "frame.png"
+    png.write_bytes(image_bytes("PNG", 320, 240))
+    page.get_by_label(re.compile("^File for this project")).set_input_files(str(png))
+    page.get_by_role("button", name="Upload").click()
+    page.wait_for_url(re.compile(r"/studio\?capability=video.generate&model=camera-move$"))
+    page.get_by_label(re.compile("^Input: start_frame")).select_option(index=1)
+    page.get_by_label("Prompt").fill("slow pan")
+    page.get_by_role("button", name="Generate").click()
+    expect(page.locator("[data-status]")).to_have_text("completed", timeout=60_000)
+    video = page.locator(".outputs video")
+    expect(video).to_have_count(1)
+    page.wait_for_function("() => document.querySelector('.outputs video').readyState >= 1")
+    assert page.evaluate("() => document.querySelector('.outputs video').duration") > 4

@@ -4,7 +4,8 @@ signed URLs only), and an upload form that stores a file exactly as
 
 The upload body is streamed (never buffered whole), so its CSRF token travels in the query
 string rather than in the form (the form cannot be read before the file); the Origin check
-applies as for every form."""
+applies as for every form. `next` (a path on this site) is where a good upload returns:
+Studio's own upload form comes back to the form, where the file can be picked."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from quart_schema import hide
 from service.actors.job_uploads import CommitUpload
 from service.errors import ApiError, BadRequest, Unprocessable
 from service.http.auth import node, principal
-from service.http.browser import check_csrf_value, forged, page, same_site_origin
+from service.http.browser import check_csrf_value, forged, page, safe_next, same_site_origin
 from service.http.dashboard import current_project, show, signed
 from service.http.pages import PageError
 from service.http.routes.uploads import FILE_TOO_BIG, MAX_FILE, TooLarge, _drain, receive
@@ -87,4 +88,5 @@ async def upload():
     finally:
         if not handed_over:
             temp.unlink(missing_ok=True)
-    return redirect("/assets", 303)
+    back = request.args.get("next")
+    return redirect(safe_next(back) if back else "/assets", 303)
