@@ -136,3 +136,44 @@ async def test_streamed_upload_needs_the_token_in_its_query(node):
     assert r.status_code == 303 and r.headers["Location"] == "/assets"
     r = await node.call("GET", "/v1/generation/assets", org["api_key"])
     assert [(a["kind"], a["source"]) for a in (await r.get_json())["data"]] == [("image", "upload")]
+
+
+async def test_top_up_outside_the_quote_is_refused_with_the_api_message(node):
+    from service.payments.pricing import RANGE_MESSAGE
+
+    await logged_in(node)
+    _, html = await page(node.client, "/billing")
+    for credits in ("5", "100000000"):
+        r = await node.client.post("/billing/topups", form={"csrf_token": csrf(html), "credits": credits})
+        assert r.status_code == 422 and RANGE_MESSAGE in await r.get_data(as_text=True)
+    r = await node.client.post("/billing/topups", form={"csrf_token": csrf(html), "credits": "ten"})
+    assert r.status_code == 422 and "Enter a whole number of credits." in await r.get_data(as_text=True)
+    r = await node.client.post("/billing/topups", form={"csrf_token": csrf(html), "credits": "500"})
+    assert r.status_code == 303 and "/checkout/test/" in r.headers["Location"]
+
+
+async def test_members_change_role_resend_and_remove(node):
+    org = await logged_in(node)
+    org_id = org["organization_id"]
+    _, html = await page(node.client, "/members")
+    r = await node.client.post("/members/invite", form={"csrf_token": csrf(html), "email": "new@acme.test",
+                                                        "role": "member"})
+    body = await r.get_data(as_text=True)
+    assert r.status_code == 201 and "/invitations/accept?token=" in body
+    first = body.split("/invitations/accept?token=")[1].split("<")[0]
+    inv = node.store.one("SELECT id FROM invitations WHERE email = 'new@acme.test'")
+    r = await node.client.post(f"/members/invitations/{inv['id']}/resend", form={"csrf_token": csrf(html)})
+    body = await r.get_data(as_text=True)
+    second = body.split("/invitations/accept?token=")[1].split("<")[0]
+    assert r.status_code == 200 and second != first
+    member = await node.add_member(org_id, "member", "m2@acme.test")
+    r = await node.client.post(f"/members/{member['user_id']}/role", form={"csrf_token": csrf(html),
+                                                                          "role": "read_only"})
+    assert r.status_code == 303
+    assert node.store.scalar("SELECT role FROM users WHERE id = ?", (member["user_id"],)) == "read_only"
+    r = await node.client.post(f"/members/{org['owner_user_id']}/role", form={"csrf_token": csrf(html),
+                                                                             "role": "member"})
+    assert r.status_code == 409 and "The last owner cannot be" in await r.get_data(as_text=True)
+    r = await node.client.post(f"/members/{member['user_id']}/remove", form={"csrf_token": csrf(html)})
+    assert r.status_code == 303
+    assert node.store.scalar("SELECT is_active FROM users WHERE id = ?", (member["user_id"],)) == 0
