@@ -10,8 +10,8 @@ clock (the operator's test clock moves a day between batches, so usage covers a 
 `--runs` product runs (text-to-clip: four steps each), 20 API keys, 10 members who accepted
 their invitation with a password, one webhook and one ticket. Then one logged-in browser
 session (httpx with the session cookie) reads every page `--rounds` times, interleaved with
-the API reads, and prints per page: server p50/p99 (ms), HTML bytes, and HTML plus the
-page's scripts and stylesheet on a first visit (no cache). Images the page shows are signed
+the API reads, and prints per page: server p50/p99 (ms), HTML bytes on the wire, and HTML plus
+the page's scripts and stylesheet on a first visit (no cache; gzip accepted, as browsers do). Images the page shows are signed
 links loaded lazily and are not counted. Last line: one JSON object.
 """
 
@@ -133,7 +133,7 @@ def measure(browser: httpx.Client, api: httpx.Client, key: str, rounds: int) -> 
             r = browser.get(p)
             assert r.status_code == 200, (p, r.status_code)
             times[p].append(float(r.headers["X-Process-Time"]))
-            size[p] = len(r.content)
+            size[p] = r.num_bytes_downloaded
         for name, path in API.items():
             r = api.get(path, headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == 200, (name, r.status_code)
@@ -141,7 +141,7 @@ def measure(browser: httpx.Client, api: httpx.Client, key: str, rounds: int) -> 
     static = {}
     for p in PAGES:
         html = browser.get(p).text
-        static[p] = sum(len(browser.get(a).content) for a in sorted(set(ASSET.findall(html))))
+        static[p] = sum(browser.get(a).num_bytes_downloaded for a in sorted(set(ASSET.findall(html))))
     return {"times": times, "size": size, "static": static}
 
 

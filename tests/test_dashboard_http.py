@@ -177,3 +177,17 @@ async def test_members_change_role_resend_and_remove(node):
     r = await node.client.post(f"/members/{member['user_id']}/remove", form={"csrf_token": csrf(html)})
     assert r.status_code == 303
     assert node.store.scalar("SELECT is_active FROM users WHERE id = ?", (member["user_id"],)) == 0
+
+
+async def test_static_files_are_gzipped_for_clients_that_accept_it(node):
+    import gzip
+    from pathlib import Path
+
+    raw = (Path(__file__).resolve().parent.parent / "service/http/static/htmx-2.0.11.min.js").read_bytes()
+    r = await node.client.get("/static/htmx-2.0.11.min.js", headers={"Accept-Encoding": "gzip, br"})
+    body = await r.get_data()
+    assert r.headers["Content-Encoding"] == "gzip" and len(body) < len(raw) // 2
+    assert gzip.decompress(body) == raw
+    r2 = await node.client.get("/static/htmx-2.0.11.min.js", headers={"Accept-Encoding": "gzip",
+                                                                     "If-None-Match": r.headers["ETag"]})
+    assert r2.status_code == 304
