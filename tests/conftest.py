@@ -136,3 +136,24 @@ def oidc_issuer():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- helpers shared by the HTTP tests -------------------------------------------------------------
+async def j(r):
+    """A test-client response's JSON body."""
+    return await r.get_json()
+
+
+def err(body: dict) -> dict:
+    """An error envelope's `error` without its request id (checked to be there)."""
+    e = dict(body["error"])
+    rid = e.pop("request_id")
+    assert isinstance(rid, str) and rid
+    return e
+
+
+@pytest.fixture
+async def org(node):
+    """A new approved organization through the operator API (files with their own kind of
+    organization define their own `org` fixture)."""
+    return await node.create_org()

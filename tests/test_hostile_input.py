@@ -38,21 +38,11 @@ from PIL import Image
 from service.media.inspect import MAX_PIXELS
 from test_generation_support import UPLOADS, leftovers, local, multipart, upload
 from test_media_samples import fits_bytes, image_bytes, jpeg_with_size, png_header_only, webp_vp8x_header
+from conftest import err
 
 MiB = 1024 * 1024
 ALLOWED = ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]
 NOT_IMAGE = "File is not a readable image."
-
-
-def err(body: dict) -> dict:
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
 
 
 async def refused_422(node, key, data, ctype, message, details=None, filename="f.bin"):

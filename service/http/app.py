@@ -81,7 +81,7 @@ def create_app(node) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
     app.config["JSON_SORT_KEYS"] = False
-    app.json.sort_keys = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Quart's default provider has it
     QuartSchema(
         app,
         openapi_path="/v1/openapi.json",

@@ -30,6 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from itsdangerous import BadSignature, URLSafeSerializer
 from quart import Response, g, redirect, request
+from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from service.actors.sessions import IDLE, TOUCH_EVERY, TouchSession
 from service.http.auth import Principal, node
@@ -106,7 +107,7 @@ def safe_next(value: str | None) -> str:
     return value
 
 
-def login_redirect() -> Response:
+def login_redirect() -> WerkzeugResponse:
     """To the login page, then back: to this page, or for a form sent after the session ended,
     to the page the form was on (its Referer, when on this site)."""
     target = request.full_path.rstrip("?") if request.method == "GET" else request.path

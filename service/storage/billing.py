@@ -49,6 +49,7 @@ from typing import Any
 from service.money import fmt
 from service.storage.accounts import owner_email
 from service.storage.events import email, emit
+from service.storage.rows import rows_in
 
 HOLD_COLUMNS = ("id, organization_id, job_id, workflow_run_id, project_id, description, status, amount_uc, "
                 "captured_uc, slices, created_at, settled_at")
@@ -169,12 +170,7 @@ def load_org(store, org_id: str) -> tuple[list[dict], list[dict], dict | None]:
 
 
 def holds_by_ids(store, ids: list[str]) -> list[dict]:
-    out: list[dict] = []
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        out += store.all(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id IN ({','.join('?' * len(chunk))})",
-                         chunk)
-    return out
+    return rows_in(store, f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id IN ({{marks}})", ids)
 
 
 def org_ids_with_live_credits(store) -> list[str]:
