@@ -65,11 +65,13 @@ def test_studio_insufficient_credits_shows_balance_and_top_up_link(page, node):
     up = node.api("POST", "/v1/generation/uploads", key, files={"file": ("s.png", image_bytes("PNG"), "image/png")})
     assert up.status_code == 201, up.text
     body = {"prompt": "hold [[delay:60]]", "resolution": "720p", "inputs": {"start_frame": [up.json()["data"]["id"]]}}
+    held = []
     while True:  # slow jobs hold the whole balance
         r = node.api("POST", "/v1/generation/capabilities/video.generate", key, json=body)
         if r.status_code == 402:
             break
         assert r.status_code == 202, r.text
+        held.append(r.json()["request_id"])
     available = node.api("GET", "/v1/billing/balance", key).json()["data"]["available"]
     page.goto("/studio?capability=video.generate&resolution=720p")
     page.get_by_label("Prompt").fill("waves")
@@ -78,6 +80,8 @@ def test_studio_insufficient_credits_shows_balance_and_top_up_link(page, node):
     alert = page.get_by_role("alert")
     expect(alert).to_contain_text(f"Your balance is {available} credits.")
     expect(alert.get_by_role("link", name="Top up credits")).to_have_attribute("href", "/billing#top-up")
+    for job_id in held:  # free the model's render slot for the other tests
+        assert node.api("POST", f"/v1/generation/requests/{job_id}/cancel", key).status_code == 200
 
 
 def test_failed_job_shows_its_message_and_released_credits(page, node):
