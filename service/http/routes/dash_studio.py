@@ -155,7 +155,10 @@ def job_view(status: dict) -> dict:
     for slot, ids in (params.get("inputs") or {}).items():
         if ids:
             again["input_" + slot] = ids[0]
-    return {**status, "outputs": outputs, "released": bool(hold and hold["status"] == "released"),
+    # a job that ends failed, canceled or flagged never captures its hold: the actor releases
+    # it right after the final status (it may still read "held" for a moment)
+    released = hold is not None and hold["status"] != "captured"
+    return {**status, "outputs": outputs, "released": released,
             "final": status["status"] in JOB.final, "prompt": row.get("prompt"), "params": params,
             "started_at": row.get("started_at"), "again": "/studio?" + urlencode(again)}
 
