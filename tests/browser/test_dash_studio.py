@@ -39,3 +39,17 @@ def test_studio_submit_follows_the_job_live_and_lands_in_history(page, node):
     r = node.api("GET", "/v1/runs", org["api_key"], params={"source": "studio"})
     assert r.status_code == 200
     assert [(i["id"], i["source"], i["status"]) for i in r.json()["data"]["items"]] == [(job_id, "studio", "completed")]
+
+
+def test_history_follows_the_project_stream(page, node):
+    org = login_new_org(page, node)
+    page.goto("/history")
+    expect(page.locator("#feed[data-following='1']")).to_have_count(1)
+    page.evaluate("window.__same_page = true")
+    r = node.api("POST", "/v1/generation/capabilities/image.generate", org["api_key"], json={"prompt": "a fox"})
+    job_id = r.json()["request_id"]
+    row = page.locator(f"[data-id='{job_id}']")
+    expect(row).to_contain_text("api", timeout=20_000)
+    expect(row).to_contain_text("completed", timeout=20_000)
+    expect(row.locator("img")).to_have_count(1)
+    assert page.evaluate("window.__same_page") is True
