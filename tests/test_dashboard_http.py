@@ -191,3 +191,47 @@ async def test_static_files_are_gzipped_for_clients_that_accept_it(node):
     r2 = await node.client.get("/static/htmx-2.0.11.min.js", headers={"Accept-Encoding": "gzip",
                                                                      "If-None-Match": r.headers["ETag"]})
     assert r2.status_code == 304
+
+
+def page_permission(app, endpoint: str):
+    """The `@page(permission)` of a view (through the other decorators' functools.wraps)."""
+    func = app.view_functions[endpoint]
+    while func is not None:
+        if hasattr(func, "permission"):
+            return func.permission
+        func = getattr(func, "__wrapped__", None)
+    raise AssertionError(f"{endpoint} is not a @page view")
+
+
+@pytest.mark.parametrize("role", ["owner", "admin", "member", "read_only"])
+async def test_every_dashboard_route_checks_the_role_table(node, role):
+    """Every dashboard route, for every role: allowed by the API's role table -> not 403;
+    otherwise the 403 page "Your role (R) does not allow this." (GET pages and form posts)."""
+    from service.roles import allows
+
+    app = node.app
+    await logged_in(node, role=role)
+    _, html = await page(node.client, "/support")
+    token = csrf(html)
+    rules = [r for r in app.url_map.iter_rules() if r.endpoint.startswith("dash_") and "static" not in r.endpoint]
+    assert len(rules) > 40
+    for rule in rules:
+        permission = page_permission(app, rule.endpoint)
+        path = rule.rule
+        for arg in rule.arguments:
+            path = path.replace(f"<{arg}>", "00000000-0000-0000-0000-000000000000")
+        allowed = permission is None or allows(role, permission)
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            if method == "GET" and path.endswith("/events") and not rule.arguments and allowed:
+                continue  # an open stream: its start is tested elsewhere
+            if method == "GET":
+                r = await node.client.get(path, headers=HTML)
+            else:
+                r = await node.client.post(path if "upload" not in path else f"{path}?csrf_token={token}",
+                                           form={"csrf_token": token})
+            text = await r.get_data(as_text=True)
+            if allowed:
+                assert r.status_code != 403 or "does not allow" not in text, (role, method, path)
+            else:
+                assert r.status_code == 403, (role, method, path, r.status_code)
+                assert f"Your role ({role}) does not allow this." in text, (role, method, path)

@@ -134,6 +134,7 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
             g.principal = Principal(s.org_id, s.user_id, None, s.role)
             return await func(*args, **kwargs)
 
+        wrapper.permission = permission  # type: ignore[attr-defined]  # read by the page matrix test
         return wrapper
 
     return deco
