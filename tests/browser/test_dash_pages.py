@@ -54,6 +54,9 @@ def test_upload_then_run_a_product_with_live_steps(page, node, tmp_path):
     assert page.evaluate("window.__same_page") is True
     assert page.locator("[data-step] video").count() >= 1
     check_page(page, "product-run")
+    page.get_by_role("link", name="Use these inputs again").click()
+    expect(page.get_by_label("Prompt")).to_have_value("a harbour at dawn [[delay:1]]")
+    expect(page.get_by_label("Aspect ratio")).to_have_value("16:9")
     page.goto("/history?source=workflow")
     expect(page.locator("tbody tr")).to_have_count(1)
     expect(page.locator("tbody tr")).to_contain_text("workflow")

@@ -34,6 +34,11 @@ def test_studio_submit_follows_the_job_live_and_lands_in_history(page, node):
     storage = page.evaluate("() => JSON.stringify(localStorage) + JSON.stringify(sessionStorage)")
     assert "aak_" not in storage and "gs_session" not in storage  # htmx keeps only the current path there
 
+    page.get_by_role("link", name="Use these settings again").click()
+    expect(page.get_by_label("Prompt")).to_have_value("a lighthouse at dusk [[delay:2]]")
+    expect(page.get_by_label("Resolution")).to_have_value("2k")
+    expect(page.locator("#price")).to_contain_text("2.00 credits")
+
     page.goto("/history?source=studio")
     expect(page.locator(f"[data-id='{job_id}']")).to_contain_text("studio")
     r = node.api("GET", "/v1/runs", org["api_key"], params={"source": "studio"})

@@ -9,6 +9,8 @@ picked from the chosen project's assets of that kind."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
@@ -51,7 +53,8 @@ def form_page(slug: str, status: int = 200, values: dict | None = None, **ctx):
 @hide
 @page("generation:read")
 async def product(slug: str):
-    return form_page(slug)
+    """The run form; `in_<name>` query fields prefill it ("Use these inputs again")."""
+    return form_page(slug, values={k[3:]: v for k, v in request.args.items() if k.startswith("in_")})
 
 
 def inputs_of(product: dict, form) -> dict:
@@ -95,7 +98,8 @@ async def start(slug: str):
 def run_view(run_id: str) -> dict:
     run = products().get(principal().org_id, run_id)
     link = lambda outputs: [{**o, "link": signed(o["id"])} for o in outputs]  # noqa: E731
-    return {**run, "final": run["status"] in RUN.final,
+    again = {"in_" + k: v for k, v in (run["inputs"] or {}).items() if isinstance(v, (str, int, float))}
+    return {**run, "final": run["status"] in RUN.final, "again": f"/products/{run['product']}?" + urlencode(again),
             "steps": [{**s, "outputs": link(s["outputs"])} for s in run["steps"]],
             "outputs": {name: link(outs) for name, outs in run["outputs"].items()}}
 
