@@ -235,3 +235,22 @@ async def test_every_dashboard_route_checks_the_role_table(node, role):
             else:
                 assert r.status_code == 403, (role, method, path, r.status_code)
                 assert f"Your role ({role}) does not allow this." in text, (role, method, path)
+
+
+def test_usage_chart_stacks_the_four_largest_projects_then_other():
+    from datetime import UTC, datetime
+
+    from service.http.routes.dash_billing import chart
+
+    today = datetime(2026, 3, 10, tzinfo=UTC)
+    rows = [{"project_id": f"p{i}", "day": "2026-03-10", "credits": f"{i + 1}.00", "jobs": 1} for i in range(6)]
+    rows.append({"project_id": "p5", "day": "2025-01-01", "credits": "50.00", "jobs": 1})  # outside 90 days
+    names = {f"p{i}": f"Project {i}" for i in range(6)}
+    c = chart(rows, today, names)
+    assert [(l["name"], l["credits"]) for l in c["legend"]] == [
+        ("Project 5", "56.00"), ("Project 4", "5.00"), ("Project 3", "4.00"), ("Project 2", "3.00"), ("Other", "3.00")]
+    day = [b for b in c["bars"] if b["day"] == "2026-03-10"]
+    assert [b["credits"] for b in day] == ["6.00", "5.00", "4.00", "3.00", "3.00"]
+    assert c["top"] == "21.00" and c["total"] == "21.00"
+    assert abs(day[-1]["y"]) < 1e-9  # the day's stack reaches the top of the chart
+    assert c["first"] == "2025-12-11" and c["last"] == "2026-03-10"

@@ -36,20 +36,40 @@ LEDGER_PAGE = 50
 DAYS = 90
 
 
-def chart(rows: list[dict], today: datetime) -> dict:
-    """Daily credits over the last DAYS days as SVG bar geometry (no script, no library)."""
-    per_day: dict[str, Decimal] = {}
+COLORS = ("#0b5cad", "#c05600", "#2e7d32", "#8e24aa", "#6b6b6b")  # distinct at 3:1 on white
+
+
+def chart(rows: list[dict], today: datetime, names: dict[str, str]) -> dict:
+    """Daily credits over the last DAYS days, stacked per project (the four largest, then
+    "Other"), as SVG bar geometry: no script, no library."""
+    totals: dict[str, Decimal] = {}
     for r in rows:
-        per_day[r["day"]] = per_day.get(r["day"], Decimal(0)) + Decimal(r["credits"])
+        totals[r["project_id"]] = totals.get(r["project_id"], Decimal(0)) + Decimal(r["credits"])
+    ranked = sorted(totals, key=lambda p: -totals[p])
+    series = ranked[:4] + (["other"] if len(ranked) > 4 else [])
+    group = {p: (p if p in ranked[:4] else "other") for p in ranked}
+    per_day: dict[str, dict[str, Decimal]] = {}
+    for r in rows:
+        day = per_day.setdefault(r["day"], {})
+        key = group[r["project_id"]]
+        day[key] = day.get(key, Decimal(0)) + Decimal(r["credits"])
     days = [(today - timedelta(days=DAYS - 1 - i)).strftime("%Y-%m-%d") for i in range(DAYS)]
-    top = max(per_day.values(), default=Decimal(0)) or Decimal(1)
+    top = max((sum(v.values()) for d, v in per_day.items() if d in days), default=Decimal(0)) or Decimal(1)
     bars = []
     for i, day in enumerate(days):
-        value = per_day.get(day, Decimal(0))
-        h = float(value / top * 100)
-        bars.append({"x": i * 4, "y": 100 - h, "h": h, "day": day, "credits": f"{value:.2f}"})
-    return {"bars": bars, "top": f"{top:.2f}", "first": days[0], "last": days[-1],
-            "total": f"{sum(per_day.get(d, Decimal(0)) for d in days):.2f}"}
+        y = 100.0
+        for n, key in enumerate(series):
+            value = per_day.get(day, {}).get(key, Decimal(0))
+            if value:
+                h = float(value / top * 100)
+                y -= h
+                bars.append({"x": i * 4, "y": y, "h": h, "day": day, "credits": f"{value:.2f}", "color": COLORS[n],
+                             "name": names.get(key, "Other" if key == "other" else key)})
+    legend = [{"name": names.get(k, "Other" if k == "other" else k), "color": COLORS[n],
+               "credits": f"{sum(totals[p] for p in ranked if group[p] == k):.2f}"} for n, k in enumerate(series)]
+    in_range = sum((sum(per_day.get(d, {}).values(), Decimal(0)) for d in days), Decimal(0))
+    return {"bars": bars, "legend": legend, "top": f"{top:.2f}", "first": days[0], "last": days[-1],
+            "total": f"{in_range:.2f}"}
 
 
 async def synced(org_id: str) -> None:
@@ -73,7 +93,7 @@ async def billing_page(status: int = 200, **ctx):
     returned = topups_sql.get_in_org(svc.store, org_id, topup) if topup else None
     returned = topup_view(returned) if returned else None
     return show("billing.html", status, title="Billing", usage=usage, names=names,
-                chart=chart(usage, datetime.fromtimestamp(now, UTC)), ledger=ledger, total=total, offset=offset,
+                chart=chart(usage, datetime.fromtimestamp(now, UTC), names), ledger=ledger, total=total, offset=offset,
                 page_size=LEDGER_PAGE, holds=sql.list_holds(svc.store, org_id, "held", 100),
                 topups=[topup_view(t) for t in topups_sql.list_for_org(svc.store, org_id, 20)], quote=facade.quote(svc),
                 provider=svc.payments is not None, settings=sql.settings(svc.store, org_id),
