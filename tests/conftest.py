@@ -138,6 +138,25 @@ def oidc_issuer():
         proc.wait(10)
 
 
+@pytest.fixture(scope="session")
+def smtp(tmp_path_factory):
+    """A real SMTP server (aiosmtpd, STARTTLS with a trustme CA, AUTH), once per test run:
+    tests/smtp_server.py."""
+    from smtp_server import SmtpServer
+
+    server = SmtpServer(tmp_path_factory.mktemp("smtp")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def mail_node(nursery, tmp_path, smtp) -> Node:
+    """A node whose mail goes to the test SMTP server (`smtp`)."""
+    n = await start_node(nursery, tmp_path, test_mode=True, **smtp.settings())
+    yield n
+    await stop_node(n)
+
+
 # -- helpers shared by the HTTP tests -------------------------------------------------------------
 async def j(r):
     """A test-client response's JSON body."""

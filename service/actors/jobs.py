@@ -470,7 +470,7 @@ class JobActor(Actor):
             self.gen.files.place(output.path, sha)
 
     # final states ---------------------------------------------------------------------------
-    async def _finish(self, event: str, *, error: str | None = None, outputs: list = (),
+    async def _finish(self, event: str, *, error: str | None = None, outputs: list | tuple = (),
                       usage: dict | None = None) -> None:
         gen, job = self.gen, self.job
         assert job is not None

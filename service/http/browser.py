@@ -67,7 +67,7 @@ def secure_cookies() -> bool:
     return request.scheme == "https" or node().settings.public_base_url.startswith("https://")
 
 
-def set_cookie(resp: Response, name: str, value: str, max_age: int | None) -> None:
+def set_cookie(resp: Response | WerkzeugResponse, name: str, value: str, max_age: int | None) -> None:
     resp.set_cookie(name, value, max_age=max_age, path="/", httponly=True, samesite="Lax",
                     secure=secure_cookies())
 
@@ -89,7 +89,7 @@ def current_session() -> BrowserSession | None:
         svc.sessions.tell("sessions", TouchSession(row["id"], now))
     g.browser_session = BrowserSession(
         row["id"], row["user_id"], row["organization_id"], row["email"], row["role"], row["org_name"],
-        approved=bool(row["approved_at"]), confirmed=True)
+        approved=bool(row["approved_at"]), confirmed=not row["unconfirmed"])
     return g.browser_session
 
 

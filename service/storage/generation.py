@@ -149,6 +149,15 @@ def pending_webhooks(store, limit: int) -> list[dict]:
                      (limit,))
 
 
+def claim_webhooks(conn: sqlite3.Connection, now_iso: str, limit: int) -> list[dict]:
+    """Up to `limit` pending rows, oldest first, marked `sending` in this transaction."""
+    rows = conn.execute("SELECT * FROM job_webhooks WHERE state = 'pending' ORDER BY created_at, rowid LIMIT ?",
+                        (limit,)).fetchall()
+    for row in rows:
+        update_webhook(conn, row["id"], {"state": "sending", "sent_at": now_iso})
+    return rows
+
+
 def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
     """At start: `sending` -> `unknown` (may have arrived; never re-sent); `waiting` ->
     `pending` (no render survives a restart, so every waiting render has ended)."""
