@@ -1,6 +1,6 @@
 """Real-browser harness: Debian's Chromium driven by Playwright's sync API (no pytest-playwright,
 no `playwright install`), one `genservice serve` subprocess per test run (test mode, one
-OpenID Connect provider), a session `browser` and a fresh context per test."""
+OpenID Connect provider, mail to the test SMTP server), a session `browser` and a fresh context per test."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ def tls_ca():
 
 
 @pytest.fixture(scope="session")
-def node(tmp_path_factory, oidc_issuer, tls_ca):
+def node(tmp_path_factory, oidc_issuer, tls_ca, smtp):
     tmp = tmp_path_factory.mktemp("browser-node")
     tls_ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
-    with start_node(tmp, oidc_issuer, tmp / "ca.pem") as n:
+    mail = {f"GENSERVICE_{k.upper()}": str(v) for k, v in smtp.settings().items()}
+    with start_node(tmp, oidc_issuer, tmp / "ca.pem", mail) as n:
         yield n
 
 

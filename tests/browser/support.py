@@ -102,7 +102,7 @@ class Receiver:
 
 
 @contextmanager
-def start_node(tmp: Path, oidc_issuer: str, ca_file: Path):
+def start_node(tmp: Path, oidc_issuer: str, ca_file: Path, extra_env: dict[str, str]):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "server.log"
@@ -112,7 +112,7 @@ def start_node(tmp: Path, oidc_issuer: str, ca_file: Path):
            "GENSERVICE_OPERATOR_TOKEN": OPERATOR, "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1",
            "GENSERVICE_WEBHOOK_CA_FILE": str(ca_file),
            "GENSERVICE_OIDC_NAME": "TestID", "GENSERVICE_OIDC_ISSUER": oidc_issuer,
-           "GENSERVICE_OIDC_CLIENT_ID": "genservice", "GENSERVICE_OIDC_CLIENT_SECRET": "s3cret"}
+           "GENSERVICE_OIDC_CLIENT_ID": "genservice", "GENSERVICE_OIDC_CLIENT_SECRET": "s3cret", **extra_env}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out,
                                 start_new_session=True)
