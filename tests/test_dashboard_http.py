@@ -254,3 +254,41 @@ def test_usage_chart_stacks_the_four_largest_projects_then_other():
     assert c["top"] == "21.00" and c["total"] == "21.00"
     assert abs(day[-1]["y"]) < 1e-9  # the day's stack reaches the top of the chart
     assert c["first"] == "2025-12-11" and c["last"] == "2026-03-10"
+
+
+async def test_settings_rename_checks_the_name(node):
+    org = await logged_in(node)
+    _, html = await page(node.client, "/settings")
+    assert "Sign-up on this node</dt><dd>open" in html and "approved on" in html
+    r = await node.client.post("/settings", form={"csrf_token": csrf(html), "name": "   "})
+    assert r.status_code == 422 and "name must be 1 to 200 characters." in await r.get_data(as_text=True)
+    r = await node.client.post("/settings", form={"csrf_token": csrf(html), "name": "x" * 201})
+    assert r.status_code == 422
+    r = await node.client.post("/settings", form={"csrf_token": csrf(html), "name": " New Name "})
+    assert r.status_code == 303
+    assert node.store.scalar("SELECT name FROM organizations WHERE id = ?", (org["organization_id"],)) == "New Name"
+
+
+async def test_the_chosen_project_scopes_studio_and_falls_back_to_default_when_archived(node):
+    org = await logged_in(node)
+    _, html = await page(node.client, "/projects")
+    r = await node.client.post("/projects", form={"csrf_token": csrf(html), "name": "Campaign"})
+    assert r.status_code == 303 and "gs_project=" in r.headers["Set-Cookie"]
+    campaign = node.store.one("SELECT id FROM projects WHERE name = 'Campaign'")["id"]
+    _, html = await page(node.client, "/studio")
+    assert "run in project <strong>Campaign</strong>" in html
+    r = await node.client.post("/studio", form={"csrf_token": csrf(html), "prompt": "a fox"})
+    job_id = r.headers["Location"].rsplit("/", 1)[1]
+    assert node.store.scalar("SELECT project_id FROM jobs WHERE id = ?", (job_id,)) == campaign
+    r = await node.client.post(f"/projects/{campaign}/archive", form={"csrf_token": csrf(html)})
+    assert r.status_code == 303
+    _, html = await page(node.client, "/studio")
+    assert "run in project <strong>Default</strong>" in html
+    # a project id of another organization is ignored by the switcher
+    other = await node.create_org(name="Other", email="boss@other.test")
+    r = await node.call("GET", "/v1/projects", other["api_key"])
+    foreign = (await r.get_json())["data"][0]["id"]
+    r = await node.client.post("/projects/switch", form={"csrf_token": csrf(html), "project": foreign,
+                                                        "next": "/studio"})
+    assert r.status_code == 303 and "gs_project" not in r.headers.get("Set-Cookie", "")
+    assert org["organization_id"] != other["organization_id"]
