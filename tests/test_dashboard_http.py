@@ -292,3 +292,26 @@ async def test_the_chosen_project_scopes_studio_and_falls_back_to_default_when_a
                                                         "next": "/studio"})
     assert r.status_code == 303 and "gs_project" not in r.headers.get("Set-Cookie", "")
     assert org["organization_id"] != other["organization_id"]
+
+
+async def test_a_page_stream_ends_at_the_next_check_after_logout(node, autojump_clock):
+    from sse_client import open_stream
+
+    org = await logged_in(node)
+    _, html = await page(node.client, "/studio")
+    r = await node.call("POST", "/v1/generation/capabilities/image.generate", org["api_key"],
+                        json={"prompt": "a hill [[delay:3600]]"})
+    rid = (await r.get_json())["request_id"]
+    _, html = await page(node.client, "/studio")
+    cookie = next(c for c in node.client.cookie_jar if c.name == "gs_session")
+    async with open_stream(node, f"/studio/jobs/{rid}/events", None,
+                           headers={"Cookie": f"gs_session={cookie.value}"}) as s:
+        first = await s.next()
+        assert first["event"] == "status" and first["data"]["status"] in ("queued", "rendering")
+        started = trio.current_time()
+        r = await node.client.post("/logout", form={"csrf_token": csrf(html)})
+        assert r.status_code == 303
+        while (f := await s.next()) is not None:
+            last = f
+        assert last == {"comment": "access ended"}
+        assert trio.current_time() - started <= 30.01
