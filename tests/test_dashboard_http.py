@@ -315,3 +315,25 @@ async def test_a_page_stream_ends_at_the_next_check_after_logout(node, autojump_
             last = f
         assert last == {"comment": "access ended"}
         assert trio.current_time() - started <= 30.01
+
+
+async def test_history_pages_with_the_feed_cursor_and_filters_by_source(node):
+    import html as html_lib
+    import re
+
+    org = await logged_in(node)
+    for i in range(27):
+        r = await node.call("POST", "/v1/generation/capabilities/image.generate", org["api_key"],
+                            json={"prompt": f"job {i} [[delay:3600]]"})
+        assert r.status_code == 202
+    _, body = await page(node.client, "/history")
+    assert body.count("<tr data-id=") == 25 and "27 in project Default." in body
+    older = html_lib.unescape(re.search(r'href="(/history\?[^"]*cursor=[^"]+)">Older', body).group(1))
+    _, body = await page(node.client, older)
+    assert body.count("<tr data-id=") == 2 and "data-follow" not in body  # an older page is not live
+    r = await node.client.get("/history?cursor=c1.bogus.bogus", headers=HTML)
+    assert r.status_code == 422 and "Invalid cursor" in await r.get_data(as_text=True)
+    r = await node.client.get("/history?source=nope", headers=HTML)
+    assert r.status_code == 400 and "source must be one of api, studio, workflow." in await r.get_data(as_text=True)
+    _, body = await page(node.client, "/history?source=studio")
+    assert "0 in project Default from studio." in body
