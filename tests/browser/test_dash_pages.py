@@ -155,7 +155,9 @@ def test_not_found_and_forbidden_pages(page, node):
 def test_expired_session_returns_to_login_then_to_the_page(page, node):
     org = login_new_org(page, node)
     page.goto("/billing?offset=0")
-    page.context.clear_cookies(name="gs_session")
+    # 12 idle hours on the node's clock (test mode): the session expires
+    r = node.op("POST", "/test/clock", {"advance_seconds": 12 * 3600 + 1})
+    assert r.status_code == 200, r.text
     page.goto("/billing?offset=0")
     page.wait_for_url(re.compile(r"/login\?next="))
     page.get_by_label("Email").fill(org["email"])
@@ -184,3 +186,17 @@ def test_studio_video_from_an_uploaded_start_frame_plays(page, node, tmp_path):
     expect(video).to_have_count(1)
     page.wait_for_function("() => document.querySelector('.outputs video').readyState >= 1")
     assert page.evaluate("() => document.querySelector('.outputs video').duration") > 4
+
+
+def test_a_form_sent_after_the_session_expired_returns_to_its_page(page, node):
+    org = login_new_org(page, node)
+    page.goto("/keys")
+    assert node.op("POST", "/test/clock", {"advance_seconds": 12 * 3600 + 1}).status_code == 200
+    page.get_by_label("Name").fill("late")
+    page.get_by_role("button", name="Create key").click()
+    page.wait_for_url(re.compile(r"/login\?next=/keys$"))
+    page.get_by_label("Email").fill(org["email"])
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(re.compile(r"/keys$"))
+    expect(page.get_by_role("main")).not_to_contain_text("late")  # nothing was created by the refused form

@@ -124,8 +124,8 @@ async def usage_csv():
 
 @bp.post("/billing/topups")
 @hide
-@csrf_protected
 @page("billing:write")
+@csrf_protected
 async def topup():
     form = await request.form
     p = principal()
@@ -142,8 +142,8 @@ async def topup():
 
 @bp.post("/billing/threshold")
 @hide
-@csrf_protected
 @page("billing:write")
+@csrf_protected
 async def threshold():
     value = (await request.form).get("threshold", "").strip()
     try:

@@ -53,8 +53,8 @@ def expiry(value: str) -> str | None:
 
 @bp.post("/keys")
 @hide
-@csrf_protected
 @page("api_keys:create")
+@csrf_protected
 async def create():
     form = await request.form
     p = principal()
@@ -83,23 +83,23 @@ async def change(msg) -> object:
 
 @bp.post("/keys/<key_id>/pause")
 @hide
-@csrf_protected
 @page("api_keys:create")
+@csrf_protected
 async def pause(key_id: str):
     return await change(UpdateKey(principal().org_id, key_id, {"is_active": 0}))
 
 
 @bp.post("/keys/<key_id>/resume")
 @hide
-@csrf_protected
 @page("api_keys:create")
+@csrf_protected
 async def resume(key_id: str):
     return await change(UpdateKey(principal().org_id, key_id, {"is_active": 1}))
 
 
 @bp.post("/keys/<key_id>/revoke")
 @hide
-@csrf_protected
 @page("api_keys:revoke")
+@csrf_protected
 async def revoke(key_id: str):
     return await change(RevokeKey(principal().org_id, key_id))

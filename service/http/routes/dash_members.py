@@ -49,8 +49,8 @@ def link(token: str) -> str:
 
 @bp.post("/members/invite")
 @hide
-@csrf_protected
 @page("users:create")
+@csrf_protected
 async def invite():
     form = await request.form
     p = principal()
@@ -66,8 +66,8 @@ async def invite():
 
 @bp.post("/members/invitations/<invitation_id>/resend")
 @hide
-@csrf_protected
 @page("users:create")
+@csrf_protected
 async def resend(invitation_id: str):
     p = principal()
     row = node().store.one("SELECT role FROM invitations WHERE id = ? AND organization_id = ?", (invitation_id, p.org_id))
@@ -82,8 +82,8 @@ async def resend(invitation_id: str):
 
 @bp.post("/members/<user_id>/role")
 @hide
-@csrf_protected
 @page("users:update")
+@csrf_protected
 async def change_role(user_id: str):
     role = (await request.form).get("role", "")
     try:
@@ -95,8 +95,8 @@ async def change_role(user_id: str):
 
 @bp.post("/members/<user_id>/remove")
 @hide
-@csrf_protected
 @page("users:delete")
+@csrf_protected
 async def remove(user_id: str):
     try:
         await act(RemoveMember(principal().org_id, user_id, caller_role=principal().role))

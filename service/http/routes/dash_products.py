@@ -78,8 +78,8 @@ def inputs_of(product: dict, form) -> dict:
 
 @bp.post("/products/<slug>/runs")
 @hide
-@csrf_protected
 @page("generation:write")
+@csrf_protected
 async def start(slug: str):
     pr, p = products(), principal()
     product = pr.product_view(pr.product_or_404(slug))
@@ -128,8 +128,8 @@ async def run_events(run_id: str):
 
 @bp.post("/products/runs/<run_id>/cancel")
 @hide
-@csrf_protected
 @page("generation:write")
+@csrf_protected
 async def cancel(run_id: str):
     try:
         await products().cancel(principal().org_id, run_id)

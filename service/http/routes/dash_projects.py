@@ -24,8 +24,8 @@ YEAR = 365 * 86400
 
 @bp.post("/projects/switch")
 @hide
-@csrf_protected
 @page("projects:read")
+@csrf_protected
 async def switch():
     form = await request.form
     row = sql.get_project(node().store, principal().org_id, form.get("project", ""))
@@ -44,8 +44,8 @@ async def projects_page():
 
 @bp.post("/projects")
 @hide
-@csrf_protected
 @page("projects:write")
+@csrf_protected
 async def create():
     form = await request.form
     p = principal()
@@ -61,8 +61,8 @@ async def create():
 
 @bp.post("/projects/<project_id>/archive")
 @hide
-@csrf_protected
 @page("projects:write")
+@csrf_protected
 async def archive(project_id: str):
     try:
         await node().accounts.ask("accounts", ArchiveProject(principal().org_id, project_id))

@@ -32,8 +32,8 @@ async def settings():
 
 @bp.post("/settings")
 @hide
-@csrf_protected
 @page("orgs:update")
+@csrf_protected
 async def rename():
     try:
         await node().accounts.ask("accounts", RenameOrg(principal().org_id, (await request.form).get("name", "")))

@@ -113,8 +113,8 @@ async def studio_form():
 
 @bp.post("/studio")
 @hide
-@csrf_protected
 @page("generation:write")
+@csrf_protected
 async def submit():
     form = await request.form
     state = choose(form)
@@ -188,8 +188,8 @@ async def job_events(job_id: str):
 
 @bp.post("/studio/jobs/<job_id>/cancel")
 @hide
-@csrf_protected
 @page("generation:write")
+@csrf_protected
 async def cancel(job_id: str):
     try:
         await node().generation.cancel(principal().org_id, job_id)

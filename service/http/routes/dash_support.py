@@ -37,8 +37,8 @@ async def support():
 
 @bp.post("/support")
 @hide
-@csrf_protected
 @page()
+@csrf_protected
 async def open_ticket():
     form = await request.form
     p = principal()
@@ -69,8 +69,8 @@ async def ticket(ticket_id: str):
 
 @bp.post("/support/<ticket_id>/replies")
 @hide
-@csrf_protected
 @page()
+@csrf_protected
 async def reply(ticket_id: str):
     p = principal()
     try:

@@ -54,8 +54,8 @@ async def webhooks():
 
 @bp.post("/webhooks")
 @hide
-@csrf_protected
 @page("webhooks:create")
+@csrf_protected
 async def create():
     form = await request.form
     try:
@@ -83,32 +83,32 @@ async def update(webhook_id: str, fields: dict):
 
 @bp.post("/webhooks/<webhook_id>/events")
 @hide
-@csrf_protected
 @page("webhooks:update")
+@csrf_protected
 async def edit_events(webhook_id: str):
     return await update(webhook_id, {"events": (await request.form).getlist("events")})
 
 
 @bp.post("/webhooks/<webhook_id>/pause")
 @hide
-@csrf_protected
 @page("webhooks:update")
+@csrf_protected
 async def pause(webhook_id: str):
     return await update(webhook_id, {"is_active": False})
 
 
 @bp.post("/webhooks/<webhook_id>/resume")
 @hide
-@csrf_protected
 @page("webhooks:update")
+@csrf_protected
 async def resume(webhook_id: str):
     return await update(webhook_id, {"is_active": True})
 
 
 @bp.post("/webhooks/<webhook_id>/delete")
 @hide
-@csrf_protected
 @page("webhooks:delete")
+@csrf_protected
 async def delete(webhook_id: str):
     try:
         await ask(DeleteWebhook(principal().org_id, webhook_id))
@@ -119,8 +119,8 @@ async def delete(webhook_id: str):
 
 @bp.post("/webhooks/<webhook_id>/test")
 @hide
-@csrf_protected
 @page("webhooks:update")
+@csrf_protected
 async def send_test(webhook_id: str):
     """Send a signed webhook.test now and show what the receiver answered (waits up to 10 s)."""
     one(webhook_id)
