@@ -376,7 +376,9 @@ class CreditBook:
         """Effect `notify`: one warning per crossing (email + event, written with the batch)."""
         self.notified_at = self.now_iso
         self.settings_dirty = True
-        self.notices.append((fmt(self.available), fmt(self.threshold), self.now_iso))
+        threshold = self.threshold
+        assert threshold is not None  # `below` happens only under a threshold
+        self.notices.append((fmt(self.available), fmt(threshold), self.now_iso))
         self._record("notify", self.now, self.available, self.threshold)
 
     def put_settings(self, threshold: Any) -> None:
