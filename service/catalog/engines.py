@@ -8,8 +8,10 @@ Extra keys (beyond operations.md's), all optional:
 
     timeout_s       per HTTP call to the engine (default 30)
     poll_s          comfyui: fallback poll of /queue and /history while the
-                    websocket is quiet (default 2); cog: health check period
+                    websocket is quiet (default 2); cog: health check period;
+                    replicate / fal: status poll period (default 1)
     url             replicate / fal: the API's base URL (for a proxy or a peer)
+    max_tokens      openai: the longest text.llm reply asked of the server
 
 Whether `token_env` is set is checked at node start (`missing_tokens`), not here:
 the catalog is data, the environment belongs to the running node.
@@ -80,6 +82,7 @@ class ReplicateEngine(_Bound):
     version: str | None = Field(default=None, min_length=1)
     token_env: str = Field(pattern=_ENV)
     url: str = Field(default="https://api.replicate.com/v1", pattern=_URL)
+    poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
 class OpenAIEngine(_Engine):
@@ -87,12 +90,14 @@ class OpenAIEngine(_Engine):
     model: str = Field(min_length=1)
     token_env: str | None = Field(default=None, pattern=_ENV)
     timeout_s: float = Field(default=600.0, gt=0, le=3600)
+    max_tokens: int | None = Field(default=None, gt=0)  # text.llm: the longest reply asked for
 
 
 class FalEngine(_Bound):
     app: str = Field(pattern=r"^[\w.-]+/[\w.-]+(/[\w./-]+)?$")
     token_env: str = Field(pattern=_ENV)
     url: str = Field(default="https://queue.fal.run", pattern=_URL)
+    poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
 Engine = ComfyEngine | CogEngine | ReplicateEngine | OpenAIEngine | FalEngine
