@@ -12,6 +12,7 @@ Extra keys (beyond operations.md's), all optional:
                     replicate / fal: status poll period (default 1)
     url             replicate / fal: the API's base URL (for a proxy or a peer)
     max_tokens      openai: the longest text.llm reply asked of the server
+    temperature     openai: text.llm sampling temperature (0: one reply per seed)
 
 Whether `token_env` is set is checked at node start (`missing_tokens`), not here:
 the catalog is data, the environment belongs to the running node.
@@ -91,6 +92,7 @@ class OpenAIEngine(_Engine):
     token_env: str | None = Field(default=None, pattern=_ENV)
     timeout_s: float = Field(default=600.0, gt=0, le=3600)
     max_tokens: int | None = Field(default=None, gt=0)  # text.llm: the longest reply asked for
+    temperature: float | None = Field(default=None, ge=0, le=2)  # text.llm: 0 = the same reply for a seed
 
 
 class FalEngine(_Bound):
