@@ -151,3 +151,27 @@ async def run_peer(token: str | None = None):
     async with serving(create_app(peer)) as url:
         peer.url = url
         yield peer
+
+
+def main() -> None:
+    """`python -m peers.openai_images --port P` (from tests/): prints `ready URL`."""
+    import argparse
+
+    import trio
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+
+    async def run():
+        peer = Peer(None)
+        async with serving(create_app(peer), port=args.port) as url:
+            peer.url = url
+            print(f"ready {url}", flush=True)
+            await trio.sleep_forever()
+
+    trio.run(run)
+
+
+if __name__ == "__main__":
+    main()
