@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
         (("org_id",), {}), (("user_id",), {}), (("role",), {}))
     cmd("remove-member", lambda a: ("DELETE", f"/organizations/{a.org_id}/members/{a.user_id}", None),
         (("org_id",), {}), (("user_id",), {}))
+    cmd("pending", lambda a: ("GET", "/organizations?status=pending", None),
+        help="list sign-ups waiting for approval (approve with approve-org)")
+    cmd("reset-password", lambda a: ("POST", "/password-resets", {"email": a.email}), (("email",), {}),
+        help="print a one-hour password reset link for EMAIL (for nodes without SMTP)")
     cmd("pay-topup", lambda a: ("POST", f"/topups/{a.topup_id}/pay", None), (("topup_id",), {}))
     b = asub.add_parser("backup", help="copy the running node's database and files into DEST (on its machine)")
     b.add_argument("dest")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from datetime import UTC, datetime
-from typing import Callable
+from typing import Callable, overload
 
 import trio
 
@@ -43,8 +43,7 @@ class Clock:
         return t
 
     def advance(self, seconds: float) -> float:
-        self._ensure()
-        self._offset += seconds
+        self._offset = self._ensure() + seconds
         for w in list(self._watchers):
             w()
         return self.now()
@@ -57,6 +56,10 @@ class Clock:
         return iso(self.now())
 
 
+@overload
+def iso(ts: float) -> str: ...
+@overload
+def iso(ts: None) -> None: ...
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 PREFIX = "GENSERVICE_"
 
@@ -46,6 +46,14 @@ class Settings(BaseModel):
     oidc_client_secret: str | None = None
     oidc_providers: list[dict] = []
     signup: Literal["open", "closed"] = "open"  # closed: invitations only
+    # Mail (service/mail/): without an SMTP host every mail is written to the log instead
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_security: Literal["none", "starttls", "tls"] = "starttls"
+    smtp_username: str | None = None
+    smtp_password: SecretStr | None = None  # never shown in a log or repr
+    smtp_ca_file: str | None = None  # extra PEM CA bundle trusted for the SMTP server's certificate
+    mail_from: str | None = None  # default genservice@HOST
     # The key that seals stored secrets (service/sealing.py); keep it out of database backups.
     node_key_file: str | None = None
     # https served by Hypercorn itself (PEM files); without them, plain http (or a proxy's TLS)

@@ -18,6 +18,7 @@ POINTS = {
     "final_committed": "final job status and capture committed, job webhook not yet sent",
     "delivery_sending": "outbox row marked sending, POST not yet sent",
     "job_webhook_sending": "job webhook row marked sending, POST not yet sent",
+    "mail_sending": "outbox mail marked sending, SMTP conversation not yet started",
     "payment_verified": "provider confirmation verified, lot not yet committed",
     "step_finished": "product step finished, next step's hold not yet placed",
     "upload_complete": "upload file complete, asset row not yet committed",

@@ -54,6 +54,7 @@ from service.storage import billing as billing_sql
 from service.storage import retention as retention_sql
 from service.storage.db import Store
 from service.limits import KeyBuckets
+from service.mail.outbox import MailOutbox
 from service.metrics import Metrics
 from service.sealing import NodeKey
 from service.streams import Hub
@@ -90,6 +91,7 @@ class Node:
     login_by_address: Throttle
     login_by_account: Throttle
     oidc: dict[str, OidcProvider]  # identity providers by their key
+    mail: MailOutbox  # the mail outbox's dispatcher (SMTP, or the log without a host)
 
     def __init__(self, settings: Settings, store: Store, clock: Clock) -> None:
         self.settings = settings
@@ -161,7 +163,11 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
     node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams)
 
-    node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock), clock))
+    node.mail = MailOutbox(store, clock, settings, node.node_key)
+    # started with the registries (it has their `run`), woken by the writes that queue mail
+    node.registries.append(node.mail)  # type: ignore[arg-type]
+    node.recoveries.append(node.mail.recover)  # mails in flight at the last stop, then sending starts
+    node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock, node.mail), clock))
     node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))
 
     async def wake_balances() -> None:

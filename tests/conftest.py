@@ -136,3 +136,43 @@ def oidc_issuer():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def smtp(tmp_path_factory):
+    """A real SMTP server (aiosmtpd, STARTTLS with a trustme CA, AUTH), once per test run:
+    tests/smtp_server.py."""
+    from smtp_server import SmtpServer
+
+    server = SmtpServer(tmp_path_factory.mktemp("smtp")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def mail_node(nursery, tmp_path, smtp) -> Node:
+    """A node whose mail goes to the test SMTP server (`smtp`)."""
+    n = await start_node(nursery, tmp_path, test_mode=True, **smtp.settings())
+    yield n
+    await stop_node(n)
+
+
+# -- helpers shared by the HTTP tests -------------------------------------------------------------
+async def j(r):
+    """A test-client response's JSON body."""
+    return await r.get_json()
+
+
+def err(body: dict) -> dict:
+    """An error envelope's `error` without its request id (checked to be there)."""
+    e = dict(body["error"])
+    rid = e.pop("request_id")
+    assert isinstance(rid, str) and rid
+    return e
+
+
+@pytest.fixture
+async def org(node):
+    """A new approved organization through the operator API (files with their own kind of
+    organization define their own `org` fixture)."""
+    return await node.create_org()

@@ -8,13 +8,10 @@ import re
 import pytest
 
 from service.roles import ROLE_IDS
+from conftest import j
 
 UNAUTHORIZED = {"status": False, "error": "Unauthorized"}
 FORBIDDEN = {"status": False, "error": "Forbidden"}
-
-
-async def j(r):
-    return await r.get_json()
 
 
 def strip(b):

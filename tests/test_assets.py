@@ -16,17 +16,7 @@ from service.assets.signing import SECRET_FILE
 from service.storage import generation as gsql
 from test_generation_support import local, running_node, submit, upload_ok, wait_status
 from test_media_samples import image_bytes
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
-
-
-def err(body: dict) -> dict:
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
+from conftest import err
 
 
 async def signed_url(node, key: str, asset_id: str) -> str:

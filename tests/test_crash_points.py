@@ -171,6 +171,31 @@ def delivery_sending(s: Scenario) -> None:
     assert s.rx.count(f"/ok/account/{tag}") == before + 1
 
 
+# -- mail_sending --------------------------------------------------------------------------------
+@scenario("mail_sending")
+def mail_sending(s: Scenario) -> None:
+    """No SMTP host here (the mail would go to the log); tests/test_mail_crash.py is the same
+    point against a real SMTP server."""
+    s.start("mail_sending")
+    org_id = s.org["organization_id"]
+    s.expect_crash(lambda: s.post(f"/operator/v1/organizations/{org_id}/invitations", op=True,
+                                  json={"email": "lost@crash.test", "role": "member"}))
+    s.restart()
+    s.check()
+    rows = s.db("SELECT state, link FROM emails WHERE to_address = 'lost@crash.test'")
+    assert rows == [{"state": "unknown", "link": None}]  # may have gone: never sent again
+    r = s.post(f"/operator/v1/organizations/{org_id}/invitations", op=True,
+               json={"email": "after@crash.test", "role": "member"})
+    assert r.status_code == 201, r.text
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if s.db("SELECT state FROM emails WHERE to_address = 'after@crash.test'") == [{"state": "sent"}]:
+            break
+        time.sleep(0.05)
+    assert s.db("SELECT state FROM emails WHERE to_address = 'after@crash.test'") == [{"state": "sent"}]
+    assert "mail (no SMTP host set, not sent) to lost@crash.test" not in s.node.log_tail(400)
+
+
 # -- payment_verified ----------------------------------------------------------------------------
 @scenario("payment_verified")
 def payment_verified(s: Scenario) -> None:

@@ -20,13 +20,10 @@ from service.actors import delivery
 from service.roles import ROLE_IDS
 from service.storage.events import emit
 from test_webhooks_receiver import receiver, running_node
+from conftest import j
 
 KEY_FIELDS = {"key_id", "name", "key_prefix", "user_id", "role_id", "expires_at", "organization_id"}
 MEMBER_FIELDS = {"member_id", "member_email", "role", "organization_id"}
-
-
-async def j(r):
-    return await r.get_json()
 
 
 def verify(hit, secret: str) -> dict:

@@ -11,6 +11,7 @@ from test_generation_support import (
     IMAGE, VIDEO, hold_of, holds, balance, job_row, local, running_node, submit, upload_ok, wait_status,
 )
 from test_media_samples import image_bytes, wav_bytes
+from conftest import err
 
 RATIOS = "1:1, 4:3, 3:4, 3:2, 2:3, 16:9, 9:16, 21:9, 4:5, 5:4"
 SUBMIT_KEYS = {"status", "request_id", "status_url", "cancel_url", "credits_estimate"}
@@ -43,17 +44,6 @@ resolutions = ["1k"]
 concurrency = 1
 prices = [{ resolution = "1k", credits = "250.00" }]
 """
-
-
-def err(body: dict) -> dict:
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
 
 
 @pytest.fixture

@@ -38,21 +38,11 @@ from PIL import Image
 from service.media.inspect import MAX_PIXELS
 from test_generation_support import UPLOADS, leftovers, local, multipart, upload
 from test_media_samples import fits_bytes, image_bytes, jpeg_with_size, png_header_only, webp_vp8x_header
+from conftest import err
 
 MiB = 1024 * 1024
 ALLOWED = ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]
 NOT_IMAGE = "File is not a readable image."
-
-
-def err(body: dict) -> dict:
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
 
 
 async def refused_422(node, key, data, ctype, message, details=None, filename="f.bin"):
@@ -91,13 +81,27 @@ BOMBS = {
 }
 
 
+@pytest.fixture
+def decodes(monkeypatch) -> list:
+    """Every pixel decode Pillow starts (any thread): a refusal from the header alone leaves
+    it empty. How long refusals take is measured by bench/hostile_json.py, not asserted here."""
+    calls: list = []
+    real = Image.Image.load
+
+    def load(self, *a, **kw):
+        calls.append(self.size)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Image.Image, "load", load)
+    return calls
+
+
 @pytest.mark.parametrize("name", list(BOMBS))
-async def test_pixel_bombs_are_refused_fast(node, org, tmp_path, name):
+async def test_pixel_bombs_are_refused_fast(node, org, tmp_path, name, decodes):
     data, ctype = BOMBS[name]
     assert len(data) < 200_000
-    started = time.perf_counter()
     await refused_422(node, org["api_key"], data, ctype, NOT_IMAGE)
-    assert time.perf_counter() - started < 1.0
+    assert decodes == []  # refused from the header: no pixel was decoded
     assert leftovers(tmp_path) == []
 
 
@@ -114,13 +118,13 @@ def bilevel_png(width: int, height: int) -> bytes:
     (10_000, 7_999),   # 2 x the limit, just under
     (10_000, 9_000),   # 90 MP: over Pillow's own DecompressionBombWarning line (89.5 MP) too
 ])
-async def test_images_between_one_and_two_times_the_limit_are_refused(node, org, width, height):
+async def test_images_between_one_and_two_times_the_limit_are_refused(node, org, width, height, decodes):
     assert MAX_PIXELS < width * height < 2.3 * MAX_PIXELS
     data = bilevel_png(width, height)
     assert len(data) < 200_000
-    started = time.perf_counter()
+    decodes.clear()  # writing the test image decoded it
     await refused_422(node, org["api_key"], data, "image/png", NOT_IMAGE)
-    assert time.perf_counter() - started < 1.0  # refused from the header, nothing decoded
+    assert decodes == []  # refused from the header, nothing decoded
 
 
 async def test_an_image_exactly_at_the_limit_is_accepted(node, org):
@@ -307,12 +311,10 @@ async def test_huge_json_near_and_over_the_1_mib_limit(node, org):
                     b'{"' + field.encode() + b'":' + b"9" * 500_000 + b"}",
                     b'{"' + field.encode() + b'":1e999999}'):
             assert len(raw) <= MiB
-            started = time.perf_counter()
-            r = await send_raw(node, key, method, path, raw)
+            r = await send_raw(node, key, method, path, raw)  # how long it takes: bench/hostile_json.py
             body = await r.get_json()
             never_500(r, body)
             assert 400 <= r.status_code < 500, (path, raw[:40], body)
-            assert time.perf_counter() - started < 2.0, path
 
 
 NON_UTF8 = {

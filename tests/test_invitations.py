@@ -5,10 +5,7 @@ joined member (member.joined) once."""
 import json
 
 from service.actors.accounts import INVALID_INVITE
-
-
-async def j(r):
-    return await r.get_json()
+from conftest import j
 
 
 def member_events(node, org_id):

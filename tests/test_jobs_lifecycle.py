@@ -11,7 +11,7 @@ import trio
 
 from service.actors.jobs import Generation, RenderHandle
 from service.backends import run as backends_run
-from service.errors import NotFound
+from service.errors import ActorGone, NotFound
 from service.storage import generation as gsql
 from test_generation_support import (
     VIDEO, balance, hold_of, holds, job_row, running_node, status, submit, upload_ok, wait_hold, wait_status,
@@ -26,11 +26,6 @@ FAILURES = [
     ("[[fail:no-output]]", "Generation failed: the model returned no output. Credits were released."),
     ("[[fail:internal]]", "Generation failed due to an internal error. Credits were released."),
 ]
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
 
 
 async def cancel(node, key, rid):
@@ -136,7 +131,8 @@ async def test_restart_recovery_completes_queued_and_rendering_jobs(tmp_path):
     async with running_node(tmp_path, test_mode=True) as n1:
         org = await n1.create_org()
         key = org["api_key"]
-        rids = [(await submit(n1, key, {"prompt": f"r{i} [[delay:0.5]]"}))["request_id"] for i in range(3)]
+        # 2 s renders: long enough to see two rendering and one queued on a busy machine
+        rids = [(await submit(n1, key, {"prompt": f"r{i} [[delay:2]]"}))["request_id"] for i in range(3)]
         for rid in rids[:2]:
             await wait_status(n1, key, rid, wanted=("rendering",))
         assert (await status(n1, key, rids[2]))["status"] == "queued"
@@ -262,7 +258,7 @@ async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch)
         return real(self, notify)
 
     monkeypatch.setattr(jobs_mod.JobActor, "_watch", crash)
-    with pytest.raises(Exception):
+    with pytest.raises(ActorGone):  # the crashed actor answers its caller ActorGone
         await gen.watch(rid, lambda st: None)
     await trio.sleep(0.01)
     assert gen.jobs.renders.get(rid) is handle

@@ -88,7 +88,7 @@ def test_resize_keeps_transparency(tmp_path):
 def test_failed_op_writes_nothing(tmp_path):
     src = write(tmp_path / "bad.png", image_bytes("PNG", 256, 256)[:300])
     dst = tmp_path / "out.png"
-    with pytest.raises(Exception):
+    with pytest.raises(OSError):
         resize_image(src, dst, 10, 10)
     assert leftovers(tmp_path, {"bad.png"}) == []
 

@@ -12,18 +12,9 @@ from PIL import Image
 from service.actors.billing_messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_types import FromInput, Input, Product, Step
+from conftest import err, j
 
 PRODUCTS = "/v1/workflows/products"
-
-
-async def j(r):
-    return await r.get_json()
-
-
-def err(body):
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
 
 
 def run_count(node):
@@ -32,11 +23,6 @@ def run_count(node):
 
 def hold_count(node):
     return node.store.scalar("SELECT COUNT(*) FROM credit_holds")
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
 
 
 # -- the list and one product ------------------------------------------------------------------

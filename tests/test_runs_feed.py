@@ -8,12 +8,9 @@ import json
 
 import pytest
 import trio
+from conftest import j
 
 FINAL = ("completed", "failed", "canceled")
-
-
-async def j(r):
-    return await r.get_json()
 
 
 async def feed(node, key, query="", headers=None, status=200):

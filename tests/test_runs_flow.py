@@ -18,6 +18,7 @@ from service.actors.billing_messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_defs import TEXT_TO_CLIP
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step
+from conftest import j
 
 RUNS = "/v1/workflows/products/text-to-clip/runs"
 BASE = "http://testserver"
@@ -27,10 +28,6 @@ MSG = {
     "no-output": "Generation failed: the model returned no output. Credits were released.",
     "internal": "Generation failed due to an internal error. Credits were released.",
 }
-
-
-async def j(r):
-    return await r.get_json()
 
 
 async def start(node, key, inputs, path=RUNS, **kw) -> dict:

@@ -16,6 +16,7 @@ from service.http.app import create_app
 from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
+from conftest import j
 
 FINAL = ("completed", "failed", "canceled")
 RUNS = "/v1/workflows/products/text-to-clip/runs"
@@ -49,10 +50,6 @@ async def _serve(data_dir: Path, start: float, *, task_status=trio.TASK_STATUS_I
 
 async def boot(nursery, data_dir: Path, start: float = START) -> Running:
     return await nursery.start(_serve, data_dir, start)
-
-
-async def j(r):
-    return await r.get_json()
 
 
 async def get_run(node, key, run_id) -> dict:

@@ -12,11 +12,6 @@ from sse_client import open_stream
 from test_generation_support import status, submit, wait_status
 
 
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
-
-
 def job_events(rid: str) -> str:
     return f"/v1/generation/requests/{rid}/events"
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from test_webhooks_receiver import receiver, running_node
+from conftest import err, j
 
 FORBIDDEN = {"status": False, "error": "Forbidden"}
 UNAUTHORIZED = {"status": False, "error": "Unauthorized"}
@@ -16,16 +17,6 @@ TICKET_FIELDS = {"id", "organization_id", "number", "subject_line", "type", "pri
 OPENED = {"ticket_id", "ticket_number", "subject_line", "type", "priority", "state", "organization_id"}
 REPLIED = {"ticket_id", "ticket_number", "subject_line", "author", "body", "recipient_email", "organization_id"}
 CHANGED = {"ticket_id", "ticket_number", "subject_line", "state", "previous_state", "organization_id"}
-
-
-async def j(r):
-    return await r.get_json()
-
-
-def err(body):
-    e = dict(body["error"])
-    assert e.pop("request_id")
-    return e
 
 
 def events(node, org_id, prefix="support."):

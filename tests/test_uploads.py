@@ -12,20 +12,10 @@ from test_generation_support import (
     UPLOADS, asset_files, leftovers, local, multipart, running_node, upload, upload_ok,
 )
 from test_media_samples import image_bytes, wav_bytes, write_mp3, write_mp4
+from conftest import err
 
 MiB = 1024 * 1024
 ALLOWED = ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]
-
-
-@pytest.fixture
-async def org(node):
-    return await node.create_org()
-
-
-def err(body: dict) -> dict:
-    e = dict(body["error"])
-    assert isinstance(e.pop("request_id"), str)
-    return e
 
 
 def nothing_left(node, tmp_path) -> None:

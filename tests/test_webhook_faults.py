@@ -34,13 +34,10 @@ from service.clock import parse_iso
 from service.net.client import Sender
 from service.storage import generation as gsql
 from test_generation_support import running_node, submit, wait_status
+from conftest import j
 
 REAL_LIMIT = 10.0
 BOUND = 10.5  # seconds a delivery may take at the real limit
-
-
-async def j(r):
-    return await r.get_json()
 
 
 async def make_hook(node, key, url, events=("member.joined",)) -> dict:

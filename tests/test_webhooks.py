@@ -7,6 +7,7 @@ addresses), so nothing leaves the test process."""
 import pytest
 
 from service.actors.delivery import EVENT_NAMES
+from conftest import err, j
 
 FORBIDDEN = {"status": False, "error": "Forbidden"}
 URL = "https://127.0.0.1:9/hooks/a"
@@ -17,16 +18,6 @@ ALL_EVENTS = [
     "billing.credits_low", "webhook.test",
 ]
 RECORD_FIELDS = {"id", "url", "events", "description", "is_active", "created_at", "updated_at"}
-
-
-async def j(r):
-    return await r.get_json()
-
-
-def err(body):
-    e = dict(body["error"])
-    assert e.pop("request_id")
-    return e
 
 
 async def create(node, key, **over):

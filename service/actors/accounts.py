@@ -13,11 +13,15 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
 from service.actors.runtime import Actor
 from service.clock import Clock, iso
+from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, ROLE_IDS, within
 from service.actors.member_rules import Identity, check_caller, link_identity, not_last_owner
+from service.actors.people import PeopleHandlers
+from service.mail import messages
 from service.storage import accounts as sql
 from service.storage import sessions as sessions_sql
 from service.storage.db import Store
@@ -162,10 +166,11 @@ class ArchiveProject:
     project_ref: str
 
 
-class AccountsActor(Actor):
-    def __init__(self, store: Store, clock: Clock) -> None:
+class AccountsActor(PeopleHandlers, Actor):
+    def __init__(self, store: Store, clock: Clock, mail=None) -> None:
         self.store = store
         self.clock = clock
+        self.mail = mail  # service.mail.outbox.MailOutbox: seals mail links, knows the base URL
         self.touched: dict[str, float] = {}
         self.pending_touches: dict[str, str] = {}
 
@@ -195,9 +200,16 @@ class AccountsActor(Actor):
         now = self.clock.iso_now()
 
         def tx(conn):
-            if conn.execute("SELECT 1 FROM organizations WHERE id = ?", (m.org_id,)).fetchone() is None:
+            org = conn.execute("SELECT name, approved_at FROM organizations WHERE id = ?", (m.org_id,)).fetchone()
+            if org is None:
                 raise NotFound("Organization not found.")
-            return sql.approve_org(conn, m.org_id, now)
+            approved_at = sql.approve_org(conn, m.org_id, now)
+            if org["approved_at"] is None:  # approved now: welcome mail to the owner
+                to = sql.owner_email(conn, m.org_id)
+                if to:
+                    self.queue_mail(conn, m.org_id, to, messages.welcome(
+                        org["name"], self.base_url, fmt(SIGNUP_UC), SIGNUP_DAYS), now)
+            return approved_at
 
         approved_at = await self.store.write(tx)
         return {"organization_id": m.org_id, "approved_at": approved_at}
@@ -260,6 +272,12 @@ class AccountsActor(Actor):
         token = "inv_" + secrets.token_hex(24)
         return token, hashlib.sha256(token.encode()).hexdigest(), iso(now + INVITE_VALID)
 
+    def _invitation_mail(self, conn, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
+        """The invitation mail with its link (a resend mails the new link; the old one is dead)."""
+        name = conn.execute("SELECT name FROM organizations WHERE id = ?", (org_id,)).fetchone()["name"]
+        self.queue_mail(conn, org_id, email, messages.invitation(name, role, int(INVITE_VALID // 86400)), now_iso,
+                        f"{self.base_url}/invitations/accept?token={token}")
+
     async def on_Invite(self, m: Invite) -> dict:
         _check_role(m.role)
         now = self.clock.now()
@@ -274,6 +292,7 @@ class AccountsActor(Actor):
                          (invitation_id, m.org_id, member_id, m.email, m.role, digest, now_iso, expires))
             emit(conn, m.org_id, "member.invited", {"member_id": member_id, "member_email": m.email,
                                                     "role": m.role}, now_iso)
+            self._invitation_mail(conn, m.org_id, m.email, m.role, token, now_iso)
 
         await self.store.write(tx)
         return {"invitation_id": invitation_id, "member_id": member_id, "email": m.email, "role": m.role,
@@ -293,6 +312,7 @@ class AccountsActor(Actor):
                          (digest, expires, inv["id"]))
             emit(conn, m.org_id, "member.invited", {"member_id": inv["member_id"], "member_email": inv["email"],
                                                     "role": inv["role"]}, now_iso)
+            self._invitation_mail(conn, m.org_id, inv["email"], inv["role"], token, now_iso)
             return inv
 
         inv = await self.store.write(tx)

@@ -2,6 +2,9 @@
 
 Used by the job actors (webhook bodies, watchers) and the HTTP routes alike, so a job
 webhook's body is exactly what the status endpoint returns. Nulls are kept, never omitted.
+The shapes are defined once, as classes of service/http/responses/generation.py
+(`JobStatus`, `AssetOutput`, `Asset`, `SubmitAccepted`): they make the OpenAPI document,
+and in test mode every answer built here is checked to be exactly its class.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ A feed row of `GET /v1/runs` is the item itself with two fields in front:
 
 Both kinds carry `status` and `created_at`; a job's `source` is `api` or `studio`, a run is
 always the `workflow` source (`"source": "workflow"` is added to run rows).
+
+The shapes are defined once, as classes of service/http/responses/runs.py (`ProductRun`,
+`RunStep`, `FeedJob`, `FeedRun`): they make the OpenAPI document, and in test mode every
+answer built here is checked to be exactly its class.
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ from service.actors.runtime import Actor, Registry
 from service.assets.signing import load_secret
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
+from service.catalog.product_types import Product
 from service.crash import crashpoint
 from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
                             Unprocessable)
@@ -218,7 +219,7 @@ class RunActor(Actor):
         self.p = products
         self.run: dict | None = None
         self.steps: dict[str, dict] = {}
-        self.product = None
+        self.product: Product | None = None
         self.values: dict = {}
         self.resume_due = False
 
@@ -444,7 +445,7 @@ class RunActor(Actor):
         if src is None:
             self.p.runs.tell(self.run_id, OpDone(key, handle, None, MSG_INTERNAL))
             return
-        assert self.p.runs.background is not None
+        assert self.p.runs.background is not None and definition.op is not None  # an op step names its op
         self.p.runs.background.start_soon(_op_task, self.p, run, key, handle, definition.op, args, src)
 
     # step endings ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import outcome
 import trio
@@ -46,7 +46,7 @@ class _Slot:
     WAITING, ANSWERED, GONE = 0, 1, 2
 
     def __init__(self) -> None:
-        self.task = None
+        self.task: trio.lowlevel.Task | None = None
         self.value: Any = None
         self.state = _Slot.WAITING
         self.deadline = math.inf
@@ -120,7 +120,7 @@ class _Failure:
 class Actor:
     """Base class. Subclasses implement `load` and `handle` (or `handle_batch`)."""
 
-    key: Hashable = None
+    key: Any = None  # the registry key it was made for (an id string for every actor here)
     done = False  # set True when the actor has nothing more to do; it stops when idle
 
     async def load(self) -> None:
@@ -187,7 +187,7 @@ class _Alarm:
         self._send = send
         self._clock = clock
         self.at = math.inf      # trio time the alarm goes off
-        self._deadline = None   # the service-time deadline it was set for
+        self._deadline: float | None = None   # the service-time deadline it was set for
         self._stale = False     # the clock moved: `at` no longer matches `_deadline`
         self._scope: trio.CancelScope | None = None
         self._life = trio.CancelScope()
@@ -226,7 +226,7 @@ class _Alarm:
 
 
 class ActorRef:
-    def __init__(self, key: Hashable, send: trio.MemorySendChannel, timeouts: _Timeouts) -> None:
+    def __init__(self, key: str, send: trio.MemorySendChannel, timeouts: _Timeouts) -> None:
         self.key = key
         self._send = send
         self._timeouts = timeouts
@@ -288,11 +288,11 @@ class ActorRef:
 class Registry(Generic[A]):
     """Spawns one actor per key on demand, in a nursery it owns, and forgets it when it stops."""
 
-    def __init__(self, name: str, factory: Callable[[Hashable], A], clock: Clock) -> None:
+    def __init__(self, name: str, factory: Callable[[str], A], clock: Clock) -> None:
         self.name = name
         self.factory = factory
         self.clock = clock
-        self._refs: dict[Hashable, ActorRef] = {}
+        self._refs: dict[str, ActorRef] = {}
         self._nursery: trio.Nursery | None = None
         self._timeouts = _Timeouts()
         self.restarts = 0
@@ -304,7 +304,7 @@ class Registry(Generic[A]):
             task_status.started()
             await trio.sleep_forever()
 
-    def get(self, key: Hashable) -> ActorRef:
+    def get(self, key: str) -> ActorRef:
         ref = self._refs.get(key)
         if ref is None:
             if self._nursery is None:
@@ -315,10 +315,10 @@ class Registry(Generic[A]):
             self._nursery.start_soon(self._supervise, key, ref, recv)
         return ref
 
-    def keys(self) -> list[Hashable]:
+    def keys(self) -> list[str]:
         return list(self._refs)
 
-    async def ask(self, key: Hashable, msg: Any, timeout: float = ASK_TIMEOUT) -> Any:
+    async def ask(self, key: str, msg: Any, timeout: float = ASK_TIMEOUT) -> Any:
         for _ in range(3):
             ref = self.get(key)
             try:
@@ -329,10 +329,10 @@ class Registry(Generic[A]):
                 # the actor stopped between get() and send: a fresh one is spawned
         raise ActorGone(str(key))
 
-    def tell(self, key: Hashable, msg: Any) -> None:
+    def tell(self, key: str, msg: Any) -> None:
         self.get(key).tell(msg)
 
-    async def _supervise(self, key: Hashable, ref: ActorRef, recv: trio.MemoryReceiveChannel) -> None:
+    async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel) -> None:
         crashes: list[float] = []
         try:
             while True:

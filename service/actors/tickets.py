@@ -21,7 +21,9 @@ from service.actors.runtime import Actor
 from service.clock import Clock
 from service.errors import Conflict, NotFound, Unprocessable
 from service.machines import TICKET, IllegalTransition
+from service.mail import messages
 from service.storage import accounts as accounts_sql
+from service.storage import mail as mail_sql
 from service.storage import support as sql
 from service.storage.db import Store
 from service.storage.events import emit
@@ -178,6 +180,9 @@ class TicketsActor(Actor):
                     emit(conn, m.org_id, "support.ticket.replied",
                          {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
                           "author": author, "body": body, "recipient_email": t["opened_by_email"]}, now)
+                    mail = messages.support_reply(t["number"], t["subject_line"], author, body)
+                    mail_sql.enqueue(conn, m.org_id, t["opened_by_email"], mail.kind, mail.subject, mail.text,
+                                     mail.html, now)
                 elif effect == "state_changed":
                     _state_changed(conn, t, new, now)
             return _detail(conn, m.org_id, t["id"])

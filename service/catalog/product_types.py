@@ -27,6 +27,7 @@ from .capabilities import BY_ID
 INPUT_TYPES = ("text", "number", "choice", "image", "video", "audio")
 ASSET_TYPES = ("image", "video", "audio")
 CATEGORIES = ("image", "video", "audio")
+KINDS = ("workflow", "preset")
 
 # Free local processing: op name -> its parameters.
 #   extract_frame(video: asset ids, at: "first" | "middle" | "last") -> one image
@@ -154,7 +155,7 @@ def make_preset(
 def check_definition(p: Product) -> None:
     """Refuse a definition that could not run: bad names, forward references, unknown ops."""
     where = f"product {p.slug} v{p.version}"
-    if p.category not in CATEGORIES or p.kind not in ("workflow", "preset") or p.version < 1:
+    if p.category not in CATEGORIES or p.kind not in KINDS or p.version < 1:
         raise ValueError(f"{where}: bad category, kind or version")
     if (p.kind == "preset") != (p.base is not None):
         raise ValueError(f"{where}: a preset, and only a preset, has a base")

@@ -147,6 +147,7 @@ def product_view(p: Product, catalog: Catalog, runnable: Runnable, values: Mappi
 
 def _step_price(s: Step, catalog: Catalog, runnable: Runnable, values: Mapping[str, Any]) -> tuple[str | None, int]:
     cap = s.capability
+    m: Model | None
     if s.model is None:
         models = catalog.models_for(cap)  # type: ignore[arg-type]
         if not models:

@@ -22,12 +22,14 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import ssl
+from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+from trio_websocket import ConnectionClosed, HandshakeError, wrap_client_stream
 
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import ComfyEngine
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 OUTPUT_KEYS = ("images", "video", "videos", "gifs", "audio")
 CANCEL_S = 5.0
+CONNECT_S = 10.0
 
 
 async def healthy(http: httpx.AsyncClient, url: str) -> bool:
@@ -125,7 +128,7 @@ async def _run_follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: s
 async def _listen(ctx: Context, req: RenderRequest, ws_url: str, done: trio.Event, connected: trio.Event) -> None:
     prompt_id = req.job_id
     try:
-        async with open_websocket_url(ws_url, connect_timeout=10, disconnect_timeout=1) as ws:
+        async with _websocket(ws_url) as ws:
             connected.set()
             while True:
                 message = await ws.get_message()
@@ -141,10 +144,39 @@ async def _listen(ctx: Context, req: RenderRequest, ws_url: str, done: trio.Even
                     done.set()
                 elif kind == "progress":
                     ctx.progress(req, float(data.get("value", 0)), float(data.get("max", 1)), str(data.get("node")))
-    except (OSError, HandshakeError, ConnectionClosed, trio.TooSlowError, ValueError) as e:
-        log.info("job %s: ComfyUI websocket ended (%s); polling instead", req.job_id, type(e).__name__)
+    except* (OSError, HandshakeError, ConnectionClosed, trio.TooSlowError, trio.BrokenResourceError, ValueError) as group:
+        log.info("job %s: ComfyUI websocket ended (%s); polling instead", req.job_id,
+                 type(group.exceptions[0]).__name__)
     finally:
         connected.set()
+
+
+@asynccontextmanager
+async def _websocket(ws_url: str):
+    """A websocket over a TCP stream this module owns and closes: when the server ends the
+    connection, trio-websocket's client waits for the server's TCP close and never closes
+    its own socket."""
+    parts = urlsplit(ws_url)
+    secure = parts.scheme == "wss"
+    port = parts.port or (443 if secure else 80)
+    resource = f"{parts.path or '/'}?{parts.query}" if parts.query else (parts.path or "/")
+    with trio.fail_after(CONNECT_S):
+        stream = await trio.open_tcp_stream(parts.hostname, port)
+    try:
+        if secure:
+            stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=parts.hostname)
+        async with trio.open_nursery() as n:
+            with trio.fail_after(CONNECT_S):
+                ws = await wrap_client_stream(n, stream, parts.hostname, resource)
+            try:
+                yield ws
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await ws.aclose()
+                n.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 async def _poll(http, url: str, prompt_id: str, cfg: ComfyEngine, done: trio.Event) -> None:

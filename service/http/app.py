@@ -21,6 +21,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
+from service.http.responses import check as response_check
 from service.logs import REQUEST_ID
 
 log = logging.getLogger("service.http")
@@ -46,7 +47,7 @@ class Provider(OpenAPIProvider):
     def schema(self):
         self._table = openapi.operations(self._app.config.get("NODE"))
         doc = super().schema()
-        doc["components"] = openapi.components(doc.get("components", {}))
+        doc["components"] = openapi.components(doc.get("components", {}), self._table)
         return doc
 
     def build_request_body(self, model, source):
@@ -80,7 +81,9 @@ def create_app(node) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
     app.config["JSON_SORT_KEYS"] = False
-    app.json.sort_keys = False
+    # every /v1 success answer checked against its class (test mode only: bench/response_check.py)
+    app.config["CHECK_RESPONSES"] = bool(node.settings.test_mode)
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Quart's default provider has it
     QuartSchema(
         app,
         openapi_path="/v1/openapi.json",
@@ -113,9 +116,13 @@ def create_app(node) -> QuartTrio:
         if not upload:
             await request.get_data(cache=True)
 
+    shapes: dict[tuple[str, str], openapi.Op] = {}
+
     @app.after_request
     async def finish(response):
         response = browser.after_request(response)
+        if app.config["CHECK_RESPONSES"] and request.url_rule is not None:
+            response = await _check_answer(response)
         started = g.get("started")
         if started is not None:
             elapsed = time.perf_counter() - started
@@ -124,6 +131,24 @@ def create_app(node) -> QuartTrio:
             metrics = node.metrics
             metrics.requests.labels(route, request.method, str(response.status_code)).inc()
             metrics.latency.labels(route, request.method).observe(elapsed)
+        return response
+
+    async def _check_answer(response):
+        """Test mode: a success answer of a `/v1` operation must be exactly its documented
+        shape (service/http/responses/check.py); a mismatch is the usual 500, the reason logged."""
+        if not shapes:
+            shapes.update(openapi.operations(node))
+        op = shapes.get((request.method, openapi.normalize(request.url_rule.rule)))
+        if op is None or op.status != response.status_code or op.schema is None or isinstance(op.schema, dict):
+            return response
+        try:
+            response_check.check(op.schema, await response.get_data())
+        except response_check.ResponseMismatch as e:
+            log.error("internal error: %s %s answers off its documented shape: %s (request_id=%s)",
+                      request.method, request.url_rule.rule, e, g.get("request_id"))
+            failed, status = errors.envelope(500, "request.internal_error", "Something went wrong on our side.")
+            failed.status_code = status
+            return failed
         return response
 
     for name in route_modules():

@@ -121,7 +121,7 @@ def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
             if scope.cancelled_caught:
                 raise RouteTimeout(limit)
 
-        wrapper.permission = permission
+        wrapper.permission = permission  # type: ignore[attr-defined]  # read by the authorization tests
         return wrapper
 
     return deco

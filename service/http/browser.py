@@ -30,6 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from itsdangerous import BadSignature, URLSafeSerializer
 from quart import Response, g, redirect, request
+from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from service.actors.sessions import IDLE, TOUCH_EVERY, TouchSession
 from service.http.auth import Principal, node
@@ -88,7 +89,7 @@ def current_session() -> BrowserSession | None:
         svc.sessions.tell("sessions", TouchSession(row["id"], now))
     g.browser_session = BrowserSession(
         row["id"], row["user_id"], row["organization_id"], row["email"], row["role"], row["org_name"],
-        approved=bool(row["approved_at"]), confirmed=True)
+        approved=bool(row["approved_at"]), confirmed=not row["unconfirmed"])
     return g.browser_session
 
 
@@ -106,7 +107,7 @@ def safe_next(value: str | None) -> str:
     return value
 
 
-def login_redirect() -> Response:
+def login_redirect() -> WerkzeugResponse:
     target = request.full_path.rstrip("?") if request.method == "GET" else request.path
     return redirect("/login?next=" + quote(target, safe="/"), 303)
 

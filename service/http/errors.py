@@ -34,7 +34,7 @@ class RouteTimeout(Exception):
 
 
 def envelope(status: int, code: str, message: str, details: dict | None = None):
-    err = {"code": code, "message": message}
+    err: dict[str, object] = {"code": code, "message": message}
     if details is not None:
         err["details"] = details
     err["request_id"] = g.get("request_id") or ""
@@ -90,7 +90,7 @@ def install(app: Quart) -> None:
     async def on_http(e: HTTPException):
         if e.code == 408:
             return await on_timeout(RouteTimeout(120))
-        code, message = HTTP_CODES.get(e.code, (f"request.{(e.name or 'error').lower().replace(' ', '_')}",
+        code, message = HTTP_CODES.get(e.code or 500, (f"request.{(e.name or 'error').lower().replace(' ', '_')}",
                                                 e.description or "Request failed."))
         resp, status = envelope(e.code or 500, code, message)
         for k, v in e.get_headers():

@@ -6,23 +6,28 @@ what the models cannot say, from one table (`operations()`, one entry per `/v1` 
 method; a route without an entry is served bare, marked `x-undocumented`, and fails
 tests/test_schemathesis.py::test_routes_match_openapi):
 
-- the responses of every operation: the success status with its shape, and every error
-  the route can give: 400 (envelope), 401 and 403 (flat `{status: false, error}`), 404,
-  408 (flat timeout body), 409, 413, 422, 402, 503, as the route can answer them;
+- the responses of every operation: the success status with its shape, a class of
+  service/http/responses (the same class checks every real answer in test mode), and
+  every error the route can give: 400 (envelope), 401 and 403 (flat `{status: false,
+  error}`), 404, 408 (flat timeout body), 409, 413, 422, 402, as the route can answer
+  them, and 503 on every operation (any route can answer "busy");
 - the rules the server checks after parsing (422, not 400), written as JSON Schema where
   they can be stated exactly, so generated "valid" requests are valid and "invalid" ones
   invalid: non-blank names (Python's whitespace, spelled out), slugs, enums of event names,
-  roles, capabilities, models, aspect ratios, ticket types, top-up limits, int64 query
-  integers. Rules that cannot be stated exactly (URLs checked after parsing, a model's
-  resolutions, a product's inputs, "in the future") stay in descriptions; the schemathesis
-  run accepts their documented 422 (tests/test_schemathesis.py);
+  roles, capabilities, aspect ratios, ticket types, top-up limits, int64 query integers.
+  Names from the node's live catalog (model ids, resolutions, durations, product slugs)
+  are strings with examples, not enums: a client generated on one node must be able to
+  name a model added later. Rules that cannot be stated exactly (URLs checked after
+  parsing, a model's resolutions, a product's inputs, "in the future") stay in
+  descriptions; the schemathesis run accepts their documented 422 (tests/test_schemathesis.py);
 - the optional `X-Service-Project` header of project-scoped routes;
 - OpenAPI links from create answers to the operations on the created resource.
 
-Shapes follow spec "Resources" and the views (service/http/views.py, job_views, run_views,
-...). Response objects are open (`additionalProperties` allowed: the spec's additive
-changes); request bodies are closed (`additionalProperties: false`, the server refuses
-unknown fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe,
+Response objects are open (`additionalProperties` allowed: the spec's additive changes),
+and so are their enumerations: a status, event name or role is a string whose known values
+(from their owner: service/machines.py, the catalog, the actors) are listed as `examples`.
+Request bodies are closed (`additionalProperties: false`, the server refuses unknown
+fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe,
 /healthz) are hidden from the document.
 """
 
@@ -33,26 +38,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+
 from service.actors.balance import MAX_UC
 from service.actors.delivery import EVENT_NAMES
+from service.actors.run_feed import SOURCES
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
 from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES
+from service.catalog.product_types import CATEGORIES
+from service.http import responses as R
+from service.http.responses import Data
+from service.http.responses.document import SCHEMAS, error_response, json_response, shape_schema
+from service.http.responses.types import sorted_states
+from service.machines import HOLD
 from service.money import UC
-from service.roles import ROLE_IDS, ROLE_NAMES
+from service.roles import ROLE_IDS
 
 # -- schema helpers ----------------------------------------------------------------------------
 STR = {"type": "string"}
-INT = {"type": "integer"}
-BOOL = {"type": "boolean"}
 UUID = {"type": "string", "format": "uuid"}
 TS = {"type": "string", "format": "date-time"}
-CREDITS = {"type": "string", "pattern": r"^-?[0-9]+\.[0-9]{2}$", "description": "Decimal string of credits."}
-HOLD_STATUSES = ("held", "captured", "released")
+HOLD_STATUSES = sorted_states(HOLD)
 MAX_THRESHOLD = MAX_UC // UC  # the largest low_balance_threshold, in credits
-
-
-def ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def nullable(schema: dict) -> dict:
@@ -60,20 +66,6 @@ def nullable(schema: dict) -> dict:
     if isinstance(t, str) and "$ref" not in schema and "enum" not in schema and "const" not in schema:
         return {**schema, "type": [t, "null"]}
     return {"anyOf": [schema, {"type": "null"}]}
-
-
-def array(items: dict) -> dict:
-    return {"type": "array", "items": items}
-
-
-def obj(props: dict, required: list[str] | None = None, **extra) -> dict:
-    """An open response object: every listed field present (nulls are sent, never omitted)."""
-    return {"type": "object", "properties": props,
-            "required": list(props) if required is None else required, **extra}
-
-
-def data(schema: dict) -> dict:
-    return obj({"data": schema})
 
 
 # Python's whitespace (str.isspace), spelled out: the service strips with str.strip(), and a
@@ -94,238 +86,12 @@ INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
          "description": "Query integers outside SQLite's 64-bit range are 400."}
 IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
 
-# -- component schemas -------------------------------------------------------------------------
-ASSET_OUTPUT = {
-    "id": UUID, "url": STR, "content_type": STR, "width": nullable(INT), "height": nullable(INT),
-    "duration_s": nullable({"type": "number"}),
-}
-JOB_STATUSES = ("queued", "rendering", "completed", "failed", "nsfw", "canceled")
-RUN_STATUSES = ("queued", "running", "completed", "failed", "canceled")
-STEP_STATUSES = ("pending", "running", "completed", "failed", "canceled")
-JOB_STATUS = {
-    "status": {"enum": list(JOB_STATUSES)}, "request_id": UUID, "status_url": STR, "cancel_url": STR,
-    "capability": STR, "model": STR, "project_id": UUID, "source": {"enum": ["api", "studio", "workflow"]},
-    "outputs": array(ref("AssetOutput")), "images": array(ref("AssetOutput")),
-    "video": nullable(ref("AssetOutput")),
-    "credits": obj({"estimate": CREDITS, "actual": nullable(CREDITS)}),
-    "error": nullable(STR), "created_at": TS, "finished_at": nullable(TS),
-}
-PRODUCT_RUN = {
-    "id": UUID, "status": {"enum": list(RUN_STATUSES)}, "product": STR, "product_version": INT,
-    "project_id": UUID, "inputs": {"type": "object"}, "steps": array(ref("RunStep")),
-    "outputs": {"type": "object", "additionalProperties": array(ref("AssetOutput"))},
-    "credits": obj({"estimate": CREDITS, "actual": nullable(CREDITS)}), "error": nullable(STR),
-    "status_url": STR, "cancel_url": STR, "created_at": TS, "started_at": nullable(TS),
-    "finished_at": nullable(TS),
-}
-PRICE = obj({"resolution": STR, "duration": nullable(INT), "credits": CREDITS})
-WEBHOOK = {
-    "id": UUID, "url": STR, "events": array(STR), "description": nullable(STR), "is_active": BOOL,
-    "created_at": TS, "updated_at": nullable(TS),
-}
-API_KEY = {
-    "id": UUID, "name": STR, "key_prefix": {"type": "string", "pattern": "^aak_[0-9a-f]{8}$"},
-    "user_id": UUID, "role_id": nullable(UUID), "expires_at": nullable(TS), "is_active": BOOL,
-    "created_at": TS, "last_used_at": nullable(TS),
-}
-TICKET = {
-    "id": UUID, "organization_id": UUID, "number": INT, "subject_line": STR, "type": {"enum": list(TYPES)},
-    "priority": {"enum": list(PRIORITIES)}, "state": {"enum": list(STATES)}, "body": STR,
-    "opened_by": nullable(UUID), "opened_by_email": nullable(STR), "created_at": TS, "updated_at": nullable(TS),
-}
-TOPUP = {
-    "id": UUID, "created_at": TS, "credits": CREDITS, "amount_cents": INT, "currency": STR,
-    "status": {"enum": ["pending", "paid", "expired"]}, "paid_at": nullable(TS),
-}
-
-SCHEMAS: dict[str, dict] = {
-    # errors
-    "Error": {
-        "type": "object", "required": ["error"],
-        "description": "The error envelope (spec \"Errors\").",
-        "properties": {"error": {
-            "type": "object", "required": ["code", "message", "request_id"],
-            "properties": {
-                "code": {"type": "string", "pattern": r"^[a-z_]+\.[a-z_]+$"},
-                "message": STR,
-                "details": {"type": "object"},
-                "request_id": STR,
-            },
-        }},
-    },
-    "Unauthorized": {
-        "type": "object", "required": ["status", "error"], "additionalProperties": False,
-        "description": "Flat authentication failure (spec \"Authentication\", Failures); never says why.",
-        "properties": {"status": {"const": False}, "error": {"const": "Unauthorized"}},
-    },
-    "Forbidden": {
-        "type": "object", "required": ["status", "error"], "additionalProperties": False,
-        "description": "Flat permission failure: the key's role lacks the route's permission.",
-        "properties": {"status": {"const": False}, "error": {"const": "Forbidden"}},
-    },
-    "Timeout": {
-        "type": "object", "required": ["error", "message"], "additionalProperties": False,
-        "description": "Flat route time-limit body (120 s for uploads, 10 s for most routes).",
-        "properties": {"error": {"const": "Request timeout"},
-                       "message": {"type": "string",
-                                   "pattern": "^Request took longer than [0-9]+ seconds to process$"}},
-    },
-    # accounts
-    "Project": obj({
-        "id": UUID, "organization_id": UUID, "name": STR, "slug": STR, "description": nullable(STR),
-        "is_default": BOOL, "is_archived": BOOL, "created_by": nullable(UUID), "created_at": TS,
-        "updated_at": nullable(TS), "archived_at": nullable(TS),
-    }),
-    "ApiKey": obj(API_KEY),
-    "ApiKeyCreated": obj({**API_KEY, "key": {"type": "string", "pattern": "^aak_[0-9a-f]{48}$",
-                                             "description": "The full key; shown only here."}}),
-    "Role": obj({"id": {"enum": list(ROLE_IDS.values())}, "name": {"enum": list(ROLE_NAMES)},
-                 "permissions": array(STR)}),
-    "RoleUser": obj({"id": UUID, "email": STR, "role": {"enum": list(ROLE_NAMES)}, "created_at": TS}),
-    # generation
-    "AssetOutput": obj(ASSET_OUTPUT),
-    "Asset": obj({**ASSET_OUTPUT, "kind": STR, "project_id": UUID, "job_id": nullable(UUID), "source": STR,
-                  "size_bytes": INT, "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                  "created_at": TS}),
-    # `progress` is sent only while an engine reports it (rendering jobs of engine models);
-    # `usage` only when the engine reported it (a text.llm job's token counts)
-    "JobStatus": obj({**JOB_STATUS, "progress": obj({"value": {"type": "number"}, "max": {"type": "number"},
-                                                     "step": nullable(STR)}),
-                      "usage": {"type": "object", "additionalProperties": INT}}, required=list(JOB_STATUS)),
-    "SubmitAccepted": obj({"status": {"const": "queued"}, "request_id": UUID, "status_url": STR,
-                           "cancel_url": STR, "credits_estimate": CREDITS}),
-    "Estimate": obj({"capability": STR, "model": STR, "resolution": nullable(STR),
-                     "duration": nullable({"type": "number"}), "credits": CREDITS, "tier": STR}),
-    "Capability": obj({
-        "id": STR, "description": STR, "output": nullable(STR), "prompt_required": BOOL,
-        "prompt_meaning": STR,
-        "inputs": array(obj({"name": STR, "kinds": array(STR), "min": INT, "max": INT})),
-        "aspect_ratios": array(STR),
-        "models": array(obj({"id": STR, "description": nullable(STR), "available": BOOL,
-                             "resolutions": array(STR), "durations": array(INT),
-                             "inputs": array(obj({"name": STR, "kinds": array(STR), "count": INT})),
-                             "prices": array(PRICE)})),
-    }),
-    "Model": obj({"id": STR, "description": nullable(STR), "available": BOOL,
-                  "capabilities": array(obj({"id": STR, "prices": array(PRICE)}))}),
-    # products and runs
-    "Product": obj({
-        "slug": STR, "name": STR, "category": {"enum": ["image", "video", "audio"]},
-        "kind": {"enum": ["workflow", "preset"]}, "description": STR, "thumbnail_url": nullable(STR),
-        "version": INT, "base": nullable(STR),
-        "inputs": {"type": "object", "additionalProperties": obj({
-            "type": STR, "label": STR, "description": nullable(STR), "required": BOOL, "default": {},
-            "options": array(STR), "hidden": BOOL})},
-        "outputs": array(STR),
-        "steps": array(obj({"key": STR, "capability": nullable(STR), "op": nullable(STR),
-                            "model": nullable(STR)})),
-        "available": BOOL, "unavailable_reasons": array(STR), "credits_estimate": nullable(CREDITS),
-    }),
-    "RunStep": obj({
-        "key": STR, "capability": nullable(STR), "op": nullable(STR), "model": nullable(STR),
-        "status": {"enum": list(STEP_STATUSES)}, "request_id": nullable(UUID),
-        "outputs": array(ref("AssetOutput")), "error": nullable(STR),
-    }),
-    "ProductRun": obj(PRODUCT_RUN),
-    "FeedItem": {
-        "oneOf": [
-            obj({"type": {"const": "job"}, "id": UUID, **JOB_STATUS}),
-            obj({"type": {"const": "run"}, "id": UUID, "source": {"const": "workflow"}, **PRODUCT_RUN}),
-        ],
-    },
-    # billing
-    "Balance": obj({
-        "organization_id": UUID, "available": CREDITS, "held": CREDITS,
-        "by_source": array(obj({"source": STR, "remaining": CREDITS})),
-        "next_expiry": nullable(TS), "next_expiry_amount": nullable(CREDITS),
-        "lots": array(obj({"id": UUID, "source": STR, "amount": CREDITS, "remaining": CREDITS,
-                           "expires_at": nullable(TS), "reason": nullable(STR), "created_at": TS})),
-    }),
-    "LedgerEntry": obj({
-        "id": UUID, "created_at": TS, "kind": STR, "amount": CREDITS, "source": nullable(STR),
-        "grant_id": nullable(UUID), "project_id": nullable(UUID), "job_id": nullable(UUID),
-        "workflow_run_id": nullable(UUID), "description": nullable(STR),
-    }),
-    "Hold": obj({
-        "id": UUID, "job_id": nullable(UUID), "workflow_run_id": nullable(UUID), "project_id": nullable(UUID),
-        "status": {"enum": list(HOLD_STATUSES)}, "amount": CREDITS, "captured": nullable(CREDITS),
-        "created_at": TS, "settled_at": nullable(TS),
-    }),
-    "UsageRow": obj({"project_id": UUID, "day": {"type": "string", "format": "date"}, "credits": CREDITS,
-                     "jobs": INT}),
-    "BillingSettings": obj({"low_balance_threshold": nullable(CREDITS), "low_balance_notified_at": nullable(TS)}),
-    "TopupQuote": obj({"usd_per_credit": STR, "min_credits": INT, "max_credits": INT, "expiry_days": INT,
-                       "currency": STR}),
-    "Topup": obj(TOPUP),
-    # webhooks
-    "Webhook": obj(WEBHOOK),
-    "WebhookCreated": obj({**WEBHOOK, "secret": {"type": "string", "description": "The signing secret; "
-                                                 "shown only here."}}),
-    "WebhookDelivery": obj({
-        "id": UUID, "event": STR, "status": STR, "created_at": TS, "sent_at": nullable(TS),
-        "completed_at": nullable(TS), "is_delivered": BOOL, "status_code": nullable(INT),
-        "error": nullable(STR), "error_class": nullable(STR), "duration_ms": nullable({"type": "number"}),
-    }),
-    "WebhookTestResult": obj({
-        "event": {"const": "webhook.test"}, "data": {"type": "object"},
-        "delivery": obj({"id": UUID, "url": STR, "is_delivered": BOOL, "status_code": nullable(INT),
-                         "error": nullable(STR), "duration_ms": nullable({"type": "number"})}),
-    }),
-    # support
-    "Ticket": obj(TICKET),
-    "TicketWithReplies": obj({**TICKET, "replies": array(obj({
-        "id": UUID, "author_kind": STR, "author": nullable(STR), "user_id": nullable(UUID), "body": STR,
-        "created_at": TS}))}),
-}
-
-# -- responses -----------------------------------------------------------------------------------
-PROCESS_TIME = {
-    "description": "Server processing time in milliseconds (on every response).",
-    "required": True,
-    "schema": {"type": "string", "pattern": r"^[0-9]+\.[0-9]{2}$"},
-}
-ERROR_TEXT = {
-    400: "Malformed request (request.bad_request) or a body that does not match the schema "
-         "(request.validation_failed, with details.errors[] = {message, key, source}).",
-    401: "Missing, unknown, revoked, paused or expired key (flat body).",
-    402: "billing.insufficient_credits: available credits do not cover the price (details required, "
-         "available); nothing created or charged.",
-    403: "The key's role lacks the route's permission (flat body).",
-    404: "Not found in the organization (another organization's ids answer the same), or unknown project.",
-    408: "The route's time limit was exceeded (flat timeout body).",
-    409: "request.conflict: archived project, slug taken, default project, closed ticket, expired top-up.",
-    413: "request.bad_request: the body is too large (1 MiB; 51 MiB for uploads).",
-    422: "A well-formed request that breaks a rule (request.validation_failed or a domain code).",
-    429: "request.rate_limited: too many requests for this key, or (submits) too many jobs in progress for "
-         "the organization; details.retry_after and the Retry-After header say when to retry.",
-    503: "request.service_unavailable (model, product, payment provider or a busy service) or "
-         "billing.not_configured.",
-}
-ERROR_SCHEMA = {401: "Unauthorized", 403: "Forbidden", 408: "Timeout"}
-
-
-def json_response(description: str, schema: dict | None, headers: dict | None = None,
-                  media: str = "application/json") -> dict:
-    out: dict[str, Any] = {"description": description,
-                           "headers": {"X-Process-Time": PROCESS_TIME, **(headers or {})}}
-    if schema is not None:
-        out["content"] = {media: {"schema": schema}}
-    return out
-
-
-def error_response(status: int, *, envelope_403: bool = False) -> dict:
-    if status == 403 and envelope_403:
-        schema = {"oneOf": [ref("Forbidden"), ref("Error")]}
-        text = ERROR_TEXT[403] + " Also auth.forbidden (envelope): binding a role broader than the caller's."
-        return json_response(text, schema)
-    return json_response(ERROR_TEXT[status], ref(ERROR_SCHEMA.get(status, "Error")))
-
-
-# -- the table -----------------------------------------------------------------------------------
+# -- component schemas ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Op:
     status: int                         # the success status
-    schema: dict | None                 # its JSON body (None: no body)
+    schema: Any                         # its body: a response shape (service/http/responses), a
+    #                                     JSON Schema dict (event streams), or None (no body)
     errors: tuple[int, ...] = ()        # beyond those derived (401, 403, 408, 400, 413)
     project_header: bool = False        # reads X-Service-Project
     body: dict = field(default_factory=dict)      # property name -> schema (replaces the model's)
@@ -354,10 +120,17 @@ def _links(op_ids: tuple[str, ...], param: str, expr: str) -> dict:
     return {f"{oid}": {"operationId": oid, "parameters": {param: expr}} for oid in op_ids}
 
 
+def known_strings(values, what: str) -> dict:
+    """A string naming something of the node's live catalog (a model, a resolution, a product):
+    its values today are examples, not an enum, so a client generated on one node can name one
+    added later. An unknown one is the route's documented 404 or 422."""
+    return {"type": "string", "examples": list(values),
+            "description": f"A {what} of this node's catalog (GET /v1/generation/capabilities, "
+                           "/v1/workflows/products); unknown: the route's 404 or 422."}
+
+
 def _submit_body(node) -> dict:
-    models = [m.id for m in node.catalog.models] if node is not None else []
-    resolutions = sorted({r for m in (node.catalog.models if node is not None else []) for r in m.resolutions})
-    durations = sorted({d for m in (node.catalog.models if node is not None else []) for d in m.durations})
+    models = list(node.catalog.models) if node is not None else []
     body = {
         "aspect_ratio": nullable({"enum": list(ASPECT_RATIOS)}),
         "webhook_url": nullable({"type": "string", "description": "Job webhook URL; only https URLs are "
@@ -365,11 +138,12 @@ def _submit_body(node) -> dict:
         "project_id": nullable(STR),
     }
     if models:
-        body["model"] = nullable({"enum": models})
-    if resolutions:
-        body["resolution"] = nullable({"enum": resolutions})
-    if durations:
-        body["duration"] = nullable({"enum": durations})
+        body["model"] = nullable(known_strings([m.id for m in models], "model id"))
+        body["resolution"] = nullable(known_strings(sorted({r for m in models for r in m.resolutions}),
+                                                    "resolution"))
+        durations = sorted({d for m in models for d in m.durations})
+        body["duration"] = nullable({"type": "number", "examples": durations,
+                                     "description": "Seconds; one the model lists (else 422)."})
     return body
 
 
@@ -380,7 +154,7 @@ PROJECT_BODY = {"name": non_blank(), "slug": nullable(SLUG), "description": null
 def operations(node=None) -> dict[tuple[str, str], Op]:
     """Every `/v1` operation, keyed by (method, werkzeug rule)."""
     submit = _submit_body(node)
-    product_slugs = _product_slugs()
+    slug = known_strings(_product_slugs(), "product slug")
     quote = (node.topup_quote if node is not None else None)
     credits = {"type": "integer", "minimum": quote.min_credits if quote else 100,
                "maximum": quote.max_credits if quote else 100000}
@@ -392,54 +166,54 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
     asset_links = _links(("get_asset", "asset_content", "asset_url"), "asset_id", "$response.body#/data/id")
     return {
         # generation
-        ("GET", "/v1/generation/capabilities"): Op(200, data(array(ref("Capability")))),
-        ("GET", "/v1/generation/models"): Op(200, data(array(ref("Model")))),
+        ("GET", "/v1/generation/capabilities"): Op(200, Data(list[R.Capability])),
+        ("GET", "/v1/generation/models"): Op(200, Data(list[R.Model])),
         ("POST", "/v1/generation/capabilities/<capability>"): Op(
-            202, ref("SubmitAccepted"), SUBMIT_ERRORS, True, body=submit,
+            202, R.SubmitAccepted, SUBMIT_ERRORS, True, body=submit,
             path={"capability": {"type": "string", "enum": [c.id for c in CAPABILITIES]}}, links=job_links,
             path_examples={"capability": "image.generate"},
             example={"prompt": "A red fox in fresh snow", "aspect_ratio": "1:1", "resolution": "1k"}),
         ("POST", "/v1/generation/models/<model>"): Op(
-            202, ref("SubmitAccepted"), SUBMIT_ERRORS, True, body=submit, links=job_links,
-            path={"model": {"type": "string", **({"enum": [m.id for m in node.catalog.models]}
-                                                   if node is not None else {})}},
+            202, R.SubmitAccepted, SUBMIT_ERRORS, True, body=submit, links=job_links,
+            path={"model": known_strings([m.id for m in node.catalog.models] if node is not None else [],
+                                         "model id")},
             path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
         ("POST", "/v1/generation/estimate"): Op(
-            200, data(ref("Estimate")), (404, 422, 503), True,
-            body={**submit, "capability": nullable({"enum": [c.id for c in CAPABILITIES]})},
-            body_extra={"anyOf": [{"required": ["capability"], "properties": {"capability": STR}},
-                                  {"required": ["model"], "properties": {"model": STR}}]},
+            200, Data(R.Estimate), (404, 422, 503), True,
+            body={**submit, "capability": nullable({"enum": [c.id for c in CAPABILITIES],
+                                                    "description": "Capability id; or give `model` "
+                                                                   "(neither: 422)."})},
             example={"capability": "image.generate", "resolution": "2k"}),
-        ("GET", "/v1/generation/requests"): Op(200, data(array(ref("JobStatus"))), (404,), True,
+        ("GET", "/v1/generation/requests"): Op(200, Data(list[R.JobStatus]), (404,), True,
                                                query={"limit": limit}),
-        ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, ref("JobStatus"), (404,)),
-        ("POST", "/v1/generation/requests/<job_id>/cancel"): Op(200, ref("JobStatus"), (404, 503)),
-        ("GET", "/v1/generation/assets"): Op(200, data(array(ref("Asset"))), (404,), True, query={"limit": limit}),
-        ("GET", "/v1/generation/assets/<asset_id>"): Op(200, data(ref("Asset")), (404,)),
+        ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, R.JobStatus, (404,)),
+        ("POST", "/v1/generation/requests/<job_id>/cancel"): Op(200, R.JobStatus, (404, 503)),
+        ("GET", "/v1/generation/assets"): Op(200, Data(list[R.Asset]), (404,), True, query={"limit": limit}),
+        ("GET", "/v1/generation/assets/<asset_id>"): Op(200, Data(R.Asset), (404,)),
         ("GET", "/v1/generation/assets/<asset_id>/content"): Op(
             302, None, (404,), headers={"Location": {"required": True, "description": "Signed URL of the file "
                                                      "(valid 900 s, no key needed).", "schema": STR}}),
         ("GET", "/v1/generation/assets/<asset_id>/url"): Op(
-            200, data(obj({"url": STR, "expires_in": {"type": "integer", "const": 900}})), (404,)),
+            200, Data(R.AssetUrl), (404,)),
         ("POST", "/v1/generation/uploads"): Op(
-            201, data(ref("Asset")), (404, 409, 422, 503), True, links=asset_links,
+            201, Data(R.Asset), (404, 409, 422, 503), True, links=asset_links,
             body={"project_id": {"type": "string", "maxLength": 200}}),
         # products and runs
-        ("GET", "/v1/workflows/products"): Op(200, data(array(ref("Product"))), query={
-            "category": {"enum": ["image", "video", "audio"]}}),
-        ("GET", "/v1/workflows/products/<slug>"): Op(200, data(ref("Product")), (404,),
-                                                     path={"slug": {"type": "string", "enum": product_slugs}}),
+        ("GET", "/v1/workflows/products"): Op(200, Data(list[R.Product]), query={
+            "category": {"enum": list(CATEGORIES)}}),
+        ("GET", "/v1/workflows/products/<slug>"): Op(200, Data(R.Product), (404,),
+                                                     path={"slug": slug}),
         ("POST", "/v1/workflows/products/<slug>/estimate"): Op(
-            200, data(ref("Product")), (404, 422), True, path={"slug": {"type": "string", "enum": product_slugs}},
+            200, Data(R.Product), (404, 422), True, path={"slug": slug},
             body={"project_id": nullable(STR)}, path_examples={"slug": "text-to-clip"},
             example={"inputs": {"prompt": "A fox at dawn", "resolution": "480p"}}),
         ("POST", "/v1/workflows/products/<slug>/runs"): Op(
-            202, data(ref("ProductRun")), SUBMIT_ERRORS, True, links=run_links,
-            path={"slug": {"type": "string", "enum": product_slugs}}, body={"project_id": nullable(STR)},
+            202, Data(R.ProductRun), SUBMIT_ERRORS, True, links=run_links,
+            path={"slug": slug}, body={"project_id": nullable(STR)},
             path_examples={"slug": "text-to-clip"}, example={"inputs": {"prompt": "A fox at dawn"}}),
-        ("GET", "/v1/workflows/runs"): Op(200, data(array(ref("ProductRun"))), (404,), True,
+        ("GET", "/v1/workflows/runs"): Op(200, Data(list[R.ProductRun]), (404,), True,
                                           query={"limit": limit}),
-        ("GET", "/v1/workflows/runs/<run_id>"): Op(200, data(ref("ProductRun")), (404,)),
+        ("GET", "/v1/workflows/runs/<run_id>"): Op(200, Data(R.ProductRun), (404,)),
         # event streams (docs/streams.md)
         ("GET", "/v1/generation/requests/<job_id>/events"): stream(
             "`status` events (data: the job status object) whenever it changes, `progress` events "
@@ -454,34 +228,34 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             "Every job (`status`, `progress`) and run (`run`) change of the resolved project. Opens with a "
             "`feed` event (data: the first page of `GET /v1/runs`, `{items, total, next_cursor}`). Resume "
             "with `Last-Event-ID`; too old: one `reset` event (data: that first page).", (404,), True,
-            query={"source": {"enum": ["api", "studio", "workflow"]}}),
-        ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, data(ref("ProductRun")), (404, 503)),
+            query={"source": {"enum": list(SOURCES)}}),
+        ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, Data(R.ProductRun), (404, 503)),
         ("GET", "/v1/runs"): Op(
-            200, data(obj({"items": array(ref("FeedItem")), "total": INT, "next_cursor": nullable(STR)})),
-            (404, 422), True, query={"limit": limit, "source": {"enum": ["api", "studio", "workflow"]}}),
+            200, Data(R.RunsPage),
+            (404, 422), True, query={"limit": limit, "source": {"enum": list(SOURCES)}}),
         # projects
-        ("GET", "/v1/projects"): Op(200, data(array(ref("Project")))),
-        ("GET", "/v1/projects/<project_id>"): Op(200, data(ref("Project")), (404,)),
+        ("GET", "/v1/projects"): Op(200, Data(list[R.Project])),
+        ("GET", "/v1/projects/<project_id>"): Op(200, Data(R.Project), (404,)),
         ("POST", "/v1/projects"): Op(
-            201, data(ref("Project")), (409, 422, 503), body=PROJECT_BODY, required=("name",),
+            201, Data(R.Project), (409, 422, 503), body=PROJECT_BODY, required=("name",),
             example={"name": "Spring campaign", "description": "Stills and clips for the launch"},
             links=_links(("get_project", "update_project", "archive_project"), "project_id",
                          "$response.body#/data/id")),
         ("PATCH", "/v1/projects/<project_id>"): Op(
-            200, data(ref("Project")), (404, 409, 422, 503),
+            200, Data(R.Project), (404, 409, 422, 503),
             body={"name": non_blank(), "slug": SLUG, "description": nullable(STR)}),
-        ("POST", "/v1/projects/<project_id>/archive"): Op(200, data(ref("Project")), (404, 409, 503)),
+        ("POST", "/v1/projects/<project_id>/archive"): Op(200, Data(R.Project), (404, 409, 503)),
         # billing
-        ("GET", "/v1/billing/balance"): Op(200, data(ref("Balance"))),
+        ("GET", "/v1/billing/balance"): Op(200, Data(R.Balance)),
         ("GET", "/v1/billing/ledger"): Op(
-            200, obj({"data": array(ref("LedgerEntry")), "total": INT}), (503,),
+            200, R.LedgerPage, (503,),
             query={"project_id": UUID, "since": TS, "until": TS, "limit": limit, "offset": offset}),
-        ("GET", "/v1/billing/holds"): Op(200, data(array(ref("Hold"))),
+        ("GET", "/v1/billing/holds"): Op(200, Data(list[R.Hold]),
                                          query={"status": {"enum": list(HOLD_STATUSES)}, "limit": limit}),
-        ("GET", "/v1/billing/usage"): Op(200, data(array(ref("UsageRow"))), query={"since": TS}),
-        ("GET", "/v1/billing/settings"): Op(200, data(ref("BillingSettings"))),
+        ("GET", "/v1/billing/usage"): Op(200, Data(list[R.UsageRow]), query={"since": TS}),
+        ("GET", "/v1/billing/settings"): Op(200, Data(R.BillingSettings)),
         ("PUT", "/v1/billing/settings"): Op(
-            200, data(ref("BillingSettings")), (422, 503),
+            200, Data(R.BillingSettings), (422, 503),
             body={"low_balance_threshold": {
                 "description": "Credits, zero or more with at most two decimal places, as a JSON number "
                                "or a decimal string; null turns the warning off. Out of range, more "
@@ -489,62 +263,62 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
                 "anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_THRESHOLD},
                           {"type": "string"}, {"type": "null"}]}},
             example={"low_balance_threshold": "25.00"}),
-        ("GET", "/v1/billing/topups/quote"): Op(200, data(ref("TopupQuote"))),
-        ("GET", "/v1/billing/topups"): Op(200, data(array(ref("Topup"))), query={"limit": limit}),
-        ("GET", "/v1/billing/topups/<topup_id>"): Op(200, data(ref("Topup")), (404,)),
+        ("GET", "/v1/billing/topups/quote"): Op(200, Data(R.TopupQuote)),
+        ("GET", "/v1/billing/topups"): Op(200, Data(list[R.Topup]), query={"limit": limit}),
+        ("GET", "/v1/billing/topups/<topup_id>"): Op(200, Data(R.Topup), (404,)),
         ("POST", "/v1/billing/topups"): Op(
-            201, data(obj({"topup": ref("Topup"), "checkout_url": STR})), (422, 503),
+            201, Data(R.TopupCreated), (422, 503),
             body={"credits": credits},
             links=_links(("get_topup",), "topup_id", "$response.body#/data/topup/id"), example={"credits": 500}),
         # API keys
-        ("GET", "/v1/api-keys"): Op(200, data(array(ref("ApiKey")))),
-        ("GET", "/v1/api-keys/<key_id>"): Op(200, data(ref("ApiKey")), (404,)),
+        ("GET", "/v1/api-keys"): Op(200, Data(list[R.ApiKey])),
+        ("GET", "/v1/api-keys/<key_id>"): Op(200, Data(R.ApiKey), (404,)),
         ("POST", "/v1/api-keys"): Op(
-            201, data(ref("ApiKeyCreated")), (422, 503),
+            201, Data(R.ApiKeyCreated), (422, 503),
             body={"name": non_blank(), "role_id": nullable({"enum": list(ROLE_IDS.values())}),
                   "expires_at": nullable(TS)},
             links=_links(("get_key", "update_key", "revoke_key"), "key_id", "$response.body#/data/id"),
             example={"name": "CI deploys", "role_id": ROLE_IDS["member"]}),
-        ("PATCH", "/v1/api-keys/<key_id>"): Op(200, data(ref("ApiKey")), (404, 422, 503),
+        ("PATCH", "/v1/api-keys/<key_id>"): Op(200, Data(R.ApiKey), (404, 422, 503),
                                                body={"name": nullable(non_blank())}),
         ("DELETE", "/v1/api-keys/<key_id>"): Op(204, None, (404, 503)),
         # roles
-        ("GET", "/v1/roles"): Op(200, data(array(ref("Role"))),
+        ("GET", "/v1/roles"): Op(200, Data(list[R.Role]),
                                  links=_links(("get_role", "role_users"), "role_id", "$response.body#/data/0/id")),
-        ("GET", "/v1/roles/<role_id>"): Op(200, data(ref("Role")), (404,)),
-        ("GET", "/v1/roles/<role_id>/users"): Op(200, data(array(ref("RoleUser"))), (404,)),
+        ("GET", "/v1/roles/<role_id>"): Op(200, Data(R.Role), (404,)),
+        ("GET", "/v1/roles/<role_id>/users"): Op(200, Data(list[R.RoleUser]), (404,)),
         # account webhooks
-        ("GET", "/v1/webhooks"): Op(200, obj({"webhooks": array(ref("Webhook")), "total": INT}),
+        ("GET", "/v1/webhooks"): Op(200, R.WebhookList,
                                     query={"limit": limit, "offset": offset}),
-        ("GET", "/v1/webhooks/events"): Op(200, obj({"events": array({"enum": list(EVENT_NAMES)})})),
-        ("GET", "/v1/webhooks/<webhook_id>"): Op(200, obj({"webhook": ref("Webhook")}), (404,)),
+        ("GET", "/v1/webhooks/events"): Op(200, R.EventList),
+        ("GET", "/v1/webhooks/<webhook_id>"): Op(200, R.WebhookOne, (404,)),
         ("GET", "/v1/webhooks/<webhook_id>/deliveries"): Op(
-            200, obj({"deliveries": array(ref("WebhookDelivery"))}), (404,), query={"limit": limit}),
+            200, R.DeliveryList, (404,), query={"limit": limit}),
         ("POST", "/v1/webhooks"): Op(
-            201, obj({"webhook": ref("WebhookCreated")}), (422, 503),
+            201, R.WebhookCreatedOne, (422, 503),
             body={"events": webhook_events},
             links=_links(("get_webhook", "update_webhook", "delete_webhook", "test_webhook", "list_deliveries"),
                          "webhook_id", "$response.body#/webhook/id"),
             example={"url": "https://hooks.example.com/genservice", "events": ["api_key.created"],
                      "description": "ops"}),
         ("PATCH", "/v1/webhooks/<webhook_id>"): Op(
-            200, obj({"webhook": ref("Webhook")}), (404, 422, 503),
+            200, R.WebhookOne, (404, 422, 503),
             body={"events": nullable(webhook_events)}),
-        ("POST", "/v1/webhooks/<webhook_id>/test"): Op(201, ref("WebhookTestResult"), (404, 503)),
+        ("POST", "/v1/webhooks/<webhook_id>/test"): Op(201, R.WebhookTestResult, (404, 503)),
         ("DELETE", "/v1/webhooks/<webhook_id>"): Op(204, None, (404, 503)),
         # support tickets
-        ("GET", "/v1/support/tickets"): Op(200, data(array(ref("Ticket"))),
+        ("GET", "/v1/support/tickets"): Op(200, Data(list[R.Ticket]),
                                            query={"limit": limit, "state": {"enum": list(STATES)}}),
-        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, data(ref("TicketWithReplies")), (404,)),
+        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, Data(R.TicketWithReplies), (404,)),
         ("POST", "/v1/support/tickets"): Op(
-            201, data(ref("TicketWithReplies")), (422, 503),
+            201, Data(R.TicketWithReplies), (422, 503),
             body={"subject_line": non_blank(MAX_SUBJECT), "body": non_blank(MAX_BODY),
                   "type": {"enum": list(TYPES)}, "priority": {"enum": list(PRIORITIES)}},
             links=_links(("get_ticket", "reply"), "ticket_id", "$response.body#/data/id"),
             example={"subject_line": "Uploads fail", "body": "A PNG upload answers 422.", "type": "bug",
                      "priority": "P3"}),
         ("POST", "/v1/support/tickets/<ticket_id>/replies"): Op(
-            201, data(ref("TicketWithReplies")), (404, 409, 422, 503), body={"body": non_blank(MAX_BODY)}),
+            201, Data(R.TicketWithReplies), (404, 409, 422, 503), body={"body": non_blank(MAX_BODY)}),
     }
 
 
@@ -649,7 +423,8 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     permission = getattr(func, "permission", "missing")
     if permission == "missing":
         raise DocumentError(f"{where}: the view is not wrapped in @requires")
-    statuses = {401, 408, 429, *op.errors}
+    # 503: any route can answer "busy" (an actor's mailbox full, the writer behind)
+    statuses = {401, 408, 429, 503, *op.errors}
     if permission is not None:
         statuses.add(403)
     if has_input:
@@ -670,9 +445,14 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     return operation
 
 
-def components(existing: dict) -> dict:
+def components(existing: dict, table: dict[tuple[str, str], Op] | None = None) -> dict:
+    """quart-schema's components, the error bodies and every response shape of `table`."""
+    shapes: dict[str, dict] = {}
+    for op in (operations() if table is None else table).values():
+        if op.schema is not None and not isinstance(op.schema, dict):
+            shapes.update(shape_schema(op.schema)[1])
     out = dict(existing)
-    out["schemas"] = {**existing.get("schemas", {}), **SCHEMAS}
+    out["schemas"] = {**existing.get("schemas", {}), **SCHEMAS, **dict(sorted(shapes.items()))}
     return out
 
 

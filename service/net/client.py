@@ -132,7 +132,7 @@ class Sender:
                 "POST",
                 target,
                 headers=list(request_headers.items()),
-                content=_Body(body),
+                content=_Body(body),  # type: ignore[arg-type]  # an async iterable, see _Body
             ) as response:
                 progress.status = response.status
                 await _read_some(response, backend)
@@ -196,7 +196,7 @@ def _status_text(status: int) -> str:
 def _chain(exc: BaseException):
     """The exception, its causes and contexts, and members of exception groups."""
     seen: set[int] = set()
-    todo = [exc]
+    todo: list[BaseException | None] = [exc]
     while todo:
         current = todo.pop(0)
         if current is None or id(current) in seen:

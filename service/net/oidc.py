@@ -116,7 +116,8 @@ class OidcProvider:
         meta = await self.metadata()
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
                 "code_verifier": verifier, "client_id": self.config.client_id}
-        auth = (self.config.client_id, self.config.client_secret) if self.config.client_secret else None
+        auth = httpx.BasicAuth(self.config.client_id, self.config.client_secret) if self.config.client_secret \
+            else httpx.USE_CLIENT_DEFAULT
         try:
             r = await self.client.post(meta["token_endpoint"], data=form, auth=auth, timeout=TIMEOUT)
         except httpx.HTTPError as e:
@@ -151,6 +152,7 @@ class OidcProvider:
                 if refresh or not isinstance(e, InvalidKeyIdError):
                     log.warning("oidc %s: ID token refused: %r", self.config.key, e)
                     raise OidcError(f"The sign-in with {self.name} could not be verified. Start again.") from None
+        assert token is not None  # the loop returned a token or raised
         claims = token.claims
         registry = jwt.JWTClaimsRegistry(
             now=lambda: int(self.clock.now()), leeway=LEEWAY,

@@ -117,7 +117,13 @@ class TopupActor(Actor):
             "expired_at": None if m.checkout else self.clock.iso_now(),
         }
         await self.store.write(lambda conn: sql.insert(conn, row))
-        return sql.get(self.store, d.id)
+        return self._reread(d.id)
+
+    def _reread(self, topup_id: str) -> dict:
+        """A top-up row this actor has just written (top-ups are never deleted)."""
+        row = sql.get(self.store, topup_id)
+        assert row is not None, topup_id
+        return row
 
     async def on_Confirm(self, m: Confirm) -> dict:
         row = self._row(m.topup_id, m.provider_ref)
@@ -130,14 +136,14 @@ class TopupActor(Actor):
             paid_at = self.clock.iso_now()
             await self.store.write(lambda conn: sql.set_paid(conn, row["id"], paid_at))
             crashpoint("payment_verified")  # paid is committed, the lot is not: recovery grants it
-            row = sql.get(self.store, row["id"])
+            row = self._reread(row["id"])
         if "add_lot" in effects or row["lot_id"] is None:  # the second case completes a cut-short add_lot
             try:
                 await self._grant(row)
             except ServiceError as e:
                 self._schedule_retry(row["id"], e)
                 raise
-            row = sql.get(self.store, row["id"])
+            row = self._reread(row["id"])
         return row
 
     async def on_Expire(self, m: Expire) -> dict:
@@ -148,7 +154,7 @@ class TopupActor(Actor):
             return row  # expired already: a repeat
         now = self.clock.iso_now()
         await self.store.write(lambda conn: sql.set_expired(conn, row["id"], now))
-        return sql.get(self.store, row["id"])
+        return self._reread(row["id"])
 
     # -- helpers -------------------------------------------------------------------------
     def _row(self, topup_id: str, provider_ref: str | None) -> dict:

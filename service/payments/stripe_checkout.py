@@ -76,7 +76,7 @@ class StripeProvider(PaymentProvider):
         try:
             with trio.move_on_after(self.deadline):
                 session = await self.client.v1.checkout.sessions.create_async(
-                    self.session_params(t), {"idempotency_key": t.id})
+                    self.session_params(t), {"idempotency_key": t.id})  # type: ignore[arg-type]  # a plain dict of its fields
         except stripe.StripeError as e:
             log.warning("stripe checkout for top-up %s failed: %s", t.id, e)
             raise CheckoutFailed(f"stripe: {type(e).__name__}: {e.user_message or e}") from e

@@ -47,8 +47,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from service.money import fmt
-from service.storage.accounts import owner_email
-from service.storage.events import email, emit
+from service.storage.events import emit
+from service.storage.mail import mail_low_balance
+from service.storage.rows import rows_in
 
 HOLD_COLUMNS = ("id, organization_id, job_id, workflow_run_id, project_id, description, status, amount_uc, "
                 "captured_uc, slices, created_at, settled_at")
@@ -110,8 +111,6 @@ SQL_SETTINGS_UPSERT = ("INSERT INTO billing_settings (organization_id, low_balan
                        "low_balance_threshold_uc = excluded.low_balance_threshold_uc, "
                        "low_balance_notified_at = excluded.low_balance_notified_at")
 
-LOW_BALANCE_SUBJECT = "Your credit balance is low"
-
 
 class HoldIdTaken(Exception):
     """A new hold's id is already in `credit_holds` (the actor decided without reading it)."""
@@ -138,11 +137,7 @@ def persist(conn, org_id: str, w: Writes) -> None:
         conn.execute(SQL_SETTINGS_UPSERT, w.settings)
     for available, threshold, now_iso in w.notices:
         emit(conn, org_id, "billing.credits_low", {"available": available, "threshold": threshold}, now_iso)
-        to = owner_email(conn, org_id)
-        if to:
-            email(conn, org_id, to, LOW_BALANCE_SUBJECT,
-                  f"Your available credits ({available}) fell below your low-balance threshold "
-                  f"({threshold}). Top up to keep your jobs running.", now_iso)
+        mail_low_balance(conn, org_id, available, threshold, now_iso)
 
 
 # -- the actor's loads ---------------------------------------------------------------------------
@@ -169,12 +164,7 @@ def load_org(store, org_id: str) -> tuple[list[dict], list[dict], dict | None]:
 
 
 def holds_by_ids(store, ids: list[str]) -> list[dict]:
-    out: list[dict] = []
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        out += store.all(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id IN ({','.join('?' * len(chunk))})",
-                         chunk)
-    return out
+    return rows_in(store, f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id IN ({{marks}})", ids)
 
 
 def org_ids_with_live_credits(store) -> list[str]:

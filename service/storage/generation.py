@@ -11,7 +11,7 @@ import json
 import sqlite3
 from typing import Iterable
 
-from service.storage.rows import insert
+from service.storage.rows import insert, one, rows_in
 
 JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, source, workflow_run_id, "
                "status, prompt, params, price_uc, actual_uc, hold_id, hold_settled, webhook_url, error, "
@@ -19,12 +19,6 @@ JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, sou
 ASSET_COLUMNS = ("id, organization_id, project_id, job_id, position, source, kind, content_type, width, "
                  "height, duration_s, size_bytes, sha256, created_at")
 OPEN = ("queued", "rendering")
-
-
-def _one(conn_or_store, sql: str, params: tuple | list) -> dict | None:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
-    return conn_or_store.one(sql, params)
 
 
 def _update(conn: sqlite3.Connection, table: str, key: str, value, fields: dict) -> int:
@@ -45,11 +39,11 @@ def update_job(conn: sqlite3.Connection, job_id: str, fields: dict) -> None:
 
 
 def get_job(conn_or_store, job_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+    return one(conn_or_store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
 
 
 def job_in_org(store, org_id: str, job_id: str) -> dict | None:
-    return _one(store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND organization_id = ?",
+    return one(store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND organization_id = ?",
                 (job_id, org_id))
 
 
@@ -81,11 +75,11 @@ def insert_asset(conn: sqlite3.Connection, row: dict) -> None:
 
 
 def get_asset(conn_or_store, asset_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ?", (asset_id,))
+    return one(conn_or_store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ?", (asset_id,))
 
 
 def asset_in_org(store, org_id: str, asset_id: str) -> dict | None:
-    return _one(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ? AND organization_id = ?",
+    return one(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ? AND organization_id = ?",
                 (asset_id, org_id))
 
 
@@ -104,23 +98,16 @@ def assets_in_org(store, org_id: str, ids: Iterable[str]) -> list[dict]:
 
 
 def assets_by_ids(store, ids: Iterable[str]) -> list[dict]:
-    ids = list(ids)
-    if not ids:
-        return []
-    marks = ", ".join("?" * len(ids))
-    return store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE id IN ({marks})", ids)
+    return rows_in(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id IN ({{marks}})", ids)
 
 
 def assets_of_jobs(store, job_ids: Iterable[str]) -> dict[str, list[dict]]:
     """Outputs per job, in output order."""
     ids = list(job_ids)
     out: dict[str, list[dict]] = {i: [] for i in ids}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ", ".join("?" * len(part))
-        for row in store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE job_id IN ({marks}) "
-                             "ORDER BY job_id, position", part):
-            out[row["job_id"]].append(row)
+    for row in rows_in(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE job_id IN ({{marks}}) "
+                       "ORDER BY job_id, position", ids):
+        out[row["job_id"]].append(row)
     return out
 
 
@@ -148,7 +135,7 @@ def update_webhook(conn: sqlite3.Connection, webhook_id: str, fields: dict) -> N
 
 
 def webhook_of_job(conn_or_store, job_id: str) -> dict | None:
-    return _one(conn_or_store, "SELECT * FROM job_webhooks WHERE job_id = ?", (job_id,))
+    return one(conn_or_store, "SELECT * FROM job_webhooks WHERE job_id = ?", (job_id,))
 
 
 def release_waiting_webhook(conn: sqlite3.Connection, job_id: str) -> int:
@@ -162,6 +149,15 @@ def pending_webhooks(store, limit: int) -> list[dict]:
                      (limit,))
 
 
+def claim_webhooks(conn: sqlite3.Connection, now_iso: str, limit: int) -> list[dict]:
+    """Up to `limit` pending rows, oldest first, marked `sending` in this transaction."""
+    rows = conn.execute("SELECT * FROM job_webhooks WHERE state = 'pending' ORDER BY created_at, rowid LIMIT ?",
+                        (limit,)).fetchall()
+    for row in rows:
+        update_webhook(conn, row["id"], {"state": "sending", "sent_at": now_iso})
+    return rows
+
+
 def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
     """At start: `sending` -> `unknown` (may have arrived; never re-sent); `waiting` ->
     `pending` (no render survives a restart, so every waiting render has ended)."""
@@ -171,8 +167,6 @@ def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
         "WHERE state = 'sending'", (now_iso,)).rowcount
     released = conn.execute("UPDATE job_webhooks SET state = 'pending' WHERE state = 'waiting'").rowcount
     return unknown, released
-
-
 
 
 def active_jobs(store, org_id: str) -> int:

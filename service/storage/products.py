@@ -11,25 +11,13 @@ import json
 import sqlite3
 from typing import Any, Iterable
 
-from service.storage.rows import insert
+from service.storage.rows import all_rows, insert, one, rows_in
 
 RUN_COLUMNS = ("id, organization_id, project_id, product, product_version, status, inputs, run_values, "
                "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at")
 STEP_COLUMNS = ("run_id, key, position, capability, op, model, status, request_id, outputs, cost_uc, error, "
                 "started_at, finished_at")
 OPEN = ("queued", "running")
-
-
-def _one(conn_or_store, sql: str, params: tuple | list) -> dict | None:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
-    return conn_or_store.one(sql, params)
-
-
-def _all(conn_or_store, sql: str, params: tuple | list) -> list[dict]:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchall()
-    return conn_or_store.all(sql, params)
 
 
 def _json(value: Any) -> str:
@@ -65,40 +53,31 @@ def update_step(conn: sqlite3.Connection, run_id: str, key: str, fields: dict) -
 
 
 def get_run(conn_or_store, run_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ?", (run_id,))
+    return one(conn_or_store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ?", (run_id,))
 
 
 def run_in_org(store, org_id: str, run_id: str) -> dict | None:
-    return _one(store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ? AND organization_id = ?",
+    return one(store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ? AND organization_id = ?",
                 (run_id, org_id))
 
 
 def steps_of(conn_or_store, run_id: str) -> list[dict]:
-    return _all(conn_or_store, f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id = ? ORDER BY position",
+    return all_rows(conn_or_store, f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id = ? ORDER BY position",
                 (run_id,))
 
 
 def steps_of_runs(store, run_ids: Iterable[str]) -> dict[str, list[dict]]:
     ids = list(run_ids)
     out: dict[str, list[dict]] = {i: [] for i in ids}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ", ".join("?" * len(part))
-        for row in store.all(f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id IN ({marks}) "
-                             "ORDER BY run_id, position", part):
-            out[row["run_id"]].append(row)
+    for row in rows_in(store, f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id IN ({{marks}}) "
+                       "ORDER BY run_id, position", ids):
+        out[row["run_id"]].append(row)
     return out
 
 
 def runs_by_ids(store, run_ids: Iterable[str]) -> dict[str, dict]:
-    ids = list(run_ids)
-    out: dict[str, dict] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ", ".join("?" * len(part))
-        for row in store.all(f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id IN ({marks})", part):
-            out[row["id"]] = row
-    return out
+    return {row["id"]: row for row in rows_in(store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id IN ({{marks}})",
+                                              run_ids)}
 
 
 def list_runs(store, project_id: str, limit: int, product: str | None = None) -> list[dict]:
@@ -126,14 +105,7 @@ def open_jobs_of_final_runs(store) -> list[dict]:
 def jobs_by_ids(store, job_ids: Iterable[str]) -> dict[str, dict]:
     from service.storage.generation import JOB_COLUMNS
 
-    ids = list(job_ids)
-    out: dict[str, dict] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ", ".join("?" * len(part))
-        for row in store.all(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({marks})", part):
-            out[row["id"]] = row
-    return out
+    return {row["id"]: row for row in rows_in(store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({{marks}})", job_ids)}
 
 
 def loads(text: str | None, default: Any = None) -> Any:

@@ -25,7 +25,8 @@ RULES = (
     Rule("events", "dispatched = 1 AND created_at < ?", "age"),
     Rule("webhook_deliveries", "status IN ('delivered', 'failed', 'skipped', 'unknown') AND created_at < ?", "age"),
     Rule("job_webhooks", "state NOT IN ('waiting', 'pending', 'sending') AND created_at < ?", "age"),
-    Rule("emails", "sent_at IS NOT NULL AND created_at < ?", "age"),
+    Rule("emails", "finished_at IS NOT NULL AND created_at < ?", "age"),  # sent, failed or unknown
+    Rule("mail_tokens", "expires_at < ?", "age"),
     Rule("idempotency_keys", "created_at < ?", "day"),
     Rule("product_run_keys", "created_at < ?", "day"),
     Rule("sessions", "expires_at < ?", "now"),
@@ -56,7 +57,7 @@ BACKLOG = {
     "events": "SELECT COUNT(*) FROM events WHERE dispatched = 0",
     "webhook_deliveries": "SELECT COUNT(*) FROM webhook_deliveries WHERE status IN ('pending', 'sending')",
     "job_webhooks": "SELECT COUNT(*) FROM job_webhooks WHERE state IN ('waiting', 'pending', 'sending')",
-    "emails": "SELECT COUNT(*) FROM emails WHERE sent_at IS NULL",
+    "emails": "SELECT COUNT(*) FROM emails WHERE state IN ('pending', 'sending')",
 }
 
 

@@ -1,11 +1,48 @@
-"""The one generic row insert every storage module uses."""
+"""The small helpers every storage module shares: one row, all rows, a new id, an insert,
+and a read of many ids in chunks. Table and column names come from code, never input.
+
+A function of a storage module takes either the writer's connection (inside a write) or
+the Store (a read on a reader connection); `one` and `all_rows` accept both.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import uuid
+from typing import Iterable, Sequence
+
+IN_CHUNK = 500  # ids per `IN (...)`: well under SQLite's variable limit
+
+
+def new_id() -> str:
+    """A random (version 4) UUID string."""
+    return str(uuid.uuid4())
+
+
+def one(conn_or_store, sql: str, params: Sequence | dict = ()) -> dict | None:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchone()
+    return conn_or_store.one(sql, params)
+
+
+def all_rows(conn_or_store, sql: str, params: Sequence | dict = ()) -> list[dict]:
+    if isinstance(conn_or_store, sqlite3.Connection):
+        return conn_or_store.execute(sql, params).fetchall()
+    return conn_or_store.all(sql, params)
+
+
+def rows_in(conn_or_store, sql: str, ids: Iterable[str]) -> list[dict]:
+    """Rows of `sql`, whose `{marks}` stands for the placeholders of `IN ({marks})`, for
+    every id, read `IN_CHUNK` ids at a time (each chunk in the query's own order)."""
+    ids = list(ids)
+    out: list[dict] = []
+    for start in range(0, len(ids), IN_CHUNK):
+        part = ids[start:start + IN_CHUNK]
+        out += all_rows(conn_or_store, sql.format(marks=", ".join("?" * len(part))), part)
+    return out
 
 
 def insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
-    """INSERT `row` (column -> value) into `table`; table names come from code, never input."""
+    """INSERT `row` (column -> value) into `table`."""
     cols = ", ".join(row)
     conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))

@@ -108,3 +108,39 @@ def m003_key_digests_as_bytes(db: Database) -> None:
     rows = db.execute("SELECT id, key_hash FROM api_keys WHERE typeof(key_hash) = 'text'").fetchall()
     db.conn.executemany("UPDATE api_keys SET key_hash = ? WHERE id = ?",
                         [(bytes.fromhex(h), kid) for kid, h in rows])
+
+
+@migrations()
+def m004_people_mail(db: Database) -> None:
+    """Sign-up confirmation, one-time mail links, and the mail outbox's delivery state."""
+    db.executescript(
+        """
+        -- 1 while a self-service sign-up waits for its email confirmation
+        ALTER TABLE organizations ADD COLUMN unconfirmed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE organizations ADD COLUMN confirmed_at TEXT;
+        -- One-time links sent by mail (sign-up confirmation, password reset): only the
+        -- SHA-256 digest of the token is kept; `used_at` makes them single-use.
+        CREATE TABLE mail_tokens (
+            token_hash TEXT PRIMARY KEY,
+            purpose TEXT NOT NULL,
+            email TEXT NOT NULL COLLATE NOCASE,
+            organization_id TEXT,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            used_at TEXT
+        );
+        CREATE INDEX mail_tokens_email ON mail_tokens(email, purpose);
+        -- The outbox's delivery state (service/mail/outbox.py). `link` holds the mail's one
+        -- secret link sealed with the node key until the mail has gone, then NULL.
+        ALTER TABLE emails ADD COLUMN kind TEXT NOT NULL DEFAULT 'notice';
+        ALTER TABLE emails ADD COLUMN html TEXT;
+        ALTER TABLE emails ADD COLUMN link TEXT;
+        ALTER TABLE emails ADD COLUMN state TEXT NOT NULL DEFAULT 'pending';
+        ALTER TABLE emails ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE emails ADD COLUMN next_attempt_at REAL NOT NULL DEFAULT 0;
+        ALTER TABLE emails ADD COLUMN error TEXT;
+        ALTER TABLE emails ADD COLUMN finished_at TEXT;
+        UPDATE emails SET state = 'sent' WHERE sent_at IS NOT NULL;
+        CREATE INDEX emails_due ON emails(state, next_attempt_at);
+        """
+    )

@@ -46,7 +46,7 @@ def session_for_auth(store, token_hash: str) -> dict | None:
     """The session with its member and organization, in one indexed read."""
     return store.one(
         "SELECT s.id, s.user_id, s.organization_id, s.created_at, s.last_seen_at, s.expires_at, "
-        "u.email, u.role, u.is_active AS user_active, o.name AS org_name, o.approved_at "
+        "u.email, u.role, u.is_active AS user_active, o.name AS org_name, o.approved_at, o.unconfirmed "
         "FROM sessions s JOIN users u ON u.id = s.user_id JOIN organizations o ON o.id = s.organization_id "
         "WHERE s.token_hash = ?", (token_hash,))
 

@@ -3,16 +3,12 @@ inside `Store.write`); read functions take the Store (or a connection)."""
 
 from __future__ import annotations
 
-import sqlite3
-import uuid
+
+from .rows import all_rows, new_id, one  # new_id: the actors name it through this module
 
 TICKET_COLUMNS = ("id, organization_id, number, subject_line, type, priority, state, body, opened_by, "
                   "opened_by_email, created_at, updated_at")
 REPLY_COLUMNS = "id, ticket_id, author_kind, author, user_id, body, created_at"
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
 
 
 def next_number(conn, org_id: str) -> int:
@@ -44,8 +40,8 @@ def touch(conn, ticket_id: str, now: str) -> None:
 def get_ticket(conn_or_store, org_id: str | None, ticket_id: str) -> dict | None:
     """A ticket by id, within the organization (any organization when `org_id` is None)."""
     if org_id is None:
-        return _one(conn_or_store, f"SELECT {TICKET_COLUMNS} FROM support_tickets WHERE id = ?", (ticket_id,))
-    return _one(conn_or_store, f"SELECT {TICKET_COLUMNS} FROM support_tickets WHERE id = ? "
+        return one(conn_or_store, f"SELECT {TICKET_COLUMNS} FROM support_tickets WHERE id = ?", (ticket_id,))
+    return one(conn_or_store, f"SELECT {TICKET_COLUMNS} FROM support_tickets WHERE id = ? "
                 "AND organization_id = ?", (ticket_id, org_id))
 
 
@@ -64,12 +60,6 @@ def list_tickets(store, org_id: str | None, limit: int, state: str | None = None
 
 def replies(conn_or_store, ticket_id: str) -> list[dict]:
     sql = f"SELECT {REPLY_COLUMNS} FROM support_replies WHERE ticket_id = ? ORDER BY seq"
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, (ticket_id,)).fetchall()
-    return conn_or_store.all(sql, (ticket_id,))
+    return all_rows(conn_or_store, sql, (ticket_id,))
 
 
-def _one(conn_or_store, sql: str, params: tuple) -> dict | None:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
-    return conn_or_store.one(sql, params)

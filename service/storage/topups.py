@@ -4,17 +4,12 @@ connection."""
 
 from __future__ import annotations
 
-import sqlite3
+
+from .rows import all_rows, one
 
 COLUMNS = ("id, organization_id, created_by, credits_uc, amount_cents, currency, usd_per_credit, "
            "expiry_days, status, provider, provider_ref, checkout_url, success_url, cancel_url, failure, "
            "created_at, paid_at, expired_at, lot_id")
-
-
-def _one(conn_or_store, sql: str, params: tuple) -> dict | None:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
-    return conn_or_store.one(sql, params)
 
 
 # -- writes --------------------------------------------------------------------------------
@@ -43,11 +38,11 @@ def set_lot(conn, topup_id: str, lot_id: str) -> None:
 
 # -- reads ---------------------------------------------------------------------------------
 def get(conn_or_store, topup_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {COLUMNS} FROM topups WHERE id = ?", (topup_id,))
+    return one(conn_or_store, f"SELECT {COLUMNS} FROM topups WHERE id = ?", (topup_id,))
 
 
 def get_in_org(conn_or_store, org_id: str, topup_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {COLUMNS} FROM topups WHERE id = ? AND organization_id = ?",
+    return one(conn_or_store, f"SELECT {COLUMNS} FROM topups WHERE id = ? AND organization_id = ?",
                 (topup_id, org_id))
 
 
@@ -60,9 +55,7 @@ def list_for_org(store, org_id: str, limit: int) -> list[dict]:
 def ungranted(conn_or_store, org_id: str) -> list[dict]:
     """Paid top-ups whose lot is not granted yet (a crash or a balance outage in between)."""
     sql = f"SELECT {COLUMNS} FROM topups WHERE organization_id = ? AND status = 'paid' AND lot_id IS NULL"
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, (org_id,)).fetchall()
-    return conn_or_store.all(sql, (org_id,))
+    return all_rows(conn_or_store, sql, (org_id,))
 
 
 def orgs_with_ungranted(store) -> list[str]:

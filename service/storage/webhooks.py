@@ -11,17 +11,14 @@ Delivery lifecycle (one row per event per subscribed webhook):
 from __future__ import annotations
 
 import json
-import sqlite3
-import uuid
+from typing import Any
+
+from .rows import new_id, one
 
 WEBHOOK_COLUMNS = "id, organization_id, url, events, description, is_active, created_at, updated_at"
 DELIVERY_COLUMNS = ("id, webhook_id, event, status, created_at, sent_at, completed_at, status_code, "
                     "error, error_class, duration_ms")
 FAN_OUT_BATCH = 500
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
 
 
 def body_text(event: str, data_json: str) -> str:
@@ -42,7 +39,7 @@ def insert_webhook(conn, row: dict) -> None:
 
 
 def get_webhook(conn_or_store, org_id: str, webhook_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ? AND organization_id = ? "
+    return one(conn_or_store, f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ? AND organization_id = ? "
                 "AND deleted_at IS NULL", (webhook_id, org_id))
 
 
@@ -165,7 +162,7 @@ def insert_test_delivery(conn, row: dict) -> None:
                   row["created_at"], row["created_at"]))
 
 
-def record_outcomes(conn, outcomes: list[tuple[str, str, object]]) -> None:
+def record_outcomes(conn, outcomes: list[tuple[str, str, Any]]) -> None:
     """(delivery id, completed_at iso, Outcome). A late outcome also overwrites `unknown`
     (the actor restarted while the send was still running in the node)."""
     conn.executemany(
@@ -197,11 +194,7 @@ def list_deliveries(store, webhook_id: str, limit: int) -> list[dict]:
 
 
 def get_delivery(conn_or_store, delivery_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {DELIVERY_COLUMNS}, organization_id FROM webhook_deliveries "
+    return one(conn_or_store, f"SELECT {DELIVERY_COLUMNS}, organization_id FROM webhook_deliveries "
                 "WHERE id = ?", (delivery_id,))
 
 
-def _one(conn_or_store, sql: str, params: tuple) -> dict | None:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
-    return conn_or_store.one(sql, params)

@@ -71,7 +71,7 @@ async def create_key(data: KeyCreate):
 @requires("api_keys:create")
 @body(KeyUpdate)
 async def update_key(key_id: str, data: KeyUpdate):
-    fields = {}
+    fields: dict[str, object] = {}
     if data.name is not None:
         if not data.name.strip():
             raise Unprocessable("name is required.", {"field": "name"})

@@ -118,9 +118,9 @@ async def get_settings():
     return {"data": sql.settings(node().store, org_id())}
 
 
-def threshold_uc(raw: bytes) -> int | None:
+def threshold_uc(raw: bytes | str) -> int | None:
     """The threshold exactly as sent: JSON numbers are re-read as decimals, never floats."""
-    value = json.loads(raw.decode("utf-8"), parse_float=Decimal)["low_balance_threshold"]
+    value = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw, parse_float=Decimal)["low_balance_threshold"]
     if value is None:
         return None
     message = "low_balance_threshold must be a number of credits."

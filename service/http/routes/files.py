@@ -34,7 +34,7 @@ async def signed_file(asset_id: str):
         raise Forbidden("This link is invalid or has expired.")
     row = sql.get_asset(node().store, asset_id)
     path = gen.files.path(row["sha256"]) if row is not None else None
-    if path is None or not path.is_file():
+    if row is None or path is None or not path.is_file():
         raise NotFound("Asset not found.")
     # Validators of the asset, not of the stored file: files are kept once per content for the
     # whole node, so the file's time would tell one organization that another stored the
@@ -43,7 +43,7 @@ async def signed_file(asset_id: str):
     response = await send_file(path, mimetype=row["content_type"], add_etags=False, last_modified=created)
     response.set_etag(row["id"])
     await response.make_conditional(request, accept_ranges=True, complete_length=response.content_length)
-    response.response.buffer_size = BUFFER
+    response.response.buffer_size = BUFFER  # type: ignore[attr-defined]  # send_file gives a FileBody
     remaining = max(0, math.floor(int(request.args["exp"]) - gen.clock.now()))
     response.headers.pop("Expires", None)
     response.headers["X-Content-Type-Options"] = "nosniff"

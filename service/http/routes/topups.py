@@ -122,7 +122,7 @@ async def test_checkout_page(topup_id: str):
 <html lang="en"><head><meta charset="utf-8"><title>Test checkout</title></head>
 <body>
 <h1>Test checkout</h1>
-<p>Top-up <code>{e(row['id'])}</code>: <strong>{e(fmt(row['credits_uc']))} credits</strong>
+<p>Top-up <code>{e(row['id'])}</code>: <strong>{e(fmt(row['credits_uc']) or '')} credits</strong>
 for <strong>{e(amount)}</strong>.</p>
 <p>Status: <strong>{e(row['status'])}</strong>.</p>
 <p>This is the built-in test payment provider; no money moves. An operator confirms the

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field
@@ -91,7 +92,7 @@ class Received:
         self.complete = False
         self._part: str | None = None  # "file", a field name, or None (skip)
         self._buf = bytearray()
-        self._fh = None
+        self._fh: BinaryIO | None = None
 
     def error(self, key: str, message: str) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -156,6 +157,7 @@ class Received:
                 self._part = None
 
     def _write(self, data: bytes) -> None:
+        assert self._fh is not None  # a file part is open
         self._fh.write(data)
         self.sha.update(data)
 

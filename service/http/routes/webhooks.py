@@ -30,7 +30,9 @@ class WebhookId(BaseConverter):
     regex = r"(?!events(?:/|$))[^/]+"
 
 
-bp.record_once(lambda state: state.app.url_map.converters.setdefault("webhookid", WebhookId))
+@bp.record_once
+def _converter(state) -> None:
+    state.app.url_map.converters.setdefault("webhookid", WebhookId)
 
 DEFAULT_PAGE, MAX_PAGE = 50, 200
 TEST_ROUTE_LIMIT = 20  # seconds: the test call waits up to 10 s for the receiver

@@ -1,0 +1,194 @@
+"""Sign-up, email confirmation and password reset: handlers of the accounts actor (mixed into
+`AccountsActor`, the one owner of organizations and members).
+
+Every mail is queued in the transaction of the change that causes it (service.storage.mail);
+a mail's one-time link is sealed with the node key in the outbox row until it is sent, and the
+token itself is kept only as a SHA-256 digest (`mail_tokens`).
+
+- A sign-up makes an organization (Default project, the person as `owner`, their password)
+  that is `unconfirmed` and not approved, and mails a confirmation link (valid CONFIRM_DAYS).
+  A sign-up for an address with an active membership makes nothing and answers the same: it
+  mails that address instead, a fresh confirmation link when its own sign-up is still
+  unconfirmed, else a note that someone tried (no account enumeration). An address that has
+  a password but no membership left (a removed member) may sign up; its password stays the
+  one it had, so a sign-up never replaces a password someone else chose.
+- Confirming moves the organization to `pending` (waiting for the operator's approval).
+  A used link answers "already confirmed"; an unknown or expired one is refused.
+- A reset link (valid RESET_VALID seconds) is mailed only when the address is known; the
+  answer is the same either way. Using it sets the password, spends every other reset link
+  of the address, ends all the person's sessions in the same transaction, and confirms an
+  unconfirmed sign-up of the address (the mail proved it).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from service.clock import Clock, iso
+from service.errors import NotFound
+from service.mail import messages
+from service.storage import accounts as sql
+from service.storage import mail as mail_sql
+from service.storage import sessions as sessions_sql
+from service.storage.db import Store
+
+CONFIRM_DAYS = 7
+CONFIRM_VALID = CONFIRM_DAYS * 86400.0
+RESET_VALID = 3600.0  # one hour on the service clock
+INVALID_CONFIRM = "This confirmation link is not valid: it is unknown or has expired. Sign up again to get a new one."
+INVALID_RESET = ("This password reset link is not valid: it is unknown, already used, replaced by a newer "
+                 "one, or expired. Ask for a new one.")
+UNKNOWN_EMAIL = "No account has this email address."
+
+
+@dataclass
+class SignUp:
+    email: str
+    org_name: str
+    password_hash: str
+
+
+@dataclass
+class ConfirmEmail:
+    token: str
+
+
+@dataclass
+class RequestReset:
+    email: str
+
+
+@dataclass
+class OperatorReset:
+    """A reset link answered to the operator (no mail): for nodes without SMTP."""
+    email: str
+
+
+@dataclass
+class ResetPassword:
+    token: str
+    password_hash: str
+
+
+def _at(t: float) -> str:
+    out = iso(t)
+    assert out is not None
+    return out
+
+
+class PeopleHandlers:
+    """Mixed into the accounts actor, which sets these three."""
+
+    store: Store
+    clock: Clock
+    mail: Any  # service.mail.outbox.MailOutbox, or None (mails then carry no link)
+
+    def queue_mail(self, conn, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
+                   link: str | None = None) -> None:
+        sealed = self.mail.seal(link) if link is not None and self.mail is not None else None
+        mail_sql.enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso, sealed)
+
+    @property
+    def base_url(self) -> str:
+        return self.mail.base_url if self.mail is not None else ""
+
+    def _link(self, conn, purpose: str, email: str, org_id: str | None, now: float, valid: float,
+              path: str) -> str:
+        token = secrets.token_urlsafe(32)
+        mail_sql.insert_token(conn, token, purpose, email, org_id, _at(now), _at(now + valid))
+        return f"{self.base_url}{path}?token={token}"
+
+    async def on_SignUp(self, m: SignUp) -> str | None:
+        """The new organization's id, or None when the address was known (mailed instead)."""
+        now = self.clock.now()
+        now_iso = iso(now)
+        org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
+
+        def tx(conn):
+            if mail_sql.has_membership(conn, m.email):
+                waiting = mail_sql.unconfirmed_signup(conn, m.email)
+                if waiting is not None:
+                    link = self._link(conn, "confirm", m.email, waiting["id"], now, CONFIRM_VALID, "/confirm")
+                    self.queue_mail(conn, waiting["id"], m.email, messages.signup_again(waiting["name"], CONFIRM_DAYS),
+                                    now_iso, link)
+                else:
+                    self.queue_mail(conn, None, m.email, messages.signup_exists(self.base_url), now_iso)
+                return None
+            sql.insert_org(conn, org_id, m.org_name, now_iso, False)
+            mail_sql.mark_unconfirmed(conn, org_id)
+            sql.insert_user(conn, user_id, org_id, m.email, "owner", now_iso)
+            sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default", slug="default",
+                                          is_default=1, created_by=user_id, created_at=now_iso))
+            if sessions_sql.password_hash(conn, m.email) is None:  # a former member keeps theirs
+                sessions_sql.set_password(conn, m.email, m.password_hash, now_iso)
+            link = self._link(conn, "confirm", m.email, org_id, now, CONFIRM_VALID, "/confirm")
+            self.queue_mail(conn, org_id, m.email, messages.confirmation(m.org_name, CONFIRM_DAYS), now_iso, link)
+            return org_id
+
+        return await self.store.write(tx)
+
+    async def on_ConfirmEmail(self, m: ConfirmEmail) -> dict:
+        """{organization_id, name, already}: `already` when the link was used before."""
+        now_iso = self.clock.iso_now()
+
+        def tx(conn):
+            row = mail_sql.get_token(conn, mail_sql.digest(m.token), "confirm") if m.token else None
+            if row is None or (row["used_at"] is None and row["expires_at"] <= now_iso):
+                raise NotFound(INVALID_CONFIRM)
+            org = mail_sql.org_row(conn, row["organization_id"])
+            if org is None:
+                raise NotFound(INVALID_CONFIRM)
+            already = row["used_at"] is not None or not org["unconfirmed"]
+            if row["used_at"] is None:
+                mail_sql.use_tokens(conn, row["email"], "confirm", now_iso)
+                mail_sql.confirm_org(conn, org["id"], now_iso)
+            return {"organization_id": org["id"], "name": org["name"], "already": already}
+
+        return await self.store.write(tx)
+
+    async def on_RequestReset(self, m: RequestReset) -> None:
+        now = self.clock.now()
+        now_iso = iso(now)
+
+        def tx(conn):
+            if not mail_sql.email_known(conn, m.email):
+                return
+            member = mail_sql.first_membership(conn, m.email)
+            org_id = member["organization_id"] if member else None
+            link = self._link(conn, "reset", m.email, org_id, now, RESET_VALID, "/reset-password")
+            self.queue_mail(conn, org_id, m.email, messages.password_reset(int(RESET_VALID // 60)), now_iso, link)
+
+        await self.store.write(tx)
+
+    async def on_OperatorReset(self, m: OperatorReset) -> dict:
+        now = self.clock.now()
+
+        def tx(conn):
+            if not mail_sql.email_known(conn, m.email):
+                raise NotFound(UNKNOWN_EMAIL, {"email": m.email})
+            member = mail_sql.first_membership(conn, m.email)
+            return self._link(conn, "reset", m.email, member["organization_id"] if member else None, now,
+                              RESET_VALID, "/reset-password")
+
+        url = await self.store.write(tx)
+        return {"email": m.email, "reset_url": url, "expires_at": iso(now + RESET_VALID)}
+
+    async def on_ResetPassword(self, m: ResetPassword) -> dict:
+        """{email, user_id, organization_id} of the membership a new session opens (ids None
+        when the person has no active membership left)."""
+        now_iso = self.clock.iso_now()
+
+        def tx(conn):
+            row = mail_sql.get_token(conn, mail_sql.digest(m.token), "reset") if m.token else None
+            if row is None or row["used_at"] is not None or row["expires_at"] <= now_iso:
+                raise NotFound(INVALID_RESET)
+            mail_sql.use_tokens(conn, row["email"], "reset", now_iso)
+            sessions_sql.set_password(conn, row["email"], m.password_hash, now_iso)  # ends every session
+            mail_sql.confirm_orgs_of(conn, row["email"], now_iso)
+            member = mail_sql.first_membership(conn, row["email"])
+            return {"email": row["email"], "user_id": member["user_id"] if member else None,
+                    "organization_id": member["organization_id"] if member else None}
+
+        return await self.store.write(tx)

@@ -1,0 +1,45 @@
+"""Operator API for people: organizations by sign-up state, and password reset links.
+
+    GET  /operator/v1/organizations?status=pending|unconfirmed|approved
+         {data: [{organization_id, name, owner_email, status, created_at, confirmed_at,
+         approved_at}]}; no status: every organization. `pending` = confirmed, waiting for
+         approval (`genservice admin pending`); approve with .../approve.
+    POST /operator/v1/password-resets {email}
+         201 {data: {email, reset_url, expires_at}}: a one-hour, single-use link answered to the
+         operator instead of mailed (`genservice admin reset-password EMAIL`), for nodes
+         without SMTP; 404 for an address nobody has.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint, request
+
+from service.actors.people import OperatorReset
+from service.errors import Unprocessable
+from service.http.auth import node
+from service.http.routes.operator import operator
+from service.http.schemas import Body, body
+from service.storage import mail as mail_sql
+
+bp = Blueprint("operator_people", __name__)
+
+
+class ResetBody(Body):
+    email: str
+
+
+@bp.get("/operator/v1/organizations")
+@operator
+async def list_organizations():
+    status = request.args.get("status") or None
+    if status is not None and status not in mail_sql.STATUS_WHERE:
+        raise Unprocessable(f"status must be one of {', '.join(mail_sql.STATUS_WHERE)}.",
+                            {"status": status, "allowed": list(mail_sql.STATUS_WHERE)})
+    return {"data": mail_sql.list_orgs(node().store, status)}
+
+
+@bp.post("/operator/v1/password-resets")
+@operator
+@body(ResetBody)
+async def password_reset(data: ResetBody):
+    return {"data": await node().accounts.ask("accounts", OperatorReset(data.email.strip()))}, 201
