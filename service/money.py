@@ -7,6 +7,7 @@ amount shows exactly with two places on the billing endpoints.
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from typing import overload
 
 UC = 1_000_000
 CENT_UC = UC // 100
@@ -28,6 +29,10 @@ def to_uc(value: str | int | Decimal) -> int:
     return int(uc)
 
 
+@overload
+def fmt(uc: int, places: int = 2) -> str: ...
+@overload
+def fmt(uc: None, places: int = 2) -> None: ...
 def fmt(uc: int | None, places: int = 2) -> str | None:
     """Format micro-credits as a decimal string with `places` places (exact when divisible)."""
     if uc is None:

@@ -64,6 +64,12 @@ class ApproveOrg:
 
 
 @dataclass
+class RenameOrg:
+    org_id: str
+    name: str
+
+
+@dataclass
 class AddMember:
     org_id: str
     email: str
@@ -213,6 +219,19 @@ class AccountsActor(PeopleHandlers, Actor):
 
         approved_at = await self.store.write(tx)
         return {"organization_id": m.org_id, "approved_at": approved_at}
+
+    async def on_RenameOrg(self, m: RenameOrg) -> dict:
+        """The organization's name (the dashboard's Settings page): 1 to 200 characters."""
+        name = m.name.strip()
+        if not name or len(name) > 200:
+            raise Unprocessable("name must be 1 to 200 characters.", {"field": "name"})
+
+        def tx(conn):
+            if not sql.rename_org(conn, m.org_id, name):
+                raise NotFound("Organization not found.")
+
+        await self.store.write(tx)
+        return {"organization_id": m.org_id, "name": name}
 
     async def on_AddMember(self, m: AddMember) -> dict:
         _check_role(m.role)

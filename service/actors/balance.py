@@ -170,7 +170,7 @@ class BalanceActor(Actor):
         self._last_write = None   # the store item of the last submitted write of this epoch
         self._tail: _Batch | None = None
         self._serial = 0          # batch counter (marks rows a batch inserts)
-        self._iso_sec = None
+        self._iso_sec: int | None = None
         self._iso_prefix = ""
         self._reset()
 
@@ -307,10 +307,10 @@ class BalanceActor(Actor):
         self._dirty_lots: dict[str, Lot] = {}
         self._dirty_holds: dict[str, Hold] = {}
         self._settings_dirty = False
-        self._foreign: frozenset | set = NOTHING
+        self._foreign: set[str] = NOTHING  # type: ignore[assignment]  # shared and empty until a first add
         self._settled: list[Hold] = []
         self._pending_trace: list | None = [] if self.trace is not None else None
-        self._unread: frozenset | set = NOTHING
+        self._unread: set[str] = NOTHING  # type: ignore[assignment]  # shared and empty until replaced
         if msgs:
             self._prefetch(msgs, optimistic)
         self._expire_due(now)
@@ -373,7 +373,7 @@ class BalanceActor(Actor):
                 self.settling.pop(h.id, None)
                 self._remember((h.id, h.job_id, h.workflow_run_id, h.project_id, h.description, h.status,
                                 h.amount, h.captured, h.created_at, h.settled_at))
-            if batch.trace:
+            if batch.trace and self.trace is not None:
                 self.trace.extend(batch.trace)
             return batch.replies
         finally:
@@ -490,13 +490,14 @@ class BalanceActor(Actor):
         self._check_low()
 
     # -- holds -------------------------------------------------------------------------------------
-    def _hold_reply(self, h: Hold) -> dict:
+    def _hold_reply(self, h: Hold | Settled | None) -> dict:
+        assert h is not None  # asked only for a hold this actor holds or has settled
         return {"id": h.id, "organization_id": self.org_id, "job_id": h.job_id,
                 "workflow_run_id": h.workflow_run_id, "project_id": h.project_id, "description": h.description,
                 "status": h.status, "amount_uc": h.amount, "captured_uc": h.captured, "created_at": h.created_at,
                 "settled_at": h.settled_at}
 
-    def _find(self, hold_id: str) -> Hold | None:
+    def _find(self, hold_id: str) -> Hold | Settled | None:
         h = self.active.get(hold_id)
         if h is None:
             h = self.settling.get(hold_id)
@@ -568,7 +569,7 @@ class BalanceActor(Actor):
         if h.status != "held":  # captured + capture, released + release: settles once
             self._record("dup", self._now, event, h.id)
             return None
-        return h
+        return h  # type: ignore[return-value]  # a held hold is active, never a Settled
 
     def _return_part(self, lot: Lot, uc: int, h: Hold) -> None:
         """`uc` of a slice goes back to its lot; from an expired lot it expires at once."""

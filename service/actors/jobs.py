@@ -211,7 +211,7 @@ class JobActor(Actor):
     # state helpers
     @property
     def job_id(self) -> str:
-        return self.key  # type: ignore[return-value]
+        return self.key
 
     def _final(self) -> bool:
         return self.job is not None and self.job["status"] in FINAL
@@ -470,7 +470,7 @@ class JobActor(Actor):
             self.gen.files.place(output.path, sha)
 
     # final states ---------------------------------------------------------------------------
-    async def _finish(self, event: str, *, error: str | None = None, outputs: list = (),
+    async def _finish(self, event: str, *, error: str | None = None, outputs: list | tuple = (),
                       usage: dict | None = None) -> None:
         gen, job = self.gen, self.job
         assert job is not None

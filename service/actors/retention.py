@@ -6,6 +6,8 @@ short; the actor answers nothing else, so nobody waits on it."""
 from __future__ import annotations
 
 import logging
+from functools import partial
+from typing import Any
 
 import trio
 
@@ -44,7 +46,7 @@ class RetentionActor(Actor):
 
     async def sweep(self) -> None:
         now = self.clock.now()
-        cutoffs = {"age": iso(now - self.age_s), "day": now - DAY_S, "now": now}
+        cutoffs: dict[str, Any] = {"age": iso(now - self.age_s), "day": now - DAY_S, "now": now}
         present = sql.tables(self.store)
         swept = {}
         for rule in sql.RULES:
@@ -52,7 +54,7 @@ class RetentionActor(Actor):
                 continue
             total = 0
             while True:
-                n = await self.store.write(lambda conn, r=rule: sql.delete_batch(conn, r, cutoffs[r.cutoff]))
+                n: int = await self.store.write(partial(_delete_batch, rule=rule, cutoff=cutoffs[rule.cutoff]))
                 total += n
                 if n < sql.BATCH:
                     break
@@ -62,3 +64,7 @@ class RetentionActor(Actor):
         self.swept = swept
         if swept:
             log.info("retention: deleted %s", ", ".join(f"{n} {t}" for t, n in swept.items()))
+
+
+def _delete_batch(conn, *, rule: sql.Rule, cutoff: str) -> int:
+    return sql.delete_batch(conn, rule, cutoff)

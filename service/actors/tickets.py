@@ -208,6 +208,7 @@ class TicketsActor(Actor):
 
 def _detail(conn, org_id: str, ticket_id: str) -> dict:
     t = sql.get_ticket(conn, org_id, ticket_id)
+    assert t is not None  # read in the transaction that found it
     return t | {"replies": sql.replies(conn, ticket_id)}
 
 

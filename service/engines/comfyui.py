@@ -157,17 +157,19 @@ async def _websocket(ws_url: str):
     connection, trio-websocket's client waits for the server's TCP close and never closes
     its own socket."""
     parts = urlsplit(ws_url)
+    host = parts.hostname or ""
     secure = parts.scheme == "wss"
     port = parts.port or (443 if secure else 80)
     resource = f"{parts.path or '/'}?{parts.query}" if parts.query else (parts.path or "/")
     with trio.fail_after(CONNECT_S):
-        stream = await trio.open_tcp_stream(parts.hostname, port)
+        tcp = await trio.open_tcp_stream(host, port)
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
     try:
         if secure:
-            stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=parts.hostname)
+            stream = trio.SSLStream(tcp, ssl.create_default_context(), server_hostname=host)
         async with trio.open_nursery() as n:
             with trio.fail_after(CONNECT_S):
-                ws = await wrap_client_stream(n, stream, parts.hostname, resource)
+                ws = await wrap_client_stream(n, stream, host, resource)
             try:
                 yield ws
             finally:

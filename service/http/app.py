@@ -29,6 +29,7 @@ log = logging.getLogger("service.http")
 MiB = 1024 * 1024
 UPLOAD_BODY_LIMIT = 51 * MiB
 BODY_LIMIT = 1 * MiB
+UPLOAD_PATHS = ("/v1/generation/uploads", "/assets/upload")  # the API's upload and the dashboard's
 
 
 def route_modules() -> list[str]:
@@ -104,7 +105,7 @@ def create_app(node) -> QuartTrio:
         g.started = time.perf_counter()
         # Only the upload route itself streams its body; any other method on its path is a
         # 405 and must drain the body like every other route (the keep-alive hang otherwise).
-        upload = request.path == "/v1/generation/uploads" and request.method == "POST"
+        upload = request.path in UPLOAD_PATHS and request.method == "POST"
         # an engine's outcome may carry its files as data URLs (Cog without an upload URL)
         big = upload or (request.path.startswith(HOOK_PATH + "/") and request.method == "POST")
         limit = UPLOAD_BODY_LIMIT if big else BODY_LIMIT

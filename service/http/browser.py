@@ -67,7 +67,7 @@ def secure_cookies() -> bool:
     return request.scheme == "https" or node().settings.public_base_url.startswith("https://")
 
 
-def set_cookie(resp: Response, name: str, value: str, max_age: int | None) -> None:
+def set_cookie(resp: Response | WerkzeugResponse, name: str, value: str, max_age: int | None) -> None:
     resp.set_cookie(name, value, max_age=max_age, path="/", httponly=True, samesite="Lax",
                     secure=secure_cookies())
 
@@ -108,7 +108,13 @@ def safe_next(value: str | None) -> str:
 
 
 def login_redirect() -> WerkzeugResponse:
+    """To the login page, then back: to this page, or for a form sent after the session ended,
+    to the page the form was on (its Referer, when on this site)."""
     target = request.full_path.rstrip("?") if request.method == "GET" else request.path
+    if request.method != "GET" and same_site_origin():
+        ref = urlsplit(request.headers.get("Referer", ""))
+        if ref.path.startswith("/"):
+            target = ref.path + (f"?{ref.query}" if ref.query else "")
     return redirect("/login?next=" + quote(target, safe="/"), 303)
 
 
@@ -128,6 +134,7 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
             g.principal = Principal(s.org_id, s.user_id, None, s.role)
             return await func(*args, **kwargs)
 
+        wrapper.permission = permission  # type: ignore[attr-defined]  # read by the page matrix test
         return wrapper
 
     return deco
@@ -187,16 +194,20 @@ def same_site_origin() -> bool:
     return origin in allowed
 
 
+def check_csrf_value(token: str) -> bool:
+    """Whether `token` is this session's (or anonymous browser's) CSRF token."""
+    try:
+        bound = _serializer().loads(token)
+    except BadSignature:
+        return False
+    return secrets.compare_digest(str(bound), _binding())
+
+
 async def check_csrf() -> None:
     if not same_site_origin():
         raise forged()
     form = await request.form
-    token = form.get(CSRF_FIELD, "")
-    try:
-        bound = _serializer().loads(token)
-    except BadSignature:
-        raise forged() from None
-    if not secrets.compare_digest(str(bound), _binding()):
+    if not check_csrf_value(form.get(CSRF_FIELD, "")):
         raise forged()
 
 

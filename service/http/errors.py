@@ -14,7 +14,7 @@ from quart import Quart, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 from service.errors import ActorGone, ApiError, AskTimeout, RateLimited
-from service.http.pages import PageError, error_page
+from service.http.pages import PageError, error_page, wants_page
 
 log = logging.getLogger("service.http")
 
@@ -60,6 +60,8 @@ def install(app: Quart) -> None:
 
     @app.errorhandler(ApiError)
     async def on_api_error(e: ApiError):
+        if wants_page() and e.status in (403, 404):  # a dashboard page: the 403 / 404 page
+            return error_page(PageError(e.status, "Not allowed" if e.status == 403 else "Not found", e.message))
         response = envelope(e.status, e.code, e.message, e.details)
         if isinstance(e, RateLimited):
             body, status = response if isinstance(response, tuple) else (response, e.status)
@@ -90,6 +92,8 @@ def install(app: Quart) -> None:
     async def on_http(e: HTTPException):
         if e.code == 408:
             return await on_timeout(RouteTimeout(120))
+        if wants_page() and e.code in (404, 405):
+            return error_page(PageError(404, "Page not found", "There is no page at this address."))
         code, message = HTTP_CODES.get(e.code or 500, (f"request.{(e.name or 'error').lower().replace(' ', '_')}",
                                                 e.description or "Request failed."))
         resp, status = envelope(e.code or 500, code, message)

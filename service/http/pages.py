@@ -36,5 +36,17 @@ def render(template: str, status: int = 200, headers: dict | None = None, **ctx)
     return resp
 
 
+API_PREFIXES = ("/v1/", "/operator/", "/webhooks/", "/files/", "/healthz", "/metrics", "/engine-hooks/", "/checkout/")
+
+
+def wants_page() -> bool:
+    """Whether an error should be answered as an HTML page: a browser (Accept names text/html)
+    asking for a path outside the API. API clients keep the JSON envelope."""
+    from quart import request
+
+    return (not request.path.startswith(API_PREFIXES) and request.path != "/"
+            and "text/html" in request.headers.get("Accept", ""))
+
+
 def error_page(e: PageError) -> Response:
     return render("error.html", e.status, e.headers, title=e.title, message=e.message)

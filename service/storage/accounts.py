@@ -33,6 +33,10 @@ def approve_org(conn, org_id: str, now: str) -> str:
     return conn.execute("SELECT approved_at FROM organizations WHERE id = ?", (org_id,)).fetchone()["approved_at"]
 
 
+def rename_org(conn, org_id: str, name: str) -> bool:
+    return conn.execute("UPDATE organizations SET name = ? WHERE id = ?", (name, org_id)).rowcount == 1
+
+
 def insert_user(conn, user_id: str, org_id: str, email: str, role: str, now: str) -> None:
     conn.execute("INSERT INTO users (id, organization_id, email, role, created_at) VALUES (?,?,?,?,?)",
                  (user_id, org_id, email, role, now))

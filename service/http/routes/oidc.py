@@ -18,6 +18,7 @@ What the callback does with the checked ID token, in this order:
 from __future__ import annotations
 
 import hmac
+from typing import NoReturn
 
 from quart import Blueprint, redirect, request
 from quart_schema import hide
@@ -50,7 +51,7 @@ def redirect_uri(key: str) -> str:
     return f"{node().settings.public_base_url}/login/oidc/{key}/callback"
 
 
-def refuse(status: int, message: str):
+def refuse(status: int, message: str) -> NoReturn:
     raise PageError(status, "Sign-in failed", message)
 
 
@@ -147,7 +148,8 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
                     f"then link {provider.name} from your account page.")
     if svc.settings.signup != "open":
         refuse(403, "Sign-up is by invitation only.")
-    name = claims.get("name") if isinstance(claims.get("name"), str) and claims["name"].strip() else email
+    given = claims.get("name")
+    name = given if isinstance(given, str) and given.strip() else email
     try:
         out = await svc.accounts.ask("accounts", CreateOrg(name=f"{name.strip()[:80]}", owner_email=email,
                                                            approved=False,

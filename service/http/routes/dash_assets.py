@@ -1,0 +1,92 @@
+"""Assets page (`/assets`): the chosen project's assets as a gallery (type, size, links:
+signed URLs only), and an upload form that stores a file exactly as
+`POST /v1/generation/uploads` does (same streaming parser, checks, messages and actor).
+
+The upload body is streamed (never buffered whole), so its CSRF token travels in the query
+string rather than in the form (the form cannot be read before the file); the Origin check
+applies as for every form. `next` (a path on this site) is where a good upload returns:
+Studio's own upload form comes back to the form, where the file can be picked."""
+
+from __future__ import annotations
+
+import uuid
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service.actors.job_uploads import CommitUpload
+from service.errors import ApiError, BadRequest, Unprocessable
+from service.http.auth import node, principal
+from service.http.browser import check_csrf_value, forged, page, safe_next, same_site_origin
+from service.http.dashboard import current_project, show, signed
+from service.http.pages import PageError
+from service.http.routes.uploads import FILE_TOO_BIG, MAX_FILE, TooLarge, _drain, receive
+from service.storage import generation as sql
+
+bp = Blueprint("dash_assets", __name__)
+
+SHOWN = 100
+
+
+def assets_page(status: int = 200, **ctx):
+    project = current_project()
+    rows = [{**r, "link": signed(r["id"])} for r in sql.list_assets(node().store, project["id"], SHOWN)]
+    return show("assets.html", status, title="Assets", assets=rows, project=project, **ctx)
+
+
+@bp.get("/assets")
+@hide
+@page("generation:read")
+async def assets():
+    return assets_page()
+
+
+@bp.after_request
+async def close_if_unread(response):
+    """As the API's upload: an answer sent before the body was read closes the connection."""
+    from quart import g
+    if request.path == "/assets/upload" and not g.get("upload_body_read"):
+        response.headers["Connection"] = "close"
+    return response
+
+
+@bp.post("/assets/upload")
+@hide
+@page("generation:write")
+async def upload():
+    if not same_site_origin() or not check_csrf_value(request.args.get("csrf_token", "")):
+        await _drain()
+        raise forged()
+    p, gen = principal(), node().generation
+    project = current_project()
+    boundary = request.mimetype_params.get("boundary")
+    asset_id = str(uuid.uuid4())
+    temp = gen.files.upload_temp(asset_id)
+    handed_over = False
+    try:
+        if request.mimetype != "multipart/form-data" or not boundary or not boundary.isascii():
+            await _drain()
+            raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
+        got = await receive(boundary, temp)
+        if got.malformed or not got.file_seen or got.errors:
+            raise BadRequest("Choose one file to upload.")
+        if got.too_big:
+            raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
+        info = await gen.inspect_upload(temp, got.declared_type)
+        row = {
+            "id": asset_id, "organization_id": p.org_id, "project_id": project["id"], "job_id": None,
+            "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
+            "width": info.width, "height": info.height, "duration_s": info.duration_s,
+            "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": gen.clock.iso_now(),
+        }
+        handed_over = True
+        await gen.uploads.ask(p.org_id, CommitUpload(row, temp), timeout=60.0)
+    except TooLarge:
+        raise PageError(413, "Upload refused", "The request body is too large.", {"Connection": "close"}) from None
+    except ApiError as e:
+        return assets_page(e.status, error=e.message)
+    finally:
+        if not handed_over:
+            temp.unlink(missing_ok=True)
+    back = request.args.get("next")
+    return redirect(safe_next(back) if back else "/assets", 303)

@@ -1,0 +1,105 @@
+"""API keys page (`/keys`): list, create (name, optional role, optional expiry date), pause and
+resume, revoke, through the same accounts actor and rules as `/v1/api-keys`.
+
+A new key is shown once, in the answer to the create form (with a copy button), and never
+again: the page that lists keys shows only prefixes. The answer is `no-store` like every page.
+An expiry date means the key stops working at 00:00 UTC that day."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service.actors.accounts import CreateKey, RevokeKey, UpdateKey
+from service.clock import iso
+from service.errors import ApiError, Unprocessable
+from service.http.auth import node, principal
+from service.http.browser import csrf_protected, page
+from service.http.dashboard import show
+from service.roles import ROLE_BY_ID, ROLE_IDS, ROLE_NAMES, within
+from service.storage import accounts as sql
+
+bp = Blueprint("dash_keys", __name__)
+
+
+def keys_page(status: int = 200, **ctx):
+    p = principal()
+    rows = [{**r, "role": ROLE_BY_ID.get(r["role_id"]) if r["role_id"] else None}
+            for r in sql.list_keys(node().store, p.org_id)]
+    roles = [r for r in ROLE_NAMES if within(r, p.role)]
+    return show("keys.html", status, title="API keys", keys=rows, roles=roles, **ctx)
+
+
+@bp.get("/keys")
+@hide
+@page("api_keys:read")
+async def keys():
+    return keys_page()
+
+
+def expiry(value: str) -> str | None:
+    if not value:
+        return None
+    try:
+        day = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise Unprocessable("The expiry must be a date (YYYY-MM-DD).") from None
+    if day <= node().clock.now():
+        raise Unprocessable("expires_at must be in the future.")
+    return iso(day)
+
+
+@bp.post("/keys")
+@hide
+@page("api_keys:create")
+@csrf_protected
+async def create():
+    form = await request.form
+    p = principal()
+    name = form.get("name", "").strip()
+    role = form.get("role", "")
+    try:
+        if not name:
+            raise Unprocessable("name is required.")
+        role_id = ROLE_IDS.get(role) if role else None
+        if role and role_id is None:
+            raise Unprocessable("role must be one of " + ", ".join(ROLE_NAMES) + ".")
+        row = await node().accounts.ask("accounts", CreateKey(p.org_id, p.user_id, p.role, name, role_id,
+                                                              expiry(form.get("expires", "").strip())))
+    except ApiError as e:
+        return keys_page(e.status, error=e.message)
+    return keys_page(201, created=row)
+
+
+async def change(msg) -> object:
+    try:
+        await node().accounts.ask("accounts", msg)
+    except ApiError as e:
+        return keys_page(e.status, error=e.message)
+    return redirect("/keys", 303)
+
+
+@bp.post("/keys/<key_id>/pause")
+@hide
+@page("api_keys:create")
+@csrf_protected
+async def pause(key_id: str):
+    return await change(UpdateKey(principal().org_id, key_id, {"is_active": 0}))
+
+
+@bp.post("/keys/<key_id>/resume")
+@hide
+@page("api_keys:create")
+@csrf_protected
+async def resume(key_id: str):
+    return await change(UpdateKey(principal().org_id, key_id, {"is_active": 1}))
+
+
+@bp.post("/keys/<key_id>/revoke")
+@hide
+@page("api_keys:revoke")
+@csrf_protected
+async def revoke(key_id: str):
+    return await change(RevokeKey(principal().org_id, key_id))

@@ -1,0 +1,105 @@
+"""Members page (`/members`): the organization's members with their roles and pending
+invitations; invite, resend, change a role, remove, following the spec's rules through the
+accounts actor with the person's role as the caller: nobody grants more than they hold (an
+admin cannot make an owner), only an owner changes or removes an owner, the last owner stays.
+
+An invitation's link is shown once to the person who made it (as the operator API answers
+it), so it can be handed over when the node sends no mail."""
+
+from __future__ import annotations
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service.actors.accounts import ChangeRole, Invite, RemoveMember, ResendInvite
+from service.errors import ApiError, Forbidden
+from service.http.auth import node, principal
+from service.http.browser import csrf_protected, page
+from service.http.dashboard import show
+from service.roles import ROLE_NAMES, within
+
+bp = Blueprint("dash_members", __name__)
+
+
+def members_page(status: int = 200, **ctx):
+    svc, p = node(), principal()
+    members = svc.store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? "
+                            "AND is_active = 1 ORDER BY created_at, id", (p.org_id,))
+    pending = svc.store.all("SELECT id, email, role, created_at, expires_at FROM invitations WHERE organization_id = ? "
+                            "AND accepted_at IS NULL ORDER BY created_at DESC", (p.org_id,))
+    grantable = [r for r in ROLE_NAMES if within(r, p.role)]
+    return show("members.html", status, title="Members", members=members, pending=pending, grantable=grantable,
+                me=p.user_id, now=svc.clock.iso_now(), **ctx)
+
+
+@bp.get("/members")
+@hide
+@page("users:read")
+async def members():
+    return members_page()
+
+
+async def act(msg):
+    return await node().accounts.ask("accounts", msg)
+
+
+def link(token: str) -> str:
+    return f"{node().settings.public_base_url}/invitations/accept?token={token}"
+
+
+@bp.post("/members/invite")
+@hide
+@page("users:create")
+@csrf_protected
+async def invite():
+    form = await request.form
+    p = principal()
+    email, role = form.get("email", "").strip(), form.get("role", "")
+    try:
+        if role in ROLE_NAMES and not within(role, p.role):
+            raise Forbidden("You cannot grant a broader role than your own.", {"role": role})
+        out = await act(Invite(p.org_id, email, role))
+    except ApiError as e:
+        return members_page(e.status, error=e.message)
+    return members_page(201, invited={**out, "link": link(out["token"])})
+
+
+@bp.post("/members/invitations/<invitation_id>/resend")
+@hide
+@page("users:create")
+@csrf_protected
+async def resend(invitation_id: str):
+    p = principal()
+    row = node().store.one("SELECT role FROM invitations WHERE id = ? AND organization_id = ?", (invitation_id, p.org_id))
+    if row is not None and not within(row["role"], p.role):
+        return members_page(403, error="You cannot grant a broader role than your own.")
+    try:
+        out = await act(ResendInvite(p.org_id, invitation_id))
+    except ApiError as e:
+        return members_page(e.status, error=e.message)
+    return members_page(200, invited={**out, "link": link(out["token"])})
+
+
+@bp.post("/members/<user_id>/role")
+@hide
+@page("users:update")
+@csrf_protected
+async def change_role(user_id: str):
+    role = (await request.form).get("role", "")
+    try:
+        await act(ChangeRole(principal().org_id, user_id, role, caller_role=principal().role))
+    except ApiError as e:
+        return members_page(e.status, error=e.message)
+    return redirect("/members", 303)
+
+
+@bp.post("/members/<user_id>/remove")
+@hide
+@page("users:delete")
+@csrf_protected
+async def remove(user_id: str):
+    try:
+        await act(RemoveMember(principal().org_id, user_id, caller_role=principal().role))
+    except ApiError as e:
+        return members_page(e.status, error=e.message)
+    return redirect("/members", 303)

@@ -1,0 +1,42 @@
+"""Organization settings (`/settings`, `orgs:update`): the name, and the sign-up and
+approval state shown (sign-up is a node setting; approval is the operator's)."""
+
+from __future__ import annotations
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service.actors.accounts import RenameOrg
+from service.errors import ApiError
+from service.http.auth import node, principal
+from service.http.browser import csrf_protected, page
+from service.http.dashboard import show
+
+bp = Blueprint("dash_settings", __name__)
+
+
+def settings_page(status: int = 200, **ctx):
+    svc = node()
+    org = svc.store.one("SELECT id, name, created_at, approved_at FROM organizations WHERE id = ?",
+                        (principal().org_id,))
+    return show("settings.html", status, title="Organization settings", org=org,
+                signup=svc.settings.signup, **ctx)
+
+
+@bp.get("/settings")
+@hide
+@page("orgs:update")
+async def settings():
+    return settings_page()
+
+
+@bp.post("/settings")
+@hide
+@page("orgs:update")
+@csrf_protected
+async def rename():
+    try:
+        await node().accounts.ask("accounts", RenameOrg(principal().org_id, (await request.form).get("name", "")))
+    except ApiError as e:
+        return settings_page(e.status, error=e.message)
+    return redirect("/settings", 303)

@@ -1,0 +1,199 @@
+"""Studio (`/studio`): pick a capability and model from the catalog, see the chosen tier's
+price, submit a job with `source` studio, then follow it live on its own page.
+
+The form only offers what the catalog offers and this node can run (available models). Its
+selects re-render the form through htmx (`/studio/form`) so the price follows the choice;
+without script the "Update price" button does the same. A submit goes through the same
+facade as `POST /v1/generation/capabilities/{id}` (plan -> active limit -> submit), so a
+page and the API refuse the same things with the same messages; a 402 shows the balance and
+a link to top up. The job page follows `/studio/jobs/{id}/events` (the API's job stream,
+authenticated by the browser session) until the output shows.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service.errors import ApiError, InsufficientCredits, NotFound
+from service.http.auth import node, principal
+from service.http.browser import csrf_protected, page
+from service.http.dashboard import current_project, show, session_still_allowed, signed, stream
+from service.machines import JOB
+from service.storage import generation as gen_sql
+from service.streams.sse import Stream
+
+bp = Blueprint("dash_studio", __name__)
+
+ASSET_CHOICES = 50
+
+
+def catalog() -> list[dict]:
+    """Capabilities with at least one available model, each keeping only available models."""
+    out = []
+    for cap in node().generation.capabilities_view():
+        models = [m for m in cap["models"] if m["available"]]
+        if models:
+            out.append({**cap, "models": models})
+    return out
+
+
+def choose(args) -> dict:
+    """The form's state from its fields: unknown or missing choices fall back to the first offer."""
+    caps = catalog()
+    cap = next((c for c in caps if c["id"] == args.get("capability")), caps[0] if caps else None)
+    if cap is None:
+        return {"caps": [], "cap": None}
+    model = next((m for m in cap["models"] if m["id"] == args.get("model")), cap["models"][0])
+    pick = lambda name, options: args.get(name) if args.get(name) in options else (options[0] if options else None)  # noqa: E731
+    durations = [str(d) for d in model["durations"]]
+    return {
+        "caps": caps, "cap": cap, "model": model,
+        "aspect_ratio": pick("aspect_ratio", cap["aspect_ratios"]),
+        "resolution": pick("resolution", model["resolutions"]),
+        "duration": pick("duration", durations), "durations": durations,
+        "prompt": args.get("prompt", ""),
+        "inputs": {slot["name"]: args.get("input_" + slot["name"], "") for slot in model["inputs"]},
+    }
+
+
+def body_of(state: dict) -> dict:
+    body = {"model": state["model"]["id"]}
+    if state["prompt"].strip():
+        body["prompt"] = state["prompt"]
+    for name in ("aspect_ratio", "resolution"):
+        if state[name]:
+            body[name] = state[name]
+    if state["duration"]:
+        body["duration"] = float(state["duration"]) if "." in state["duration"] else int(state["duration"])
+    inputs = {slot: [v] for slot, v in state["inputs"].items() if v}
+    if inputs:
+        body["inputs"] = inputs
+    return body
+
+
+def price(state: dict) -> dict | None:
+    if state["cap"] is None:
+        return None
+    try:
+        return node().generation.estimate({"capability": state["cap"]["id"], **body_of(state)})
+    except ApiError:
+        return None
+
+
+def assets_for(project_id: str) -> list[dict]:
+    rows = gen_sql.list_assets(node().store, project_id, ASSET_CHOICES)
+    return [{**r, "link": signed(r["id"])} for r in rows]
+
+
+def studio_page(state: dict, status: int = 200, error: str | None = None, short: bool = False, fragment=False):
+    project = current_project()
+    template = "studio_form.html" if fragment else "studio.html"
+    return show(template, status, title="Studio", state=state, price=price(state), error=error, short=short,
+                assets=assets_for(project["id"]), project=project)
+
+
+@bp.get("/studio")
+@hide
+@page("generation:read")
+async def studio():
+    return studio_page(choose(request.args))
+
+
+@bp.get("/studio/form")
+@hide
+@page("generation:read")
+async def studio_form():
+    """The form alone (htmx swaps it in when a choice changes, so the price follows)."""
+    return studio_page(choose(request.args), fragment=True)
+
+
+@bp.post("/studio")
+@hide
+@page("generation:write")
+@csrf_protected
+async def submit():
+    form = await request.form
+    state = choose(form)
+    if state["cap"] is None:
+        return studio_page(state, 409, "No model can run on this node right now.")
+    gen, p, project = node().generation, principal(), current_project()
+    try:
+        plan = gen.plan(p.org_id, project["id"], capability=state["cap"]["id"], body=body_of(state))
+        gen.check_active_limit(p.org_id)
+        out = await gen.submit(plan, org_id=p.org_id, project_id=project["id"], source="studio")
+    except InsufficientCredits as e:
+        return studio_page(state, 402, e.message, short=True)
+    except ApiError as e:
+        return studio_page(state, e.status, e.message)
+    return redirect(f"/studio/jobs/{out['request_id']}", 303)
+
+
+def job_or_404(job_id: str) -> dict:
+    status = node().generation.status(job_id, principal().org_id)
+    if status is None:
+        raise NotFound("Generation request not found.")
+    return status
+
+
+def job_view(status: dict) -> dict:
+    """The status object plus what a page shows: signed output links, whether the hold was
+    released, the settings it ran with, its timings and a link to run them again."""
+    store = node().store
+    outputs = [{**o, "link": signed(o["id"])} for o in status["outputs"]]
+    hold = store.one("SELECT status FROM credit_holds WHERE job_id = ?", (status["request_id"],)) \
+        if status["status"] in ("failed", "canceled", "nsfw") else None
+    row = gen_sql.get_job(store, status["request_id"]) or {}
+    params = json.loads(row.get("params") or "{}")
+    again = {"capability": status["capability"], "model": status["model"], "prompt": row.get("prompt") or ""}
+    for name in ("aspect_ratio", "resolution", "duration"):
+        if params.get(name) is not None:
+            again[name] = str(params[name])
+    for slot, ids in (params.get("inputs") or {}).items():
+        if ids:
+            again["input_" + slot] = ids[0]
+    # a job that ends failed, canceled or flagged never captures its hold: the actor releases
+    # it right after the final status (it may still read "held" for a moment)
+    released = hold is not None and hold["status"] != "captured"
+    return {**status, "outputs": outputs, "released": released,
+            "final": status["status"] in JOB.final, "prompt": row.get("prompt"), "params": params,
+            "started_at": row.get("started_at"), "again": "/studio?" + urlencode(again)}
+
+
+@bp.get("/studio/jobs/<job_id>")
+@hide
+@page("generation:read")
+async def job_page(job_id: str):
+    job = job_view(job_or_404(job_id))
+    return show("studio_job.html", title=f"Job {job_id[:8]}", job=job)
+
+
+@bp.get("/studio/jobs/<job_id>/events")
+@hide
+@page("generation:read")
+async def job_events(job_id: str):
+    """The API's job stream (`/v1/generation/requests/{id}/events`) for the browser session."""
+    gen, org_id = node().generation, principal().org_id
+    job_or_404(job_id)
+    return stream(Stream(
+        key=f"job:{job_id}",
+        current=lambda: [("status", gen.status(job_id, org_id) or {})],
+        final=lambda name, data: name == "status" and data.get("status") in JOB.final,
+        allowed=session_still_allowed("generation:read"),
+    ))
+
+
+@bp.post("/studio/jobs/<job_id>/cancel")
+@hide
+@page("generation:write")
+@csrf_protected
+async def cancel(job_id: str):
+    try:
+        await node().generation.cancel(principal().org_id, job_id)
+    except ApiError as e:
+        job = job_view(job_or_404(job_id))
+        return show("studio_job.html", e.status, title="Job", job=job, error=e.message)
+    return redirect(f"/studio/jobs/{job_id}", 303)

@@ -1,0 +1,81 @@
+"""Support page (`/support`): open a ticket, see the organization's tickets and their
+replies, reply; through the same tickets actor and rules as `/v1/support/tickets`."""
+
+from __future__ import annotations
+
+from quart import Blueprint, redirect, request
+from quart_schema import hide
+
+from service.actors.tickets import PRIORITIES, TYPES, CustomerReply, OpenTicket
+from service.errors import ApiError, NotFound
+from service.http.auth import node, principal
+from service.http.browser import csrf_protected, page
+from service.http.dashboard import show
+from service.http.routes.support import ticket_view
+from service.storage import support as sql
+
+bp = Blueprint("dash_support", __name__)
+
+
+def support_page(status: int = 200, **ctx):
+    rows = sql.list_tickets(node().store, principal().org_id, 100, None) if _can_read() else []
+    return show("support.html", status, title="Support", tickets=[ticket_view(r) for r in rows], types=TYPES,
+                priorities=PRIORITIES, **ctx)
+
+
+def _can_read() -> bool:
+    from service.roles import allows
+    return allows(principal().role, "users:read")
+
+
+@bp.get("/support")
+@hide
+@page()
+async def support():
+    return support_page()
+
+
+@bp.post("/support")
+@hide
+@page()
+@csrf_protected
+async def open_ticket():
+    form = await request.form
+    p = principal()
+    try:
+        row = await node().tickets.ask(p.org_id, OpenTicket(
+            p.org_id, p.user_id, form.get("subject_line", "").strip(), form.get("type", "question"),
+            form.get("priority", "P3"), form.get("body", "").strip()))
+    except ApiError as e:
+        return support_page(e.status, error=e.message, values=form)
+    return redirect(f"/support/{row['id']}", 303)
+
+
+def ticket_page(ticket_id: str, status: int = 200, **ctx):
+    store = node().store
+    row = sql.get_ticket(store, principal().org_id, ticket_id)
+    if row is None:
+        raise NotFound("Ticket not found.")
+    return show("ticket.html", status, title=f"Ticket {row['number']}",
+                ticket=ticket_view(row | {"replies": sql.replies(store, ticket_id)}), **ctx)
+
+
+@bp.get("/support/<ticket_id>")
+@hide
+@page("users:read")
+async def ticket(ticket_id: str):
+    return ticket_page(ticket_id)
+
+
+@bp.post("/support/<ticket_id>/replies")
+@hide
+@page()
+@csrf_protected
+async def reply(ticket_id: str):
+    p = principal()
+    try:
+        await node().tickets.ask(p.org_id, CustomerReply(p.org_id, ticket_id, p.user_id,
+                                                         (await request.form).get("body", "").strip()))
+    except ApiError as e:
+        return ticket_page(ticket_id, e.status, error=e.message)
+    return redirect(f"/support/{ticket_id}", 303)

@@ -1,0 +1,1 @@
+"""Real-browser tests of the dashboard (a package, so its conftest does not shadow tests/conftest.py)."""
