@@ -123,7 +123,7 @@ def parse_engine(model_id: str, backend: str, slots: tuple[str, ...], raw: dict 
     if raw is None:
         raise EngineConfigError(f"{where}: engine: backend {backend!r} needs a [models.engine] table")
     try:
-        engine = _KINDS[backend].model_validate(raw)
+        engine: Engine = _KINDS[backend].model_validate(raw)  # type: ignore[assignment]  # one of the kinds
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(table)"

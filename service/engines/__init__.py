@@ -72,7 +72,9 @@ class Engines:
         try:
             async with trio.open_nursery() as n:
                 for model_id, pool in self.pools.items():
-                    await n.start(pool.watch, self._health_check(self._catalog.model(model_id).engine))
+                    model = self._catalog.model(model_id)
+                    assert model is not None  # pools are made from the catalog's models
+                    await n.start(pool.watch, self._health_check(model.engine))
                 task_status.started()
                 await trio.sleep_forever()  # hosted APIs have no pool, but use the client too
         finally:

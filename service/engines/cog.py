@@ -22,7 +22,7 @@ import httpx
 import trio
 
 from service.backends.base import Output, RenderRequest
-from service.catalog.engines import CogEngine
+from service.catalog.engines import CogEngine, FalEngine, ReplicateEngine
 
 from .common import Incomplete, Unreachable, check, collect, data_url, field_values, is_cancel
 from .context import Context
@@ -40,7 +40,7 @@ async def healthy(http: httpx.AsyncClient, url: str) -> bool:
     return resp.status_code == 200 and resp.json().get("status") in ("READY", "BUSY")
 
 
-def inputs_of(req: RenderRequest, cfg: CogEngine) -> dict:
+def inputs_of(req: RenderRequest, cfg: CogEngine | ReplicateEngine | FalEngine) -> dict:
     values = field_values(req)
     out: dict = {}
     for key, name in cfg.bind.items():

@@ -19,7 +19,6 @@ import base64
 import json
 import logging
 import os
-from contextlib import aclosing
 
 import httpx
 import trio
@@ -72,23 +71,22 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
         if resp.status_code >= 400:
             await resp.aread()
             raise Upstream(resp.status_code, resp.text)
-        async with aclosing(resp.aiter_lines()) as lines:
-            async for line in lines:
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]" or done:  # read on to the end: the connection stays clean
-                    done = True
-                    continue
-                chunk = json.loads(payload)
-                if chunk.get("error"):
-                    raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
-                for choice in chunk.get("choices") or []:
-                    parts.append((choice.get("delta") or {}).get("content") or "")
-                    finish = choice.get("finish_reason") or finish
-                if chunk.get("usage"):
-                    usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-                             if isinstance(chunk["usage"].get(k), int)}
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]" or done:  # read on to the end: the connection stays clean
+                done = True
+                continue
+            chunk = json.loads(payload)
+            if chunk.get("error"):
+                raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
+            for choice in chunk.get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+                finish = choice.get("finish_reason") or finish
+            if chunk.get("usage"):
+                usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                         if isinstance(chunk["usage"].get(k), int)}
     if not done and finish is None:  # the server broke off (llama-cpp-python: an error after the 200)
         raise Incomplete("the chat stream ended before [DONE]")
     text = "".join(parts)

@@ -32,8 +32,8 @@ import trio
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import ReplicateEngine
 
-from .cog import inputs_of, outcome
-from .common import Incomplete, Unreachable, check, is_cancel
+from .cog import inputs_of
+from .common import Incomplete, Unreachable, check, collect, is_cancel
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ async def render(ctx: Context, keys: SigningKeys, req: RenderRequest, cfg: Repli
         if prediction["status"] != "succeeded":
             raise Incomplete(f"Replicate prediction {prediction.get('id')} {prediction['status']}: "
                              f"{str(prediction.get('error') or '')[:300]}")
-        return await outcome(ctx.http, req, prediction, cfg)
+        return await collect(ctx.http, req, prediction.get("output"), cfg.timeout_s)
     except BaseException as e:
         cancel = (prediction.get("urls") or {}).get("cancel")
         if is_cancel(e) and cancel and not ctx.stopping:

@@ -31,7 +31,9 @@ async def engine_hook(job_id: str, token: str):
     if not isinstance(payload, dict):
         raise BadRequest("Body must be a JSON object.")
     try:
-        known = node().engines.context.deliver(job_id, token, payload, request.headers, body)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        raw = body if isinstance(body, bytes) else body.encode()
+        known = node().engines.context.deliver(job_id, token, payload, headers, raw)
     except BadSignature:  # Replicate signs its webhooks (Standard Webhooks)
         raise ApiError("Invalid webhook signature.", code="request.unauthorized", status=401) from None
     if not known:
