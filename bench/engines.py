@@ -11,7 +11,7 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    the service's own overhead per job at p50 and p99. A job's time comes from the
    service's own stamps; overhead = (finished_at - started_at) - the engine's time, where
    the engine's time is the p50 of the same exchange sent straight to the engine, one at a
-   time, on the idle engine. Time a job waits in the node's queue for one of the
+   time, on the idle engine (for Cog: the async create and its webhook, as the node does). Time a job waits in the node's queue for one of the
    engine's slots (Cog and ComfyUI run one job at a time) is the engine's capacity, not
    overhead, and is printed apart (`queue_p50_ms`).
 2. GET /healthz latency (p50, 16 connections, same load generator) in the same run:
@@ -159,14 +159,8 @@ async def engine_alone(kind: str, url: str, n: int = 30, llm_name: str = "") -> 
     async with httpx.AsyncClient(timeout=60) as c:
         for i in range(n):
             t0 = time.perf_counter()
-            if kind == "cog":
-                while True:  # Cog may still say "at capacity" just after the previous one
-                    r = await c.post(f"{url}/predictions", json={"input": {"prompt": f"direct {i}", "seed": i}})
-                    if r.status_code != 409:
-                        break
-                    await trio.sleep(0.005)
-                    t0 = time.perf_counter()
-                assert r.json()["status"] == "succeeded", r.text
+            if kind == "cog":  # as the node does it: async create, outcome by webhook
+                await cog_async(c, url, f"direct-{i}", {"prompt": f"direct {i}", "seed": i})
             elif kind == "comfy":
                 graph = json.loads(json.dumps(GRAPH))
                 graph["1"]["inputs"]["color"] = 10_000_000 + i
@@ -184,6 +178,37 @@ async def engine_alone(kind: str, url: str, n: int = 30, llm_name: str = "") -> 
                 assert r.status_code == 200
             times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
+
+
+_HOOKS: dict[str, trio.Event] = {}
+_HOOK_URL: list[str] = []
+
+
+def hook_app():
+    from quart import request
+    from quart_trio import QuartTrio
+
+    app = QuartTrio("bench-hooks")
+
+    @app.post("/hook/<pid>")
+    async def hook(pid: str):
+        if (await request.get_json()).get("status") in ("succeeded", "failed") and pid in _HOOKS:
+            _HOOKS[pid].set()
+        return {"ok": True}
+
+    return app
+
+
+async def cog_async(c: httpx.AsyncClient, url: str, pid: str, inputs: dict) -> None:
+    _HOOKS[pid] = trio.Event()
+    while True:  # Cog may still say "at capacity" just after the previous one
+        r = await c.put(f"{url}/predictions/{pid}", headers={"Prefer": "respond-async"},
+                        json={"input": inputs, "webhook": f"{_HOOK_URL[0]}/hook/{pid}",
+                              "webhook_events_filter": ["start", "completed"]})
+        if r.status_code != 409:
+            break
+        await trio.sleep(0.005)
+    await _HOOKS[pid].wait()
 
 
 def cpu_s(pid: int) -> float:
@@ -257,6 +282,14 @@ def main() -> None:
 
 async def measure(url, op, data_dir, node_pid, cog, comfy, oai, llm, llm_name, levels, jobs_n) -> dict:
     host, port = url.removeprefix("http://").split(":")
+    from peers.hosting import serving
+
+    async with serving(hook_app()) as hooks:
+        _HOOK_URL.append(hooks)
+        return await _measure(url, op, data_dir, node_pid, cog, comfy, oai, llm, llm_name, levels, jobs_n, host, port)
+
+
+async def _measure(url, op, data_dir, node_pid, cog, comfy, oai, llm, llm_name, levels, jobs_n, host, port) -> dict:
     alone = {"cog": await engine_alone("cog", cog), "comfy": await engine_alone("comfy", comfy),
              "oai": await engine_alone("oai", oai), "llm": await engine_alone("llm", llm, 10, llm_name)}
     print("engine alone, p50 ms:", {k: round(v, 2) for k, v in alone.items()})
