@@ -17,6 +17,9 @@ FORBIDDEN = {
     "storage": ("service.actors", "service.http", "quart", "hypercorn"),
     "actors": ("service.http", "quart", "hypercorn"),
     "streams": ("service.storage", "service.actors", "sqlite3"),
+    # views shape rows into responses: they read storage at most, never ask an actor
+    "views": ("service.actors", "service.http", "quart", "hypercorn", "sqlite3", "sqlite_utils", "trio"),
+    "senders": ("service.actors", "service.http", "quart", "hypercorn"),
 }
 
 

@@ -71,11 +71,11 @@ from typing import Any, Callable
 
 import trio
 
-from service.actors import job_views as views
+from service.views import jobs as views
 from service.actors.billing_messages import Capture, PlaceHold, Release
 from service.actors.job_slots import ModelSlots
 from service.actors.job_uploads import UploadsActor
-from service.actors.job_webhooks import JobWebhooks
+from service.senders.job_webhooks import JobWebhooks
 from service.actors.runtime import Actor, Registry
 from service.assets.files import FileStore, hash_file
 from service.assets.signing import UrlSigner, load_secret

@@ -18,7 +18,7 @@ Interfaces
     view  = await products.cancel(org_id, run_id)     spec's cancel rules; 404 NotFound
     view  = products.get(org_id, run_id)              any project of the organization
     views = products.list_runs(project_id, limit, product=None)
-    (the merged feed of GET /v1/runs is `service.actors.run_feed`)
+    (the merged feed of GET /v1/runs is `service.views.run_feed`)
 
 The run (machines.RUN / machines.STEP)
 ======================================
@@ -68,8 +68,8 @@ from typing import Any
 
 import trio
 
-from service.actors import run_views
-from service.actors.run_feed import cursor_key
+from service.views import runs as run_views
+from service.views.run_feed import cursor_key
 from service.actors.runtime import Actor, Registry
 from service.assets.signing import load_secret
 from service.backends import MSG_INTERNAL

@@ -41,7 +41,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.sansio.multipart import Data, Epilogue, Field as FieldEvent, File, MultipartDecoder, NeedData
 
 from service.actors.job_uploads import CommitUpload
-from service.actors.job_views import asset_record
+from service.views.jobs import asset_record
 from service.crash import crashpoint
 from service.errors import BadRequest, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
