@@ -59,12 +59,11 @@ from service.catalog.assets import AssetInfo
 from service.catalog.catalog import tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import NotFound, ServiceError
-from service.idempotency import TTL_S as IDEMPOTENCY_TTL, KeyedLocks, replay
+from service.idempotency import Gate
 from service.limits import check_active_jobs
 from service.media.inspect import MediaInfo, image_pixels, inspect_file
 from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
-from service.storage import idempotency as idem_sql
 from service.storage import retention as retention_sql
 from service.views import jobs as views
 
@@ -93,7 +92,7 @@ class Generation:
         self.large_decodes = trio.Lock()  # one large image decode at a time
         self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
-        self._idem_locks = KeyedLocks()
+        self.keys = Gate(node.store, node.clock, table="idempotency_keys", id_field="job_id", detail="request_id")
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
         self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
@@ -212,18 +211,11 @@ class Generation:
         return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
                                                   webhook_url, notify, idempotency))
 
-    async def idempotent(self, org_id: str, key: str, request_hash: str, make: Callable) -> dict:
-        """Run `await make(idempotency_row)` once per (organization, key) within 24 h.
-
-        The same key with the same request hash returns the first 202 body (no second job or
-        hold); with another hash: 422. Concurrent requests with one key are serialised.
-        """
-        async with self._idem_locks.hold((org_id, key)):
-            stored = replay(idem_sql.get(self.store, "idempotency_keys", org_id, key), request_hash, self.clock.now(),
-                            id_field="job_id", detail="request_id")
-            if stored is not None:
-                return stored
-            return await make({"organization_id": org_id, "key": key, "request_hash": request_hash})
+    async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable) -> dict:
+        """`await make(claim)` once per (organization, key) within 24 h: the one flow of
+        service/idempotency.py (`Gate.once`), as run starts use it. The same key with the same
+        request hash returns the first 202 body (no second job or hold); with another: 422."""
+        return await self.keys.once(org_id, key, request_hash, make)
 
     async def cancel(self, org_id: str, job_id: str) -> dict:
         job = sql.job_in_org(self.store, org_id, job_id)
@@ -250,8 +242,7 @@ class Generation:
         placed, dropped = await trio.to_thread.run_sync(files.recover_uploads, shas.get)
         if placed or dropped:
             log.info("uploads: %d finished, %d dropped after a stop", placed, dropped)
-        cutoff = self.clock.now() - IDEMPOTENCY_TTL
-        await self.store.write(lambda c: idem_sql.purge(c, "idempotency_keys", cutoff))
+        await self.keys.purge()
         await self.webhooks.recover()
         for hold in sql.orphan_holds(self.store):
             log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])

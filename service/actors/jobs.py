@@ -45,10 +45,9 @@ from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Fl
 from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
-from service.idempotency import TTL_S as IDEMPOTENCY_TTL
+from service.idempotency import KeyTaken, key_taken
 from service.machines import JOB
 from service.storage import generation as sql
-from service.storage import idempotency as idem_sql
 from service.views import jobs as views
 
 if TYPE_CHECKING:
@@ -185,9 +184,7 @@ class JobActor(Actor):
         def tx(conn):
             sql.insert_job(conn, row)
             if idem is not None:
-                idem_sql.put(conn, "idempotency_keys", {**idem, "job_id": row["id"], "response": json.dumps(response),
-                                           "created_at": now_s},
-                                    older_than=now_s - IDEMPOTENCY_TTL)
+                gen.keys.put(conn, idem, row["id"], response, now_s)
 
         try:
             await gen.store.write(tx)
@@ -195,6 +192,8 @@ class JobActor(Actor):
             self.done = True
             with trio.CancelScope(shield=True):
                 await self._release_quietly(msg.org_id, hold_id)
+            if idem is not None and isinstance(e, Exception) and key_taken(e):
+                raise KeyTaken() from e  # the key's flow answers as the winner did
             if isinstance(e, Exception) and not isinstance(e, ServiceError):
                 log.error("job %s: storing the job failed; hold %s released", self.job_id, hold_id, exc_info=e)
                 raise ApiError("Something went wrong on our side.", code="request.internal_error",

@@ -27,19 +27,18 @@ import logging
 import uuid
 from typing import Any
 
-from service.actors.run_messages import CancelRun, Create, KeyTaken, StepJobEnded
+from service.actors.run_messages import CancelRun, Create, StepJobEnded
 from service.actors.run_ops import RunRegistry
 from service.actors.runs import RunActor
 from service.assets.signing import load_secret
 from service.catalog import products as catalog_products
-from service.errors import InsufficientCredits, NotFound, ServiceError, Unprocessable
-from service.idempotency import TTL_S as IDEMPOTENCY_TTL, KeyedLocks, replay
+from service.errors import InsufficientCredits, NotFound, ServiceError
+from service.idempotency import Claim, Gate
 from service.idempotency import request_hash as idem_hash
 from service.machines import RUN
 from service.money import fmt, to_uc
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
-from service.storage import idempotency as idem_sql
 from service.storage import products as sql
 from service.views import runs as run_views
 from service.views.run_feed import cursor_key
@@ -57,7 +56,7 @@ class Products:
         self.base_url = node.settings.public_base_url
         self.runs = RunRegistry(lambda key: RunActor(self), node.clock)
         self.cursor_key = cursor_key(load_secret(node.settings.data_dir))
-        self._locks = KeyedLocks()
+        self.keys = Gate(node.store, node.clock, table="product_run_keys", id_field="run_id", detail="run_id")
 
     @property
     def generation(self):
@@ -147,20 +146,10 @@ class Products:
             return await self._start(org_id, user_id, slug, inputs, project, None)
         if request_hash is None:
             request_hash = idem_hash({"product": slug, "project_id": project["id"], "inputs": inputs})
-        async with self._locks.hold((org_id, idempotency_key)):
-            for _ in range(2):
-                stored = replay(idem_sql.get(self.store, "product_run_keys", org_id, idempotency_key), request_hash,
-                                self.clock.now(), id_field="run_id", detail="run_id")
-                if stored is not None:
-                    return stored
-                try:
-                    return await self._start(org_id, user_id, slug, inputs, project, {
-                        "organization_id": org_id, "key": idempotency_key, "request_hash": request_hash})
-                except KeyTaken:
-                    continue  # another node task won the key: answer as it did
-            raise Unprocessable("Idempotency-Key is in use; retry.", {"header": "Idempotency-Key"})
+        return await self.keys.once(org_id, idempotency_key, request_hash,
+                                    lambda claim: self._start(org_id, user_id, slug, inputs, project, claim))
 
-    async def _start(self, org_id, user_id, slug, inputs, project, idempotency) -> dict:
+    async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None) -> dict:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project["id"], inputs)
         estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
@@ -196,8 +185,7 @@ class Products:
     async def recover(self) -> None:
         """At start, after the job recovery: purge old idempotency keys, wake every open run
         (it resumes itself), cancel step jobs still open under a run that is final."""
-        cutoff = self.clock.now() - IDEMPOTENCY_TTL  # not inside the write: it may run in a thread
-        await self.store.write(lambda c: idem_sql.purge(c, "product_run_keys", cutoff))
+        await self.keys.purge()
         open_ids = sql.open_run_ids(self.store)
         for run_id in open_ids:
             self.runs.get(run_id)

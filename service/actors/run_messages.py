@@ -40,10 +40,6 @@ class OpDone:
     error: str | None
 
 
-class KeyTaken(Exception):
-    """A concurrent run start with the same Idempotency-Key committed first."""
-
-
 class OpHandle:
     def __init__(self) -> None:
         self.scope = trio.CancelScope()

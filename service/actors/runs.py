@@ -45,7 +45,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from service.actors.run_messages import Advance, CancelRun, Create, KeyTaken, OpDone, OpHandle, StepJobEnded
+from service.actors.run_messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
 from service.actors.run_ops import op_task
 from service.actors.runtime import Actor
 from service.backends import MSG_INTERNAL
@@ -53,11 +53,10 @@ from service.catalog import products as catalog_products
 from service.catalog.product_types import Product
 from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
-from service.idempotency import TTL_S as IDEMPOTENCY_TTL
+from service.idempotency import KeyTaken, key_taken
 from service.machines import RUN, STEP
 from service.money import to_uc
 from service.storage import generation as gen_sql
-from service.storage import idempotency as idem_sql
 from service.storage import products as sql
 
 if TYPE_CHECKING:
@@ -169,14 +168,13 @@ class RunActor(Actor):
         def tx(conn):
             sql.insert_run(conn, run, steps)
             if idem is not None:
-                idem_sql.put(conn, "product_run_keys", {**idem, "run_id": run["id"], "response": json.dumps(view),
-                                       "created_at": now}, older_than=now - IDEMPOTENCY_TTL)
+                self.p.keys.put(conn, idem, run["id"], view, now)
 
         try:
             await self.p.store.write(tx)
         except Exception as e:
             self.done = True
-            if idem is not None and "UNIQUE" in str(e).upper():
+            if idem is not None and key_taken(e):
                 raise KeyTaken() from e
             raise
         self.run = run
