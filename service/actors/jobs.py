@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from service.actors.billing_messages import Capture, PlaceHold, Release
+from service.actors.billing_messages import PlaceHold, Release
 from service.actors.job_messages import Cancel, Notify, RenderDone, Resume, SlotGranted, Submit, Watch
 from service.actors.job_render import RenderHandle, render_request, render_task
+from service.actors.job_effects import JOB_EFFECTS, JobEffects, after
 from service.actors.runtime import Actor
 from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged
 from service.clock import parse_iso
 from service.crash import crashpoint
-from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
+from service.errors import ApiError, InsufficientCredits, NotFound, ServiceError
 from service.idempotency import KeyTaken, key_taken
-from service.machines import JOB
 from service.storage import generation as sql
 from service.views import jobs as views
 
@@ -56,12 +56,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FINAL = views.FINAL
-SETTLE_RETRY_S = 5.0
 DEFAULT_TIMEOUT_S = 600  # a job whose model left the catalog
 
 
 # -- the actor --------------------------------------------------------------------------------
-class JobActor(Actor):
+class JobActor(JobEffects, Actor):
     def __init__(self, gen: Generation) -> None:
         self.gen = gen
         self.job: dict | None = None
@@ -238,13 +237,19 @@ class JobActor(Actor):
     async def _start(self) -> None:
         gen, job = self.gen, self.job
         assert job is not None
-        resumed = job["status"] == "rendering"
-        if job["status"] == "queued":
-            new, _effects = JOB.apply("queued", "start")
-            now = gen.clock.iso_now()
-            await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"status": new, "started_at": now}))
-            job.update(status=new, started_at=now)
-            gen.publish(job)
+        if job["status"] != "queued":  # left rendering by a restart: the start's effect again
+            await self._render(resumed=True)
+            return
+        step = JOB_EFFECTS.apply(self, "queued", "start")
+        now = gen.clock.iso_now()
+        await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"status": step.new, "started_at": now}))
+        job.update(status=step.new, started_at=now)
+        gen.publish(job)
+        await after(step)
+
+    async def _render(self, *, resumed: bool) -> None:
+        gen, job = self.gen, self.job
+        assert job is not None
         if self.job_id in gen.jobs.renders:
             return  # a render of this job is already running (actor reloaded): adopt it
         try:
@@ -269,9 +274,7 @@ class JobActor(Actor):
         gen.slots.release(job["model"], self.job_id)
         try:
             if job["status"] == "canceled":
-                JOB.apply("canceled", "render_ended")  # -> webhook: the waiting row may go now
-                if await gen.store.write(lambda c: sql.release_waiting_webhook(c, self.job_id)):
-                    gen.webhooks.wake()
+                await after(JOB_EFFECTS.apply(self, "canceled", "render_ended"))
             elif job["status"] == "rendering":
                 await self._render_outcome(msg)
         finally:
@@ -306,8 +309,8 @@ class JobActor(Actor):
                       usage: dict | None = None) -> None:
         gen, job = self.gen, self.job
         assert job is not None
-        old = job["status"]
-        new, effects = JOB.apply(old, event)
+        step = JOB_EFFECTS.apply(self, job["status"], event)
+        new = step.new
         now = gen.clock.iso_now()
         fields: dict = {"status": new, "finished_at": now}
         if event == "finish":
@@ -327,9 +330,8 @@ class JobActor(Actor):
         status = views.status_object(final, assets, gen.base_url)
         hook = None
         url = job["webhook_url"]
-        if url and ("webhook" in effects or "discard_render" in effects):
-            rendering = "discard_render" in effects and self.job_id in gen.jobs.renders
-            state = "skipped" if not url.lower().startswith("https://") else ("waiting" if rendering else "pending")
+        if url and "hook_state" in step.facts:
+            state = "skipped" if not url.lower().startswith("https://") else step.facts["hook_state"]
             hook = {"id": str(uuid.uuid4()), "job_id": self.job_id, "url": url,
                     "body": json.dumps(status, separators=(",", ":")), "state": state, "created_at": now}
             if state == "skipped":
@@ -350,36 +352,12 @@ class JobActor(Actor):
         if job["started_at"] and new != "canceled":
             metrics.render.labels(job["model"], job["backend"]).observe(
                 max(0.0, gen.clock.now() - parse_iso(job["started_at"])))
-        await self._settle()
+        await after(step)  # the hold's capture or release
         crashpoint("final_committed")  # final status and capture/release committed, webhook not sent
         if hook is not None and hook["state"] == "pending":
             gen.webhooks.wake()
         for notify in gen.jobs.watchers.pop(self.job_id, []):
             self._notify(notify, status)
-
-    async def _settle(self) -> None:
-        """Capture (completed) or release (any other final status) the hold, once."""
-        gen, job = self.gen, self.job
-        assert job is not None
-        if job["hold_settled"]:
-            return
-        msg = Capture(job["hold_id"]) if job["status"] == "completed" else Release(job["hold_id"])
-        try:
-            await gen.balances().ask(job["organization_id"], msg)
-        except (ActorGone, AskTimeout) as e:
-            log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job["hold_id"], e)
-            self.retry_at = gen.clock.now() + SETTLE_RETRY_S
-            return
-        except ServiceError as e:
-            log.error("job %s: hold %s refused %s: %r", self.job_id, job["hold_id"], type(msg).__name__, e)
-        except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
-            log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job["hold_id"])
-            self.retry_at = gen.clock.now() + SETTLE_RETRY_S
-            return
-        await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"hold_settled": 1}))
-        job["hold_settled"] = 1
-        gen.node.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
-        self.retry_at = None
 
     # cancel and watch -----------------------------------------------------------------------
     async def _cancel(self, msg: Cancel) -> dict:
@@ -388,18 +366,10 @@ class JobActor(Actor):
             if job is None:
                 self.done = True
             raise NotFound("Generation request not found.")
-        status = job["status"]
-        if status == "queued":
-            gen.slots.release(job["model"], self.job_id)
-            await self._finish("cancel")
-        elif status == "rendering":
-            handle = gen.jobs.renders.get(self.job_id)
-            if handle is not None:
-                handle.scope.cancel()  # RenderDone follows; the slot is held until then
-                await self._finish("cancel")
-            else:  # waiting for a slot after a restart: nothing runs, the render has "ended"
+        if not self._final():
+            if self.job_id not in gen.jobs.renders:  # queued, or waiting for a slot after a restart
                 gen.slots.release(job["model"], self.job_id)
-                await self._finish("cancel")  # its webhook row goes out at once
+            await self._finish("cancel")  # a running render: see _on_discard_render
         self._maybe_done()
         return gen.status(self.job_id)  # type: ignore[return-value]
 

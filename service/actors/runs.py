@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from service.actors.run_messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
 from service.actors.run_ops import op_task
+from service.actors.run_effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, actual_uc, after
 from service.actors.runtime import Actor
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
@@ -54,8 +54,7 @@ from service.catalog.product_types import Product
 from service.crash import crashpoint
 from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
 from service.idempotency import KeyTaken, key_taken
-from service.machines import RUN, STEP
-from service.money import to_uc
+from service.machines import RUN
 from service.storage import generation as gen_sql
 from service.storage import products as sql
 
@@ -77,7 +76,7 @@ def insufficient_message(e: InsufficientCredits) -> str:
 
 
 # -- the actor --------------------------------------------------------------------------------
-class RunActor(Actor):
+class RunActor(RunEffects, Actor):
     def __init__(self, products: Products) -> None:
         self.p = products
         self.run: dict | None = None
@@ -224,25 +223,19 @@ class RunActor(Actor):
         now = self.p.clock.iso_now()
         run_fields: dict = {}
         if ready and self.run["status"] == "queued":
-            run_fields = {"status": RUN.apply("queued", "start")[0], "started_at": now}
+            run_fields = {"status": RUN_EFFECTS.apply(self, "queued", "start").new, "started_at": now}
         step_fields: dict[str, dict] = dict(finished)
-        for key in ready:
-            new, _ = STEP.apply(self.steps[key]["status"], "start")
-            f = {"status": new, "started_at": now}
-            if self.steps[key]["capability"] is not None:
-                f["request_id"] = str(uuid.uuid4())
-            step_fields[key] = f
+        starts = [STEP_EFFECTS.apply(self, self.steps[key]["status"], "start", key=key) for key in ready]
+        for st in starts:
+            step_fields[st.facts["key"]] = {"status": st.new, "started_at": now, **st.fields}
         if run_fields or step_fields or extra is not None:
             await self._write(run_fields, step_fields, extra)
         if finished:
             crashpoint("step_finished")
-        for key in ready:
+        for st in starts:
             if self._final():
                 break
-            if self.steps[key]["capability"] is not None:
-                await self._submit(key)
-            else:
-                self._start_op(key)
+            await after(st)
 
     async def _submit(self, key: str) -> None:
         step = self.steps[key]
@@ -320,7 +313,7 @@ class RunActor(Actor):
         st = msg.status or {}
         status = st.get("status")
         if status == "completed":
-            await self._step_completed(msg.key, [o["id"] for o in st.get("outputs", [])], _actual_uc(st))
+            await self._step_completed(msg.key, [o["id"] for o in st.get("outputs", [])], actual_uc(st))
         elif status == "failed":
             await self._fail(msg.key, st.get("error") or MSG_INTERNAL)
         elif status == "nsfw":
@@ -345,8 +338,8 @@ class RunActor(Actor):
                                    extra=lambda conn: gen_sql.insert_asset(conn, asset))
 
     async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra=None) -> None:
-        new, _ = STEP.apply(self.steps[key]["status"], "finish")
-        fields = {"status": new, "outputs": outputs, "cost_uc": cost_uc, "finished_at": self.p.clock.iso_now()}
+        st = STEP_EFFECTS.apply(self, self.steps[key]["status"], "finish", outputs=outputs, cost_uc=cost_uc)
+        fields = {"status": st.new, **st.fields, "finished_at": self.p.clock.iso_now()}
         # memory first, so the advance sees the step done; if the write fails the actor
         # crashes and reloads from SQLite, where the step is still running
         self.steps[key].update(fields)
@@ -354,9 +347,8 @@ class RunActor(Actor):
 
     async def _complete(self, finished: dict[str, dict] | None = None, extra=None) -> None:
         assert self.run is not None and self.product is not None
-        new, _ = RUN.apply(self.run["status"], "all_done")
-        outputs = catalog_products.run_outputs(self.product, self._outputs_by_step())
-        await self._write({"status": new, "outputs": outputs, "actual_uc": self._spent(),
+        rs = RUN_EFFECTS.apply(self, self.run["status"], "all_done")
+        await self._write({"status": rs.new, **rs.fields, "actual_uc": self._spent(),
                            "finished_at": self.p.clock.iso_now()}, dict(finished or {}), extra)
         self._maybe_done()
 
@@ -365,44 +357,23 @@ class RunActor(Actor):
 
     # failure and cancel ---------------------------------------------------------------------
     async def _end(self, event: str, failed_key: str | None, reason: str | None) -> None:
-        """Fail (`step_failed`) or cancel the run: unfinished steps canceled, jobs canceled."""
+        """Fail (`step_failed`, the step `failed_key` failed) or cancel the run; the rest is
+        the effects of the RUN row (cancel_unfinished, release_failed)."""
         run = self.run
         assert run is not None
-        new, _ = RUN.apply(run["status"], event)
         now = self.p.clock.iso_now()
         step_fields: dict[str, dict] = {}
-        in_flight: list[str] = []
-        for key, s in self.steps.items():
-            if s["status"] in STEP_FINAL:
-                continue
-            if key == failed_key:
-                step_fields[key] = {"status": STEP.apply(s["status"], "fail")[0], "error": reason,
-                                    "finished_at": now}
-                continue
-            if s["status"] == "running":
-                in_flight.append(key)
-            step_fields[key] = {"status": STEP.apply(s["status"], "cancel")[0], "finished_at": now}
-        run_fields = {"status": new, "finished_at": now}
+        failed = self.steps.get(failed_key) if failed_key is not None else None
+        if failed is not None and failed["status"] not in STEP_FINAL:
+            step_fields[failed_key] = {"status": STEP_EFFECTS.apply(self, failed["status"], "fail").new,  # type: ignore[index]
+                                       "error": reason, "finished_at": now}
+        rs = RUN_EFFECTS.apply(self, run["status"], event, failed_key=failed_key, now=now, step_fields=step_fields)
+        run_fields = {"status": rs.new, "finished_at": now}
         if failed_key is not None:
             run_fields["error"] = f"{failed_key}: {reason}"
-        spent = sum(s["cost_uc"] or 0 for k, s in self.steps.items() if s["status"] == "completed")
-        run_fields["actual_uc"] = spent
+        run_fields["actual_uc"] = self._spent()
         await self._write(run_fields, step_fields)
-        late: dict[str, dict] = {}
-        for key in in_flight:
-            s = self.steps[key]
-            if s["capability"] is None:
-                handle = self.p.runs.ops.get((self.run_id, key))
-                if handle is not None:
-                    handle.scope.cancel()
-                continue
-            st = await self._cancel_job(s["request_id"])
-            if st is not None and st.get("status") == "completed":
-                late[key] = {"status": "completed", "outputs": [o["id"] for o in st.get("outputs", [])],
-                             "cost_uc": _actual_uc(st), "finished_at": st.get("finished_at") or now}
-        if late:
-            spent += sum(f["cost_uc"] for f in late.values())
-            await self._write({"actual_uc": spent}, late)
+        await after(rs)
         self._maybe_done()
 
     async def _cancel_job(self, job_id: str | None) -> dict | None:
@@ -428,8 +399,3 @@ class RunActor(Actor):
         if not self._final():
             await self._end("cancel", None, None)
         return self.p.view_of(self.run, list(self.steps.values()))
-
-
-def _actual_uc(status: dict) -> int:
-    actual = (status.get("credits") or {}).get("actual")
-    return to_uc(actual) if actual is not None else 0
