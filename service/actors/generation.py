@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from pathlib import Path
 from typing import Callable
 
 import trio
@@ -49,7 +50,7 @@ from service.actors.billing_messages import Release
 from service.actors.job_messages import Cancel, Notify, SlotGranted, Submit, Watch
 from service.actors.job_render import JobRegistry
 from service.actors.job_slots import ModelSlots
-from service.actors.job_uploads import UploadsActor
+from service.actors.job_uploads import CommitUpload, UploadsActor
 from service.actors.jobs import FINAL, JobActor
 from service.actors.runtime import Registry
 from service.assets.files import FileStore
@@ -227,6 +228,11 @@ class Generation:
 
     async def watch(self, job_id: str, notify: Notify) -> None:
         await self.jobs.ask(job_id, Watch(notify))
+
+    async def commit_upload(self, org_id: str, row: dict, temp: Path) -> dict:
+        """Hand an uploaded file (complete in `temp`) and its asset row to the organization's
+        uploads actor: from this call on it owns the temp file (service/actors/job_uploads.py)."""
+        return await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
 
     # start ----------------------------------------------------------------------------------
     async def recover(self) -> None:
