@@ -22,6 +22,7 @@ from test_generation_support import running_node
 
 HERE = Path(__file__).parent
 PREDICTOR = HERE / "engines" / "cog_predictor.py"
+TINY_GGUF = HERE / "engines" / "tiny_gguf.py"
 
 
 def free_port() -> int:
@@ -61,6 +62,47 @@ class CogServer:
 
     def stop(self) -> None:
         """Kill the server and its worker (its own process group)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+
+class LlamaServer:
+    """llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`) with the
+    tiny GGUF model the tests write (tests/engines/tiny_gguf.py). `--interrupt_requests
+    False`: by default a waiting request cuts the running stream short."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 90.0) -> LlamaServer:
+        model = self.workdir / "tiny.gguf"
+        subprocess.run([sys.executable, str(TINY_GGUF), str(model)], check=True, capture_output=True)
+        with open(self.workdir / "llama.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
+                 "--n_ctx", "16384", "--host", "127.0.0.1", "--port", str(self.port), "--interrupt_requests", "False"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/models", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the llama-cpp-python server did not start; see {self.workdir / 'llama.log'}")
+
+    def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -72,7 +72,9 @@ def test_default_models_and_offerings(default):
     assert [m["id"] for m in view["image.generate"]] == ["proc-image"]
     assert [m["id"] for m in view["video.generate"]] == ["camera-move"]
     assert [m["id"] for m in view["media.upscale"]] == ["lanczos-upscale"]
-    for empty in ("image.edit", "mask.segment", "audio.speech", "video.lipsync", "text.llm"):
+    assert [m["id"] for m in view["audio.speech"]] == ["espeak-ng"]
+    assert [m["id"] for m in view["mask.segment"]] == ["mediapipe-selfie"]
+    for empty in ("image.edit", "video.lipsync", "text.llm"):
         assert view[empty] == []
     assert view["video.generate"][0] == {
         "id": "camera-move",
@@ -96,11 +98,13 @@ def test_default_models_and_offerings(default):
 
 def test_default_model_details(default):
     by_id = {m.id: m for m in default.models}
-    assert list(by_id) == ["proc-image", "camera-move", "lanczos-upscale"]
+    assert list(by_id) == ["proc-image", "camera-move", "lanczos-upscale", "espeak-ng", "mediapipe-selfie"]
     assert {k: (m.backend, m.concurrency) for k, m in by_id.items()} == {
         "proc-image": ("procedural_image", 2),
         "camera-move": ("camera_move_video", 1),
         "lanczos-upscale": ("lanczos_upscale", 2),
+        "espeak-ng": ("espeak_speech", 2),
+        "mediapipe-selfie": ("selfie_segment", 1),
     }
     assert by_id["camera-move"].price_uc("720p", 5) == 20_000_000
     assert by_id["camera-move"].price_uc("720p", None) is None
@@ -109,14 +113,15 @@ def test_default_model_details(default):
 def test_availability_follows_runnable(default):
     only_images = lambda model: model.backend == "procedural_image"  # noqa: E731
     offers = {m["id"]: m["available"] for c in default.capabilities_view(only_images) for m in c["models"]}
-    assert offers == {"proc-image": True, "camera-move": False, "lanczos-upscale": False}
+    assert offers == {"proc-image": True, "camera-move": False, "lanczos-upscale": False,
+                      "espeak-ng": False, "mediapipe-selfie": False}
     models = {m["id"]: m["available"] for m in default.models_view(only_images)}
     assert models == offers
 
 
 def test_models_view_shape(default):
     view = default.models_view(everything)
-    assert [m["id"] for m in view] == ["proc-image", "camera-move", "lanczos-upscale"]
+    assert [m["id"] for m in view] == ["proc-image", "camera-move", "lanczos-upscale", "espeak-ng", "mediapipe-selfie"]
     assert view[1]["capabilities"] == [{
         "id": "video.generate",
         "prices": [

@@ -100,7 +100,7 @@ def test_signed_url_counts_as_input(cat):
 
 # --- model ------------------------------------------------------------------
 
-@pytest.mark.parametrize("cap", ["image.edit", "mask.segment", "audio.speech", "video.lipsync", "text.llm"])
+@pytest.mark.parametrize("cap", ["image.edit", "video.lipsync", "text.llm"])
 def test_capability_without_model(cat, cap):
     e = refused(cat, {"prompt": "x"}, capability=cap)
     assert e.message == f"No model implements {cap} yet."
@@ -109,7 +109,7 @@ def test_capability_without_model(cat, cap):
 
 def test_unknown_model_on_model_route_lists_every_model(cat):
     e = refused(cat, {"prompt": "x"}, model="dall-x")
-    assert e.message == "Unknown model 'dall-x'. Known: proc-image, camera-move, lanczos-upscale."
+    assert e.message == "Unknown model 'dall-x'. Known: proc-image, camera-move, lanczos-upscale, espeak-ng, mediapipe-selfie."
     assert e.details["model"] == "dall-x"
 
 

@@ -58,7 +58,7 @@ def test_a_complete_comfyui_model_loads_with_its_graph(tmp_path):
 @pytest.mark.parametrize("text, line", [
     (model("stable_diffusion"),
      "model 'm1': backend: unknown backend 'stable_diffusion' (known: procedural_image, camera_move_video, "
-     "lanczos_upscale, comfyui, cog, replicate, openai, fal)"),
+     "lanczos_upscale, espeak_speech, selfie_segment, comfyui, cog, replicate, openai, fal)"),
     (model("comfyui"), "model 'm1': engine: backend 'comfyui' needs a [models.engine] table"),
     (model("procedural_image", '[models.engine]\nurls = ["http://x"]\n'),
      "model 'm1': engine: backend 'procedural_image' is built in and takes no [models.engine]"),

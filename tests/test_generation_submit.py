@@ -69,7 +69,7 @@ async def test_capabilities_and_models_lists(node, org):
     assert caps[2]["models"] == []
     r = await node.call("GET", "/v1/generation/models", org["api_key"])
     models = (await r.get_json())["data"]
-    assert [m["id"] for m in models] == ["proc-image", "camera-move", "lanczos-upscale"]
+    assert [m["id"] for m in models] == ["proc-image", "camera-move", "lanczos-upscale", "espeak-ng", "mediapipe-selfie"]
     assert models[1]["capabilities"] == [{"id": "video.generate", "prices": [
         {"resolution": "480p", "duration": 5, "credits": "10.00"},
         {"resolution": "720p", "duration": 5, "credits": "20.00"}]}]
@@ -132,10 +132,6 @@ CASES = [
     (IMAGE, {"prompt": "   "}, "prompt is required.", {"field": "prompt"}),
     ("/v1/generation/capabilities/image.edit", {"prompt": "x"}, "No model implements image.edit yet.",
      {"capability": "image.edit"}),
-    ("/v1/generation/capabilities/mask.segment", {"prompt": "x"}, "No model implements mask.segment yet.",
-     {"capability": "mask.segment"}),
-    ("/v1/generation/capabilities/audio.speech", {"prompt": "x"}, "No model implements audio.speech yet.",
-     {"capability": "audio.speech"}),
     ("/v1/generation/capabilities/video.lipsync", {}, "No model implements video.lipsync yet.",
      {"capability": "video.lipsync"}),
     ("/v1/generation/capabilities/text.llm", {"prompt": "x"}, "No model implements text.llm yet.",
@@ -145,8 +141,8 @@ CASES = [
     (IMAGE, {"prompt": "x", "model": "camera-move"}, "Unknown model 'camera-move'. Known: proc-image.",
      {"model": "camera-move", "known": ["proc-image"]}),
     ("/v1/generation/models/nope", {"prompt": "x"},
-     "Unknown model 'nope'. Known: proc-image, camera-move, lanczos-upscale.",
-     {"model": "nope", "known": ["proc-image", "camera-move", "lanczos-upscale"]}),
+     "Unknown model 'nope'. Known: proc-image, camera-move, lanczos-upscale, espeak-ng, mediapipe-selfie.",
+     {"model": "nope", "known": ["proc-image", "camera-move", "lanczos-upscale", "espeak-ng", "mediapipe-selfie"]}),
     ("/v1/generation/models/proc-image", {"prompt": "x", "model": "camera-move"},
      "Unknown model 'camera-move'. Known: proc-image.", {"model": "camera-move", "known": ["proc-image"]}),
     (IMAGE, {"prompt": "x", "aspect_ratio": "7:3"}, f"aspect_ratio must be one of {RATIOS}.",

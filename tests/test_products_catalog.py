@@ -131,14 +131,12 @@ def test_products_waiting_for_models(cat):
     v = view("talking-portrait", cat)
     assert (v["available"], v["credits_estimate"]) == (False, None)
     assert v["unavailable_reasons"] == [
-        "step 'voice': no model implements audio.speech yet",
         "step 'lipsync': no model implements video.lipsync yet",
     ]
     v = view("voiceover", cat)
     assert (v["category"], v["available"], v["credits_estimate"]) == ("audio", False, None)
     assert v["unavailable_reasons"] == [
         "step 'script': no model implements text.llm yet",
-        "step 'voice': no model implements audio.speech yet",
     ]
 
 
@@ -152,7 +150,6 @@ def test_require_available_is_503_with_reasons(cat):
         "product": "voiceover",
         "reasons": [
             "step 'script': no model implements text.llm yet",
-            "step 'voice': no model implements audio.speech yet",
         ],
     }
 
@@ -237,12 +234,12 @@ prices = [{ resolution = "480p", credits = "3.00" }]
 
 def test_a_step_without_a_model_uses_the_first_runnable_one(cat):
     custom = loads_catalog(_default_text() + SPEECH_AND_LIPSYNC)
-    local = lambda m: m.backend != "cloud"  # noqa: E731
+    local = lambda m: m.backend not in ("cloud", "espeak_speech")  # noqa: E731 - the default's voice aside
     v = view("talking-portrait", custom, runnable=local)
     # portrait 1.00 + motion 10.00 + local-voice 0.25 + lips 3.00
     assert (v["available"], v["credits_estimate"]) == (True, "14.25")
-    v = view("talking-portrait", custom, runnable=lambda m: m.backend not in ("cloud", "local_tts"))
-    assert v["unavailable_reasons"] == ["step 'voice': model cloud-voice is not available on this deployment"]
+    v = view("talking-portrait", custom, runnable=lambda m: m.backend not in ("cloud", "local_tts", "espeak_speech"))
+    assert v["unavailable_reasons"] == ["step 'voice': model espeak-ng is not available on this deployment"]  # the first listed
 
 
 def _default_text():

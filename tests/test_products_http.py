@@ -46,7 +46,6 @@ async def test_list_products_and_categories(node, org):
     portrait = data[2]
     assert (portrait["available"], portrait["credits_estimate"]) == (False, None)
     assert portrait["unavailable_reasons"] == [
-        "step 'voice': no model implements audio.speech yet",
         "step 'lipsync': no model implements video.lipsync yet",
     ]
 
@@ -98,8 +97,7 @@ async def test_estimate_follows_the_inputs(node, org):
     r = await node.call("POST", PRODUCTS + "/voiceover/estimate", key, json={"inputs": {"topic": "tides"}})
     body = (await j(r))["data"]
     assert (r.status_code, body["available"], body["credits_estimate"]) == (200, False, None)
-    assert body["unavailable_reasons"] == ["step 'script': no model implements text.llm yet",
-                                           "step 'voice': no model implements audio.speech yet"]
+    assert body["unavailable_reasons"] == ["step 'script': no model implements text.llm yet"]
     r = await node.call("POST", PRODUCTS + "/nope/estimate", key, json={"inputs": {}})
     assert r.status_code == 404
     r = await node.call("POST", url, key, json={"inputs": {"prompt": "x"}, "project_id": "nowhere"})
@@ -158,7 +156,6 @@ async def test_unavailable_product_is_503(node, org):
     e = err(await j(r))
     assert e["code"] == "request.service_unavailable"
     assert e["details"] == {"product": "talking-portrait", "reasons": [
-        "step 'voice': no model implements audio.speech yet",
         "step 'lipsync': no model implements video.lipsync yet",
     ]}
     assert run_count(node) == 0

@@ -69,7 +69,7 @@ class JobActor(JobEffects, Actor):
     # state helpers
     @property
     def job_id(self) -> str:
-        return self.key  # type: ignore[return-value]
+        return self.key
 
     def _final(self) -> bool:
         return self.job is not None and self.job["status"] in FINAL

@@ -87,7 +87,7 @@ class RunActor(RunEffects, Actor):
 
     @property
     def run_id(self) -> str:
-        return self.key  # type: ignore[return-value]
+        return self.key
 
     def _final(self) -> bool:
         return self.run is not None and RUN.is_final(self.run["status"])

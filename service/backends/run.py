@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import trio
 
-from . import camera_move_video, lanczos_upscale, procedural_image
+from . import camera_move_video, espeak_speech, lanczos_upscale, procedural_image, selfie_segment
 from .base import (
     MSG_INTERNAL,
     MSG_NO_OUTPUT,
@@ -55,6 +55,8 @@ BACKENDS: dict[str, Backend] = {
             camera_move_video.available,
         ),
         Backend("lanczos_upscale", "media.upscale", lanczos_upscale.run),
+        Backend("espeak_speech", "audio.speech", espeak_speech.run, espeak_speech.available),
+        Backend("selfie_segment", "mask.segment", selfie_segment.run, selfie_segment.available),
     ]
 }
 

@@ -8,8 +8,11 @@ Extra keys (beyond operations.md's), all optional:
 
     timeout_s       per HTTP call to the engine (default 30)
     poll_s          comfyui: fallback poll of /queue and /history while the
-                    websocket is quiet (default 2); cog: health check period
+                    websocket is quiet (default 2); cog: health check period;
+                    replicate / fal: status poll period (default 1)
     url             replicate / fal: the API's base URL (for a proxy or a peer)
+    max_tokens      openai: the longest text.llm reply asked of the server
+    temperature     openai: text.llm sampling temperature (0: one reply per seed)
 
 Whether `token_env` is set is checked at node start (`missing_tokens`), not here:
 the catalog is data, the environment belongs to the running node.
@@ -80,6 +83,7 @@ class ReplicateEngine(_Bound):
     version: str | None = Field(default=None, min_length=1)
     token_env: str = Field(pattern=_ENV)
     url: str = Field(default="https://api.replicate.com/v1", pattern=_URL)
+    poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
 class OpenAIEngine(_Engine):
@@ -87,12 +91,15 @@ class OpenAIEngine(_Engine):
     model: str = Field(min_length=1)
     token_env: str | None = Field(default=None, pattern=_ENV)
     timeout_s: float = Field(default=600.0, gt=0, le=3600)
+    max_tokens: int | None = Field(default=None, gt=0)  # text.llm: the longest reply asked for
+    temperature: float | None = Field(default=None, ge=0, le=2)  # text.llm: 0 = the same reply for a seed
 
 
 class FalEngine(_Bound):
     app: str = Field(pattern=r"^[\w.-]+/[\w.-]+(/[\w./-]+)?$")
     token_env: str = Field(pattern=_ENV)
     url: str = Field(default="https://queue.fal.run", pattern=_URL)
+    poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
 Engine = ComfyEngine | CogEngine | ReplicateEngine | OpenAIEngine | FalEngine
@@ -116,7 +123,7 @@ def parse_engine(model_id: str, backend: str, slots: tuple[str, ...], raw: dict 
     if raw is None:
         raise EngineConfigError(f"{where}: engine: backend {backend!r} needs a [models.engine] table")
     try:
-        engine = _KINDS[backend].model_validate(raw)
+        engine: Engine = _KINDS[backend].model_validate(raw)  # type: ignore[assignment]  # one of the kinds
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(table)"

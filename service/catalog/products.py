@@ -160,10 +160,10 @@ def _step_price(s: Step, catalog: Catalog, runnable: Runnable, values: Mapping[s
     if not runnable(m):
         return f"model {m.id} is not available on this deployment", 0
     resolution, duration = _tier(s, m, values)
-    tier = tier_label(resolution, duration)  # type: ignore[arg-type]
+    tier = tier_label(resolution, duration)
     if resolution not in m.resolutions or (duration is not None and duration not in m.durations):
         return f"model {m.id} does not offer {tier}", 0
-    price = m.price_uc(resolution, duration)  # type: ignore[arg-type]
+    price = m.price_uc(resolution, duration)
     if price is None:
         return f"model {m.id} has no price for {tier}", 0
     return None, price

@@ -59,7 +59,7 @@ class Plan:
 
     @property
     def credits(self) -> str:
-        return fmt(self.price_uc)  # type: ignore[return-value]
+        return fmt(self.price_uc)
 
 
 def plan_submit(

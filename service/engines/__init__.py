@@ -30,9 +30,9 @@ from service.backends.base import (
     RenderRequest,
 )
 from service.catalog.catalog import Catalog, Model
-from service.catalog.engines import CogEngine, ComfyEngine, OpenAIEngine
+from service.catalog.engines import CogEngine, ComfyEngine, FalEngine, OpenAIEngine, ReplicateEngine
 
-from . import cog, comfyui, openai
+from . import cog, comfyui, fal, openai, replicate
 from .common import EngineError, Incomplete, NoOutput, Unreachable, Upstream
 from .context import HOOK_PATH, Context, Progress
 from .pool import Pool
@@ -56,6 +56,7 @@ class Engines:
             for m in catalog.models if isinstance(m.engine, (ComfyEngine, CogEngine, OpenAIEngine))
         }
         self._catalog = catalog
+        self._replicate_keys = replicate.SigningKeys()
 
     def serves(self, model: Model) -> bool:
         return model.engine is not None
@@ -71,8 +72,11 @@ class Engines:
         try:
             async with trio.open_nursery() as n:
                 for model_id, pool in self.pools.items():
-                    await n.start(pool.watch, self._health_check(self._catalog.model(model_id).engine))
+                    model = self._catalog.model(model_id)
+                    assert model is not None  # pools are made from the catalog's models
+                    await n.start(pool.watch, self._health_check(model.engine))
                 task_status.started()
+                await trio.sleep_forever()  # hosted APIs have no pool, but use the client too
         finally:
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
@@ -91,6 +95,10 @@ class Engines:
     async def render(self, req: RenderRequest, model: Model) -> Completed | Failed:
         engine = model.engine
         try:
+            if isinstance(engine, (ReplicateEngine, FalEngine)):  # hosted: no pool, no health checks
+                if isinstance(engine, ReplicateEngine):
+                    return Completed(await replicate.render(self.context, self._replicate_keys, req, engine))
+                return Completed(await fal.render(self.context, req, engine))
             pool = self.pools.get(model.id)
             if pool is None:
                 raise Unreachable(f"{model.backend} engines are not driven by this version")

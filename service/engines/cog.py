@@ -22,9 +22,9 @@ import httpx
 import trio
 
 from service.backends.base import Output, RenderRequest
-from service.catalog.engines import CogEngine
+from service.catalog.engines import CogEngine, FalEngine, ReplicateEngine
 
-from .common import is_cancel, Incomplete, NoOutput, Unreachable, check, data_url, decode_data_url, field_values, store_output, store_text
+from .common import Incomplete, Unreachable, check, collect, data_url, field_values, is_cancel
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ async def healthy(http: httpx.AsyncClient, url: str) -> bool:
     return resp.status_code == 200 and resp.json().get("status") in ("READY", "BUSY")
 
 
-def inputs_of(req: RenderRequest, cfg: CogEngine) -> dict:
+def inputs_of(req: RenderRequest, cfg: CogEngine | ReplicateEngine | FalEngine) -> dict:
     values = field_values(req)
     out: dict = {}
     for key, name in cfg.bind.items():
@@ -61,7 +61,7 @@ async def render(ctx: Context, req: RenderRequest, cfg: CogEngine, url: str, sin
         first = await _create(ctx.http, url, req.job_id, body, cfg)
         final = first if first.get("status") in ("succeeded", "failed", "canceled") else \
             await _wait(ctx.http, url, hooks, cfg, single_slot)
-        return await _outcome(ctx.http, req, final, cfg)
+        return await outcome(ctx.http, req, final, cfg)
     except BaseException as e:
         if not is_cancel(e) or ctx.stopping:  # a shutdown leaves the job running: the restarted node follows it
             raise
@@ -108,35 +108,8 @@ async def _wait(http, url: str, hooks: trio.MemoryReceiveChannel, cfg: CogEngine
             raise Incomplete(f"Cog server {url} is idle and sent no outcome (restarted?)")
 
 
-async def _outcome(http, req: RenderRequest, final: dict, cfg: CogEngine) -> list[Output]:
+async def outcome(http, req: RenderRequest, final: dict, cfg: CogEngine) -> list[Output]:
     status = final.get("status")
     if status != "succeeded":
         raise Incomplete(f"Cog prediction {status}: {str(final.get('error') or '')[:300]}")
-    outputs: list[Output] = []
-    texts: list[str] = []
-    for value in _strings(final.get("output")):
-        data = decode_data_url(value)
-        if data is None and value.startswith(("http://", "https://")):
-            data = check(await http.get(value, timeout=cfg.timeout_s)).content
-        if data is None:
-            texts.append(value)
-            continue
-        out = await store_output(req, len(outputs), data)
-        if out is not None:
-            outputs.append(out)
-    if texts and req.capability == "text.llm":
-        outputs.append(await store_text(req, len(outputs), "".join(texts)))
-    if not outputs:
-        raise NoOutput(f"Cog prediction {req.job_id} returned no file")
-    return outputs
-
-
-def _strings(value) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    return []
-
+    return await collect(http, req, final.get("output"), cfg.timeout_s)

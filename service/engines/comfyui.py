@@ -155,7 +155,10 @@ async def _listen(ctx: Context, req: RenderRequest, ws_url: str, done: trio.Even
 async def _websocket(ws_url: str):
     """A websocket over a TCP stream this module owns and closes: when the server ends the
     connection, trio-websocket's client waits for the server's TCP close and never closes
-    its own socket."""
+    its own socket. Leaving, it closes the TCP stream without a close handshake: the socket
+    is left when the job's follower is cancelled, which has already stopped the websocket's
+    reader task, so a handshake could only wait for a reply nobody reads (a second per job).
+    ComfyUI treats it as a client gone, as when a browser tab closes."""
     parts = urlsplit(ws_url)
     host = parts.hostname or ""
     secure = parts.scheme == "wss"
@@ -173,8 +176,6 @@ async def _websocket(ws_url: str):
             try:
                 yield ws
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
-                    await ws.aclose()
                 n.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

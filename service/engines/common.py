@@ -164,3 +164,35 @@ def decode_data_url(url: str) -> bytes | None:
         return base64.b64decode(url[m.end():], validate=False)
     except ValueError:
         return None
+
+
+async def collect(http: httpx.AsyncClient, req: RenderRequest, output, timeout_s: float) -> list[Output]:
+    """The files of a model's output (Cog, Replicate, fal: any JSON): every data URL or
+    http(s) URL in it is fetched and stored; plain strings are a `text.llm` reply."""
+    outputs: list[Output] = []
+    texts: list[str] = []
+    for value in _strings(output):
+        data = decode_data_url(value)
+        if data is None and value.startswith(("http://", "https://")):
+            data = check(await http.get(value, timeout=timeout_s)).content
+        if data is None:
+            texts.append(value)
+            continue
+        out = await store_output(req, len(outputs), data)
+        if out is not None:
+            outputs.append(out)
+    if texts and req.capability == "text.llm":
+        outputs.append(await store_text(req, len(outputs), "".join(texts)))
+    if not outputs:
+        raise NoOutput(f"job {req.job_id}: the engine returned no file")
+    return outputs
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    return []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 import trio
@@ -18,7 +18,12 @@ import trio
 from service.backends.base import RenderRequest
 
 Progress = Callable[[RenderRequest, float, float, str | None], None]
+Verify = Callable[[Mapping[str, str], bytes], bool]  # (headers, raw body) -> signed by the engine?
 HOOK_PATH = "/engine-hooks"
+
+
+class BadSignature(Exception):
+    """A webhook for a job whose engine signs its webhooks, without a valid signature."""
 
 
 class Context:
@@ -32,6 +37,7 @@ class Context:
         # and the restarted node follows them again by their ids
         self.stopping = False
         self._hooks: dict[str, trio.MemorySendChannel] = {}
+        self._verify: dict[str, Verify] = {}
 
     def token(self, job_id: str) -> str:
         return hmac.new(self._secret, f"engine-hook:{job_id}".encode(), hashlib.sha256).hexdigest()[:40]
@@ -39,22 +45,31 @@ class Context:
     def hook_url(self, job_id: str) -> str:
         return f"{self._base_url()}{HOOK_PATH}/{job_id}/{self.token(job_id)}"
 
-    def expect_hooks(self, job_id: str) -> trio.MemoryReceiveChannel:
-        """Where the webhooks for this job arrive until `forget_hooks`."""
+    def expect_hooks(self, job_id: str, verify: Verify | None = None) -> trio.MemoryReceiveChannel:
+        """Where the webhooks for this job arrive until `forget_hooks`; with `verify`, only
+        those it accepts (an engine that signs its webhooks: Replicate)."""
         send, receive = trio.open_memory_channel(16)
         self._hooks[job_id] = send
+        if verify is not None:
+            self._verify[job_id] = verify
         return receive
 
     def forget_hooks(self, job_id: str) -> None:
+        self._verify.pop(job_id, None)
         send = self._hooks.pop(job_id, None)
         if send is not None:
             send.close()
 
-    def deliver(self, job_id: str, token: str, payload: dict) -> bool:
-        """A webhook for a job; False when its token is wrong. A hook for a job nobody
+    def deliver(self, job_id: str, token: str, payload: dict, headers: Mapping[str, str] | None = None,
+                body: bytes = b"") -> bool:
+        """A webhook for a job; False when its token is wrong, BadSignature when the job's
+        engine signs its webhooks and this one is not signed right. A hook for a job nobody
         waits for any more (ended, or a duplicate) is accepted and dropped."""
         if not hmac.compare_digest(token.encode(), self.token(job_id).encode()):
             return False
+        verify = self._verify.get(job_id)
+        if verify is not None and not verify(headers or {}, body):
+            raise BadSignature(job_id)
         send = self._hooks.get(job_id)
         if send is not None:
             try:

@@ -58,9 +58,14 @@ async def render(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine,
 async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, url: str) -> tuple[list[Output], dict]:
     body = {"model": cfg.model, "messages": [{"role": "user", "content": req.prompt}], "seed": req.seed,
             "stream": True, "stream_options": {"include_usage": True}}
+    if cfg.max_tokens is not None:
+        body["max_tokens"] = cfg.max_tokens
+    if cfg.temperature is not None:
+        body["temperature"] = cfg.temperature
     parts: list[str] = []
     usage: dict = {}
     finish = None
+    done = False
     async with http.stream("POST", f"{url}/chat/completions", json=body, headers=_auth(cfg),
                            timeout=cfg.timeout_s) as resp:
         if resp.status_code >= 400:
@@ -70,8 +75,9 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
             if not line.startswith("data:"):
                 continue
             payload = line[5:].strip()
-            if payload == "[DONE]":
-                break
+            if payload == "[DONE]" or done:  # read on to the end: the connection stays clean
+                done = True
+                continue
             chunk = json.loads(payload)
             if chunk.get("error"):
                 raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
@@ -81,6 +87,8 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
             if chunk.get("usage"):
                 usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                          if isinstance(chunk["usage"].get(k), int)}
+    if not done and finish is None:  # the server broke off (llama-cpp-python: an error after the 200)
+        raise Incomplete("the chat stream ended before [DONE]")
     text = "".join(parts)
     if not text:
         raise NoOutput(f"the chat ended ({finish}) with no text")

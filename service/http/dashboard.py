@@ -51,6 +51,7 @@ def current_project() -> dict:
     row = accounts_sql.get_project(store, org_id, chosen) if chosen else None
     if row is None or row["is_archived"]:
         row = accounts_sql.default_project(store, org_id)
+    assert row is not None  # every organization has its Default project
     return row
 
 

@@ -50,9 +50,9 @@ def chart(rows: list[dict], today: datetime, names: dict[str, str]) -> dict:
     group = {p: (p if p in ranked[:4] else "other") for p in ranked}
     per_day: dict[str, dict[str, Decimal]] = {}
     for r in rows:
-        day = per_day.setdefault(r["day"], {})
+        bucket = per_day.setdefault(r["day"], {})
         key = group[r["project_id"]]
-        day[key] = day.get(key, Decimal(0)) + Decimal(r["credits"])
+        bucket[key] = bucket.get(key, Decimal(0)) + Decimal(r["credits"])
     days = [(today - timedelta(days=DAYS - 1 - i)).strftime("%Y-%m-%d") for i in range(DAYS)]
     top = max((sum(v.values()) for d, v in per_day.items() if d in days), default=Decimal(0)) or Decimal(1)
     bars = []

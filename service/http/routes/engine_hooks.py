@@ -13,7 +13,8 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service.engines import HOOK_PATH
-from service.errors import BadRequest, NotFound
+from service.engines.context import BadSignature
+from service.errors import ApiError, BadRequest, NotFound
 from service.http.auth import node
 
 bp = Blueprint("engine_hooks", __name__)
@@ -22,12 +23,19 @@ bp = Blueprint("engine_hooks", __name__)
 @bp.post(f"{HOOK_PATH}/<job_id>/<token>")
 @hide
 async def engine_hook(job_id: str, token: str):
+    body = await request.get_data(cache=False)
     try:
-        payload = json.loads(await request.get_data(cache=False))
+        payload = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("Body must be a JSON object.") from None
     if not isinstance(payload, dict):
         raise BadRequest("Body must be a JSON object.")
-    if not node().engines.context.deliver(job_id, token, payload):
+    try:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        raw = body if isinstance(body, bytes) else body.encode()
+        known = node().engines.context.deliver(job_id, token, payload, headers, raw)
+    except BadSignature:  # Replicate signs its webhooks (Standard Webhooks)
+        raise ApiError("Invalid webhook signature.", code="request.unauthorized", status=401) from None
+    if not known:
         raise NotFound("Not found.")
     return {"received": True}

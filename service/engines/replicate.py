@@ -1,0 +1,136 @@
+"""Replicate: the hosted predictions API (`Authorization: Bearer <token>`).
+
+- Create: `POST {url}/models/{owner}/{name}/predictions` (a `model`) or
+  `POST {url}/predictions` with `version`, and `Prefer: wait=5`: the API holds the
+  request open up to 5 s, so a fast model answers with its outcome at once. Not the
+  full 60 s: the create is shielded from a cancel until it answers (its answer is the
+  only way to learn the prediction's id, hence to cancel it), and a cancel should
+  reach Replicate soon.
+- Otherwise the prediction is followed two ways: the webhook this node gave it
+  (`completed` events only, checked against Replicate's signing secret, Standard
+  Webhooks) and a poll of the returned `urls.get` every `poll_s`, since webhooks can
+  be lost. The returned URLs are used as given, never rebuilt.
+- Cancel: `POST urls.cancel`.
+- Inputs are bound by name; an input asset goes as a data URL. Outputs that are URLs
+  (or data URLs) become files; plain strings are text (a `text.llm` reply).
+- The token is read from the environment for each call: it is in no log or error.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import os
+import time
+from collections.abc import Mapping
+
+import httpx
+import trio
+
+from service.backends.base import Output, RenderRequest
+from service.catalog.engines import ReplicateEngine
+
+from .cog import inputs_of
+from .common import Incomplete, Unreachable, check, collect, is_cancel
+from .context import Context
+
+log = logging.getLogger(__name__)
+
+CANCEL_S = 5.0
+WAIT_S = 5
+FINAL = ("succeeded", "failed", "canceled", "aborted")
+TOLERANCE_S = 300  # Standard Webhooks: a signed timestamp older or newer than this is refused
+
+
+def _auth(cfg: ReplicateEngine) -> dict:
+    token = os.environ.get(cfg.token_env)
+    if not token:
+        raise Unreachable(f"the variable {cfg.token_env} is not set")
+    return {"Authorization": f"Bearer {token}"}
+
+
+class SigningKeys:
+    """Replicate's webhook signing secret (`GET {url}/webhooks/default/secret`), fetched
+    once per API URL and token variable."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[str, str], bytes] = {}
+
+    async def get(self, http: httpx.AsyncClient, cfg: ReplicateEngine) -> bytes:
+        where = (cfg.url, cfg.token_env)
+        if where not in self._keys:
+            resp = check(await http.get(f"{cfg.url}/webhooks/default/secret", headers=_auth(cfg),
+                                        timeout=cfg.timeout_s))
+            secret = str(resp.json()["key"])
+            self._keys[where] = base64.b64decode(secret.removeprefix("whsec_"))
+        return self._keys[where]
+
+
+def verifier(key: bytes):
+    """The Standard Webhooks check of one webhook (`webhook-id`, `webhook-timestamp`,
+    `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, several
+    signatures allowed, space separated)."""
+
+    def verify(headers: Mapping[str, str], body: bytes) -> bool:
+        msg_id, stamp, sigs = (headers.get(h, "") for h in ("webhook-id", "webhook-timestamp", "webhook-signature"))
+        try:
+            if abs(time.time() - int(stamp)) > TOLERANCE_S:
+                return False
+        except ValueError:
+            return False
+        expected = base64.b64encode(hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest())
+        return any(s.startswith("v1,") and hmac.compare_digest(s[3:].encode(), expected) for s in sigs.split())
+
+    return verify
+
+
+async def render(ctx: Context, keys: SigningKeys, req: RenderRequest, cfg: ReplicateEngine) -> list[Output]:
+    key = await keys.get(ctx.http, cfg)
+    hooks = ctx.expect_hooks(req.job_id, verifier(key))
+    prediction: dict = {}
+    try:
+        body = {"input": await trio.to_thread.run_sync(inputs_of, req, cfg),
+                "webhook": ctx.hook_url(req.job_id), "webhook_events_filter": ["completed"]}
+        if cfg.version:
+            body["version"] = cfg.version
+            create = f"{cfg.url}/predictions"
+        else:
+            create = f"{cfg.url}/models/{cfg.model}/predictions"
+        with trio.CancelScope(shield=True):  # a cancel waits for the id it needs
+            resp = await ctx.http.post(create, json=body, headers={**_auth(cfg), "Prefer": f"wait={WAIT_S}"},
+                                       timeout=cfg.timeout_s + WAIT_S)
+            prediction = check(resp).json()
+        await trio.lowlevel.checkpoint()  # a cancel that came meanwhile lands here
+        while prediction.get("status") not in FINAL:
+            prediction = await _next(ctx.http, hooks, prediction, cfg)
+        if prediction["status"] != "succeeded":
+            raise Incomplete(f"Replicate prediction {prediction.get('id')} {prediction['status']}: "
+                             f"{str(prediction.get('error') or '')[:300]}")
+        return await collect(ctx.http, req, prediction.get("output"), cfg.timeout_s)
+    except BaseException as e:
+        cancel = (prediction.get("urls") or {}).get("cancel")
+        if is_cancel(e) and cancel and not ctx.stopping:
+            with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
+                try:
+                    await ctx.http.post(cancel, headers=_auth(cfg), timeout=CANCEL_S)
+                except httpx.HTTPError as err:
+                    log.warning("job %s: cancelling the Replicate prediction failed: %s", req.job_id,
+                                type(err).__name__)
+        raise
+    finally:
+        ctx.forget_hooks(req.job_id)
+
+
+async def _next(http: httpx.AsyncClient, hooks: trio.MemoryReceiveChannel, prediction: dict,
+                cfg: ReplicateEngine) -> dict:
+    """The prediction's next state: a (verified) webhook, or a poll of `urls.get`."""
+    with trio.move_on_after(cfg.poll_s):
+        async for payload in hooks:
+            if payload.get("id") == prediction.get("id") and payload.get("status") in FINAL:
+                return payload
+    url = (prediction.get("urls") or {}).get("get")
+    if not url:
+        raise Incomplete(f"Replicate prediction {prediction.get('id')} has no urls.get")
+    return check(await http.get(url, headers=_auth(cfg), timeout=cfg.timeout_s)).json()

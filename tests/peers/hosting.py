@@ -1,0 +1,39 @@
+"""Serve a peer's Quart-trio app on a loopback port inside a trio test (or a bench)."""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import asynccontextmanager
+from functools import partial
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from PIL import Image, ImageDraw
+
+
+@asynccontextmanager
+async def serving(app, host: str = "127.0.0.1", port: int = 0):
+    """Yields the base URL (`http://127.0.0.1:PORT`) while the app is served."""
+    cfg = Config()
+    cfg.bind = [f"{host}:{port}"]
+    cfg.accesslog = None
+    cfg.errorlog = None
+    async with trio.open_nursery() as n:
+        urls = await n.start(partial(serve, app, cfg, shutdown_trigger=trio.sleep_forever))
+        try:
+            yield urls[0]
+        finally:
+            n.cancel_scope.cancel()
+
+
+def picture(prompt: str, seed: int, width: int = 64, height: int = 64) -> bytes:
+    """The peers' "model": a PNG whose colours come from sha256("<seed>:<prompt>")."""
+    from io import BytesIO
+
+    digest = hashlib.sha256(f"{seed}:{prompt}".encode()).digest()
+    image = Image.new("RGB", (width, height), tuple(digest[:3]))
+    ImageDraw.Draw(image).ellipse((width // 4, height // 4, 3 * width // 4, 3 * height // 4), fill=tuple(digest[3:6]))
+    buf = BytesIO()
+    image.save(buf, "PNG")
+    return buf.getvalue()
