@@ -5,7 +5,7 @@ into `JobActor` of service/actors/jobs.py), settling the hold, and their binding
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.actors.billing_messages import Capture, Release
 from service.actors.effects import EffectHandlers, Step
@@ -36,6 +36,9 @@ class JobEffects:
     gen: Any
     retry_at: float | None
     job_id: Any
+
+    if TYPE_CHECKING:  # provided by JobActor
+        async def _render(self, *, resumed: bool) -> None: ...
 
     def _on_render(self, step: Step) -> None:
         step.after.append(lambda: self._render(resumed=False))

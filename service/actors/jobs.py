@@ -371,7 +371,7 @@ class JobActor(JobEffects, Actor):
                 gen.slots.release(job["model"], self.job_id)
             await self._finish("cancel")  # a running render: see _on_discard_render
         self._maybe_done()
-        return gen.status(self.job_id)  # type: ignore[return-value]
+        return gen.status(self.job_id)
 
     def _watch(self, notify: Notify) -> None:
         if self._final():

@@ -5,7 +5,7 @@ tables (`RUN_EFFECTS`, `STEP_EFFECTS`; tests/test_effects.py checks every effect
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.actors.effects import EffectHandlers, Step
 from service.catalog import products as catalog_products
@@ -34,6 +34,16 @@ class RunEffects:
     steps: dict[str, dict]
     product: Any
     p: Any
+
+    if TYPE_CHECKING:  # provided by RunActor
+        @property
+        def run_id(self) -> str: ...
+        async def _cancel_job(self, job_id: str | None) -> dict | None: ...
+        async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra: Any = None) -> None: ...
+        def _spent(self) -> int: ...
+        def _outputs_by_step(self) -> dict[str, list[str]]: ...
+        async def _submit(self, key: str) -> None: ...
+        def _start_op(self, key: str) -> None: ...
 
     def _on_cancel_unfinished(self, step: Step) -> None:
         """Every unfinished step (but the failed one) becomes canceled in the run's commit;

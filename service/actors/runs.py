@@ -202,7 +202,7 @@ class RunActor(RunEffects, Actor):
         for key, f in step_fields.items():
             self.steps[key].update(f)
         self.run.update(run_fields)  # type: ignore[union-attr]
-        self.p.publish(self.run, self.steps)  # type: ignore[arg-type]
+        self.p.publish(self.run, self.steps)
 
     async def _advance(self, finished: dict[str, dict] | None = None, extra=None) -> None:
         """Start the steps that are ready (or complete the run). `finished` are step fields of
