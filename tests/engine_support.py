@@ -31,37 +31,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class CogServer:
-    """`python -m cog.server.http` with the test predictor; no Docker."""
+class _ServerProcess:
+    """A server subprocess in its own process group: started, waited for until `ready()`
+    answers, and killed with everything it started."""
 
-    def __init__(self, log_path: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
+    what = "server"
+    proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 60.0) -> CogServer:
-        env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": f"{PREDICTOR.name}:Predictor",
-               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
-                                         cwd=PREDICTOR.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def _wait(self, timeout: float, log_path: Path):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.url}/health-check", timeout=1).json().get("status") == "READY":
+                if self.ready():
                     return self
             except (httpx.HTTPError, ValueError):
                 pass
-            if self.proc.poll() is not None:
+            if self.proc is not None and self.proc.poll() is not None:
                 break
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the Cog server did not start; see {self.log_path}")
+        raise RuntimeError(f"the {self.what} did not start; see {log_path}")
 
     def stop(self) -> None:
-        """Kill the server and its worker (its own process group)."""
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -70,16 +64,43 @@ class CogServer:
             self.proc.wait(timeout=10)
 
 
-class LlamaServer:
+class CogServer(_ServerProcess):
+    """`python -m cog.server.http` with the test predictor; no Docker."""
+
+    what = "Cog server"
+
+    def __init__(self, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.url}/health-check", timeout=1).json().get("status") == "READY"
+
+    def start(self, timeout: float = 60.0) -> CogServer:
+        env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": f"{PREDICTOR.name}:Predictor",
+               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
+                                         cwd=PREDICTOR.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        return self._wait(timeout, self.log_path)
+
+
+class LlamaServer(_ServerProcess):
     """llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`) with the
     tiny GGUF model the tests write (tests/engines/tiny_gguf.py). `--interrupt_requests
     False`: by default a waiting request cuts the running stream short."""
+
+    what = "llama-cpp-python server"
 
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.url}/models", timeout=1).status_code == 200
 
     def start(self, timeout: float = 90.0) -> LlamaServer:
         model = self.workdir / "tiny.gguf"
@@ -89,26 +110,7 @@ class LlamaServer:
                 [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
                  "--n_ctx", "16384", "--host", "127.0.0.1", "--port", str(self.port), "--interrupt_requests", "False"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/models", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"the llama-cpp-python server did not start; see {self.workdir / 'llama.log'}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
+        return self._wait(timeout, self.workdir / "llama.log")
 
 
 def cog_catalog(url: str | list[str], *, concurrency: int = 1, model_id: str = "cog-image",

@@ -42,18 +42,16 @@ import sys
 import time
 import traceback
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 from PIL import ImageOps
 
 if __package__ in (None, ""):  # run as a script: make `peers` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from peers import comfyui_nodes as nodes  # noqa: E402
+from peers.hosting import serving  # noqa: E402
 
 
 SENSITIVE = ("auth_token_comfy_org", "api_key_comfy_org")  # extra_data keys left out of the history
@@ -370,14 +368,8 @@ async def run_peer(root: Path, host: str = "127.0.0.1", port: int = 0):
     from peers.comfyui_app import create_app
 
     peer = Peer(root)
-    app = create_app(peer)
-    cfg = Config()
-    cfg.bind = [f"{host}:{port}"]
-    cfg.accesslog = None
-    cfg.errorlog = None
-    async with trio.open_nursery() as n:
-        urls = await n.start(partial(serve, app, cfg, shutdown_trigger=trio.sleep_forever))
-        peer.url = urls[0]
+    async with trio.open_nursery() as n, serving(create_app(peer), host, port) as url:
+        peer.url = url
         n.start_soon(peer.worker)
         try:
             yield peer

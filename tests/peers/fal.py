@@ -31,7 +31,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from .hosting import picture, serving
+from .hosting import picture, running
 
 
 class Peer:
@@ -159,9 +159,5 @@ def create_app(peer: Peer) -> QuartTrio:
 @asynccontextmanager
 async def run_peer(token: str):
     peer = Peer(token)
-    async with trio.open_nursery() as n:
-        peer.nursery = n
-        async with serving(create_app(peer)) as url:
-            peer.url = url
-            yield peer
-        n.cancel_scope.cancel()
+    async with running(peer, create_app(peer)):
+        yield peer

@@ -27,6 +27,17 @@ async def serving(app, host: str = "127.0.0.1", port: int = 0):
             n.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def running(peer, app):
+    """Serve a peer object's app; the peer gets `url` and a `nursery` for its own tasks."""
+    async with trio.open_nursery() as n:
+        peer.nursery = n
+        async with serving(app) as url:
+            peer.url = url
+            yield peer
+        n.cancel_scope.cancel()
+
+
 def picture(prompt: str, seed: int, width: int = 64, height: int = 64) -> bytes:
     """The peers' "model": a PNG whose colours come from sha256("<seed>:<prompt>")."""
     from io import BytesIO

@@ -39,7 +39,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from .hosting import picture, serving
+from .hosting import picture, running
 
 MODELS = {"acme/pictures": "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"}
 
@@ -201,9 +201,5 @@ def create_app(peer: Peer) -> QuartTrio:
 @asynccontextmanager
 async def run_peer(token: str):
     peer = Peer(token)
-    async with trio.open_nursery() as n:
-        peer.nursery = n
-        async with serving(create_app(peer)) as url:
-            peer.url = url
-            yield peer
-        n.cancel_scope.cancel()
+    async with running(peer, create_app(peer)):
+        yield peer

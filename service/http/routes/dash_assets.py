@@ -19,7 +19,7 @@ from service.http.auth import node, principal
 from service.http.browser import check_csrf_value, forged, page, safe_next, same_site_origin
 from service.http.dashboard import current_project, show, signed
 from service.http.pages import PageError
-from service.http.routes.uploads import FILE_TOO_BIG, MAX_FILE, TooLarge, _drain, receive
+from service.http.routes.uploads import FILE_TOO_BIG, MAX_FILE, TooLarge, _drain, asset_row, receive
 from service.storage import generation as sql
 
 bp = Blueprint("dash_assets", __name__)
@@ -72,12 +72,7 @@ async def upload():
         if got.too_big:
             raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
         info = await gen.inspect_upload(temp, got.declared_type)
-        row = {
-            "id": asset_id, "organization_id": p.org_id, "project_id": project["id"], "job_id": None,
-            "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
-            "width": info.width, "height": info.height, "duration_s": info.duration_s,
-            "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": gen.clock.iso_now(),
-        }
+        row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
         handed_over = True
         await gen.commit_upload(p.org_id, row, temp)
     except TooLarge:

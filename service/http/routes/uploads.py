@@ -274,12 +274,7 @@ async def upload():
             if got.too_big:
                 raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
             info = await gen.inspect_upload(temp, got.declared_type)
-            row = {
-                "id": asset_id, "organization_id": p.org_id, "project_id": project["id"], "job_id": None,
-                "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
-                "width": info.width, "height": info.height, "duration_s": info.duration_s,
-                "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": gen.clock.iso_now(),
-            }
+            row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
             crashpoint("upload_complete")  # the file is complete in tmp/, no asset row yet
             handed_over = True  # from here on the uploads actor owns the temp file
             row = await gen.commit_upload(p.org_id, row, temp)
@@ -289,3 +284,13 @@ async def upload():
     except TooLarge:
         return _too_large()
     return {"data": asset_record(row, gen.base_url)}, 201
+
+
+def asset_row(asset_id: str, org_id: str, project_id: str, info, got, now_iso: str) -> dict:
+    """The asset row of an uploaded file (the API's upload and the dashboard's)."""
+    return {
+        "id": asset_id, "organization_id": org_id, "project_id": project_id, "job_id": None,
+        "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
+        "width": info.width, "height": info.height, "duration_s": info.duration_s,
+        "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": now_iso,
+    }
