@@ -29,9 +29,9 @@ from service.actors.accounts import AccountsActor
 from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
 from service.actors.billing_messages import Grant
 from service.actors.delivery import DeliveryRegistry
-from service.actors.jobs import Generation
+from service.actors.generation import Generation
 from service.actors.retention import RetentionActor
-from service.actors.runs import Products
+from service.actors.products import Products
 from service.actors.runtime import Registry
 from service.actors.sessions import SessionsActor
 from service.actors.tickets import TicketsActor

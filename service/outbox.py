@@ -1,5 +1,5 @@
 """One dispatcher for an outbox table, parametrised by its `Source` (the table's SQL and the
-sender): job webhooks (service/actors/job_webhooks.py) and mails (service/mail/outbox.py).
+sender): job webhooks (service/senders/job_webhooks.py) and mails (service/mail/outbox.py).
 Account webhooks keep their own actor (service/actors/delivery.py): they fan events out to
 subscriptions and share slots fairly between organizations.
 

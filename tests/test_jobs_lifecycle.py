@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 import trio
 
-from service.actors.jobs import Generation, RenderHandle
+from service.actors.generation import Generation
+from service.actors.job_messages import RenderHandle
 from service.backends import run as backends_run
 from service.errors import ActorGone, NotFound
 from service.storage import generation as gsql

@@ -22,6 +22,9 @@ FORBIDDEN = {
     # the money rules: pure, so they are tested without trio; service.clock brings trio in
     "credits": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
                 "service.actors", "service.http", "service.clock", "service.engines"),
+    # views shape rows into responses: they read storage at most, never ask an actor
+    "views": ("service.actors", "service.http", "quart", "hypercorn", "sqlite3", "sqlite_utils", "trio"),
+    "senders": ("service.actors", "service.http", "quart", "hypercorn"),
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import trio
 
 from conftest import OPERATOR, START, Node
+from service.actors import products as products_mod
 from service.actors import runs as runs_mod
 from service.clock import Clock
 from service.config import Settings
@@ -115,7 +116,7 @@ async def test_a_run_resumes_after_a_restart_mid_clip(nursery, tmp_path):
 async def test_a_step_job_that_finished_while_the_node_was_down(nursery, tmp_path, monkeypatch):
     # the run never hears that its still finished (as if the node stopped right after the job's
     # final commit); the next node picks the ending up from the job's stored status
-    monkeypatch.setattr(runs_mod.Products, "notifier", lambda self, *a: (lambda status: None))
+    monkeypatch.setattr(products_mod.Products, "notifier", lambda self, *a: (lambda status: None))
     a = await boot(nursery, tmp_path)
     org = await a.node.create_org()
     key = org["api_key"]

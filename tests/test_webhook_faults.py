@@ -29,7 +29,8 @@ import pytest
 import trio
 
 from faultserver import canary, fault_server
-from service.actors import delivery, job_webhooks
+from service.actors import delivery
+from service.senders import job_webhooks
 from service.clock import parse_iso
 from service.net.client import Sender
 from service.storage import generation as gsql

@@ -1,24 +1,6 @@
-"""Product runs: one actor per run (registry `node.runs`, key = run id), and the
-`Products` facade the HTTP routes use (`node.products`).
-
-Interfaces
-==========
-
-    view  = await products.start(org_id, user_id, slug, inputs, project, idempotency_key=None,
-                                 request_hash=None)
-        The route has resolved the project (404 unknown, 409 archived). Checks, in this
-        order: product known (404), inputs (422, input name in
-        `details.input`), product available for those inputs (503
-        `request.service_unavailable`, details `product`, `reasons`), the balance covers the
-        whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
-        nothing reserved). Then the run actor persists the run `queued` with every step
-        `pending` and answers the ProductRun (HTTP 202). With an Idempotency-Key: the same
-        key and the same request within 24 h answer the first 202 body and start nothing;
-        another request under that key is 422.
-    view  = await products.cancel(org_id, run_id)     spec's cancel rules; 404 NotFound
-    view  = products.get(org_id, run_id)              any project of the organization
-    views = products.list_runs(project_id, limit, product=None)
-    (the merged feed of GET /v1/runs is `service.actors.run_feed`)
+"""Product runs: one actor per run (machines.RUN / machines.STEP; registry `node.runs`, key =
+run id). The facade routes call is `Products` (service/actors/products.py); the messages are in
+service/actors/run_messages.py, op steps in service/actors/run_ops.py.
 
 The run (machines.RUN / machines.STEP)
 ======================================
@@ -60,32 +42,24 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
-
-from service.actors import run_views
-from service.actors.run_feed import cursor_key
-from service.actors.runtime import Actor, Registry
-from service.assets.signing import load_secret
+from service.actors.run_messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
+from service.actors.run_ops import op_task
+from service.actors.run_effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, actual_uc, after
+from service.actors.runtime import Actor
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
 from service.catalog.product_types import Product
 from service.crash import crashpoint
-from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
-                            Unprocessable)
-from service.idempotency import TTL_S as IDEMPOTENCY_TTL, KeyedLocks, replay
-from service.idempotency import request_hash as idem_hash
-from service.machines import RUN, STEP
-from service.money import fmt, to_uc
-from service.storage import billing as billing_sql
+from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
+from service.idempotency import KeyTaken, key_taken
+from service.machines import RUN
 from service.storage import generation as gen_sql
-from service.storage import idempotency as idem_sql
 from service.storage import products as sql
+
+if TYPE_CHECKING:
+    from service.actors.products import Products
 
 log = logging.getLogger(__name__)
 
@@ -101,120 +75,8 @@ def insufficient_message(e: InsufficientCredits) -> str:
             f"available {d.get('available')}).")
 
 
-# -- messages ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Create:
-    run: dict
-    steps: list
-    idempotency: dict | None = None  # {organization_id, key, request_hash}
-
-
-@dataclass(frozen=True)
-class CancelRun:
-    pass
-
-
-@dataclass(frozen=True)
-class Advance:
-    pass
-
-
-@dataclass(frozen=True)
-class StepJobEnded:
-    key: str
-    job_id: str
-    status: dict
-
-
-@dataclass(frozen=True)
-class OpDone:
-    key: str
-    token: Any
-    asset: dict | None  # the asset row to insert (created_at filled by the actor)
-    error: str | None
-
-
-class KeyTaken(Exception):
-    """A concurrent run start with the same Idempotency-Key committed first."""
-
-
-class OpHandle:
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
-
-
-# -- the registry -----------------------------------------------------------------------------
-class RunRegistry(Registry):
-    """The run actors plus a background nursery for op tasks. `ops[(run_id, key)]` is a
-    running op until its actor has taken the `OpDone`."""
-
-    def __init__(self, factory, clock) -> None:
-        super().__init__("runs", factory, clock)
-        self.ops: dict[tuple[str, str], OpHandle] = {}
-        self.background: trio.Nursery | None = None
-
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as bg:
-            self.background = bg
-            await bg.start(Registry.run, self)
-            task_status.started()
-
-
-# -- op steps (worker thread) -------------------------------------------------------------------
-AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
-
-
-def run_op(files, work: Path, op: str, args: dict, path: Path, duration_s: float | None) -> dict:
-    """Run one op on the input file `path` (a video's `duration_s`); place the PNG it makes
-    in `files`; answer the new asset's fields.
-
-    extract_frame(video, at: first|middle|last) -> media.ops.extract_frame(path, at_s, dst)
-    resize_image(image, max_side)               -> media.ops.resize_image(src, dst, w=h=max_side)
-    """
-    from service.assets.files import hash_file
-    from service.media import ops
-
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        dst = work / "out.png"
-        if op == "extract_frame":
-            duration = float(duration_s or 0.0)
-            width, height = ops.extract_frame(path, duration * AT[args["at"]], dst)
-        elif op == "resize_image":
-            side = int(args["max_side"])
-            width, height = ops.resize_image(path, dst, side, side)
-        else:
-            raise ValueError(f"unknown op {op!r}")
-        sha, size = hash_file(dst)
-        files.place(dst, sha)
-        return {"kind": "image", "content_type": "image/png", "width": width, "height": height,
-                "duration_s": None, "size_bytes": size, "sha256": sha}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-async def _op_task(products: Products, run: dict, key: str, handle: OpHandle, op: str, args: dict,
-                   src: dict) -> None:
-    asset = error = None
-    work = products.files.work / f"run-{run['id']}-{key}"
-    try:
-        with handle.scope:
-            fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args,
-                                                   products.files.path(src["sha256"]), src["duration_s"],
-                                                   abandon_on_cancel=True)
-            asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
-                     "project_id": run["project_id"], "job_id": None, "position": 0, "source": "workflow",
-                     **fields}
-    except Exception:  # noqa: BLE001 - reported as failure 5
-        log.exception("run %s: op step %s (%s) failed", run["id"], key, op)
-        asset, error = None, MSG_INTERNAL
-    if handle.scope.cancelled_caught:
-        asset, error = None, None
-    products.runs.tell(run["id"], OpDone(key, handle, asset, error))
-
-
 # -- the actor --------------------------------------------------------------------------------
-class RunActor(Actor):
+class RunActor(RunEffects, Actor):
     def __init__(self, products: Products) -> None:
         self.p = products
         self.run: dict | None = None
@@ -305,14 +167,13 @@ class RunActor(Actor):
         def tx(conn):
             sql.insert_run(conn, run, steps)
             if idem is not None:
-                idem_sql.put(conn, "product_run_keys", {**idem, "run_id": run["id"], "response": json.dumps(view),
-                                       "created_at": now}, older_than=now - IDEMPOTENCY_TTL)
+                self.p.keys.put(conn, idem, run["id"], view, now)
 
         try:
             await self.p.store.write(tx)
         except Exception as e:
             self.done = True
-            if idem is not None and "UNIQUE" in str(e).upper():
+            if idem is not None and key_taken(e):
                 raise KeyTaken() from e
             raise
         self.run = run
@@ -341,7 +202,7 @@ class RunActor(Actor):
         for key, f in step_fields.items():
             self.steps[key].update(f)
         self.run.update(run_fields)  # type: ignore[union-attr]
-        self.p.publish(self.run, self.steps)  # type: ignore[arg-type]
+        self.p.publish(self.run, self.steps)
 
     async def _advance(self, finished: dict[str, dict] | None = None, extra=None) -> None:
         """Start the steps that are ready (or complete the run). `finished` are step fields of
@@ -362,25 +223,19 @@ class RunActor(Actor):
         now = self.p.clock.iso_now()
         run_fields: dict = {}
         if ready and self.run["status"] == "queued":
-            run_fields = {"status": RUN.apply("queued", "start")[0], "started_at": now}
+            run_fields = {"status": RUN_EFFECTS.apply(self, "queued", "start").new, "started_at": now}
         step_fields: dict[str, dict] = dict(finished)
-        for key in ready:
-            new, _ = STEP.apply(self.steps[key]["status"], "start")
-            f = {"status": new, "started_at": now}
-            if self.steps[key]["capability"] is not None:
-                f["request_id"] = str(uuid.uuid4())
-            step_fields[key] = f
+        starts = [STEP_EFFECTS.apply(self, self.steps[key]["status"], "start", key=key) for key in ready]
+        for st in starts:
+            step_fields[st.facts["key"]] = {"status": st.new, "started_at": now, **st.fields}
         if run_fields or step_fields or extra is not None:
             await self._write(run_fields, step_fields, extra)
         if finished:
             crashpoint("step_finished")
-        for key in ready:
+        for st in starts:
             if self._final():
                 break
-            if self.steps[key]["capability"] is not None:
-                await self._submit(key)
-            else:
-                self._start_op(key)
+            await after(st)
 
     async def _submit(self, key: str) -> None:
         step = self.steps[key]
@@ -446,7 +301,7 @@ class RunActor(Actor):
             self.p.runs.tell(self.run_id, OpDone(key, handle, None, MSG_INTERNAL))
             return
         assert self.p.runs.background is not None and definition.op is not None  # an op step names its op
-        self.p.runs.background.start_soon(_op_task, self.p, run, key, handle, definition.op, args, src)
+        self.p.runs.background.start_soon(op_task, self.p, run, key, handle, definition.op, args, src)
 
     # step endings ---------------------------------------------------------------------------
     async def _job_ended(self, msg: StepJobEnded) -> None:
@@ -458,7 +313,7 @@ class RunActor(Actor):
         st = msg.status or {}
         status = st.get("status")
         if status == "completed":
-            await self._step_completed(msg.key, [o["id"] for o in st.get("outputs", [])], _actual_uc(st))
+            await self._step_completed(msg.key, [o["id"] for o in st.get("outputs", [])], actual_uc(st))
         elif status == "failed":
             await self._fail(msg.key, st.get("error") or MSG_INTERNAL)
         elif status == "nsfw":
@@ -483,8 +338,8 @@ class RunActor(Actor):
                                    extra=lambda conn: gen_sql.insert_asset(conn, asset))
 
     async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra=None) -> None:
-        new, _ = STEP.apply(self.steps[key]["status"], "finish")
-        fields = {"status": new, "outputs": outputs, "cost_uc": cost_uc, "finished_at": self.p.clock.iso_now()}
+        st = STEP_EFFECTS.apply(self, self.steps[key]["status"], "finish", outputs=outputs, cost_uc=cost_uc)
+        fields = {"status": st.new, **st.fields, "finished_at": self.p.clock.iso_now()}
         # memory first, so the advance sees the step done; if the write fails the actor
         # crashes and reloads from SQLite, where the step is still running
         self.steps[key].update(fields)
@@ -492,9 +347,8 @@ class RunActor(Actor):
 
     async def _complete(self, finished: dict[str, dict] | None = None, extra=None) -> None:
         assert self.run is not None and self.product is not None
-        new, _ = RUN.apply(self.run["status"], "all_done")
-        outputs = catalog_products.run_outputs(self.product, self._outputs_by_step())
-        await self._write({"status": new, "outputs": outputs, "actual_uc": self._spent(),
+        rs = RUN_EFFECTS.apply(self, self.run["status"], "all_done")
+        await self._write({"status": rs.new, **rs.fields, "actual_uc": self._spent(),
                            "finished_at": self.p.clock.iso_now()}, dict(finished or {}), extra)
         self._maybe_done()
 
@@ -503,44 +357,23 @@ class RunActor(Actor):
 
     # failure and cancel ---------------------------------------------------------------------
     async def _end(self, event: str, failed_key: str | None, reason: str | None) -> None:
-        """Fail (`step_failed`) or cancel the run: unfinished steps canceled, jobs canceled."""
+        """Fail (`step_failed`, the step `failed_key` failed) or cancel the run; the rest is
+        the effects of the RUN row (cancel_unfinished, release_failed)."""
         run = self.run
         assert run is not None
-        new, _ = RUN.apply(run["status"], event)
         now = self.p.clock.iso_now()
         step_fields: dict[str, dict] = {}
-        in_flight: list[str] = []
-        for key, s in self.steps.items():
-            if s["status"] in STEP_FINAL:
-                continue
-            if key == failed_key:
-                step_fields[key] = {"status": STEP.apply(s["status"], "fail")[0], "error": reason,
-                                    "finished_at": now}
-                continue
-            if s["status"] == "running":
-                in_flight.append(key)
-            step_fields[key] = {"status": STEP.apply(s["status"], "cancel")[0], "finished_at": now}
-        run_fields = {"status": new, "finished_at": now}
+        failed = self.steps.get(failed_key) if failed_key is not None else None
+        if failed is not None and failed["status"] not in STEP_FINAL:
+            step_fields[failed_key] = {"status": STEP_EFFECTS.apply(self, failed["status"], "fail").new,  # type: ignore[index]
+                                       "error": reason, "finished_at": now}
+        rs = RUN_EFFECTS.apply(self, run["status"], event, failed_key=failed_key, now=now, step_fields=step_fields)
+        run_fields = {"status": rs.new, "finished_at": now}
         if failed_key is not None:
             run_fields["error"] = f"{failed_key}: {reason}"
-        spent = sum(s["cost_uc"] or 0 for k, s in self.steps.items() if s["status"] == "completed")
-        run_fields["actual_uc"] = spent
+        run_fields["actual_uc"] = self._spent()
         await self._write(run_fields, step_fields)
-        late: dict[str, dict] = {}
-        for key in in_flight:
-            s = self.steps[key]
-            if s["capability"] is None:
-                handle = self.p.runs.ops.get((self.run_id, key))
-                if handle is not None:
-                    handle.scope.cancel()
-                continue
-            st = await self._cancel_job(s["request_id"])
-            if st is not None and st.get("status") == "completed":
-                late[key] = {"status": "completed", "outputs": [o["id"] for o in st.get("outputs", [])],
-                             "cost_uc": _actual_uc(st), "finished_at": st.get("finished_at") or now}
-        if late:
-            spent += sum(f["cost_uc"] for f in late.values())
-            await self._write({"actual_uc": spent}, late)
+        await after(rs)
         self._maybe_done()
 
     async def _cancel_job(self, job_id: str | None) -> dict | None:
@@ -566,173 +399,3 @@ class RunActor(Actor):
         if not self._final():
             await self._end("cancel", None, None)
         return self.p.view_of(self.run, list(self.steps.values()))
-
-
-def _actual_uc(status: dict) -> int:
-    actual = (status.get("credits") or {}).get("actual")
-    return to_uc(actual) if actual is not None else 0
-
-
-# -- the facade -------------------------------------------------------------------------------
-class Products:
-    """The node's product part: the run registry and what the HTTP routes call."""
-
-    def __init__(self, node) -> None:
-        self.node = node
-        self.store = node.store
-        self.clock = node.clock
-        self.base_url = node.settings.public_base_url
-        self.runs = RunRegistry(lambda key: RunActor(self), node.clock)
-        self.cursor_key = cursor_key(load_secret(node.settings.data_dir))
-        self._locks = KeyedLocks()
-
-    @property
-    def generation(self):
-        return self.node.generation
-
-    @property
-    def files(self):
-        return self.node.generation.files
-
-    @property
-    def catalog(self):
-        return self.node.catalog
-
-    def notifier(self, run_id: str, key: str, job_id: str):
-        runs = self.runs
-
-        def notify(status: dict) -> None:
-            runs.tell(run_id, StepJobEnded(key, job_id, status))
-
-        return notify
-
-    # views ----------------------------------------------------------------------------------
-    def publish(self, run: dict, steps: dict[str, dict], view: dict | None = None) -> None:
-        """After a commit: the run object to the streams following it or its project (its
-        view, which reads the run's assets, is built only when one is open)."""
-        self.node.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
-                                  lambda: view or self.view_of(run, list(steps.values())), source="workflow")
-
-    def view_of(self, run: dict, steps: list[dict]) -> dict:
-        ids = run_views.asset_ids_of(run, steps)
-        assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}
-        return run_views.run_view(run, steps, assets, self.base_url)
-
-    def views_of(self, runs: list[dict]) -> list[dict]:
-        """Many runs at once (three queries)."""
-        if not runs:
-            return []
-        steps = sql.steps_of_runs(self.store, [r["id"] for r in runs])
-        ids: list[str] = []
-        for r in runs:
-            ids.extend(run_views.asset_ids_of(r, steps[r["id"]]))
-        assets: dict[str, dict] = {}
-        if ids:
-            for start in range(0, len(ids), 500):
-                part = ids[start:start + 500]
-                marks = ", ".join("?" * len(part))
-                for row in self.store.all(f"SELECT {gen_sql.ASSET_COLUMNS} FROM assets WHERE id IN ({marks})",
-                                          part):
-                    assets[row["id"]] = row
-        return [run_views.run_view(r, steps[r["id"]], assets, self.base_url) for r in runs]
-
-    def get(self, org_id: str, run_id: str) -> dict:
-        run = sql.run_in_org(self.store, org_id, run_id)
-        if run is None:
-            raise NotFound("Run not found.")
-        return self.view_of(run, sql.steps_of(self.store, run_id))
-
-    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[dict]:
-        return self.views_of(sql.list_runs(self.store, project_id, limit, product))
-
-    # products -------------------------------------------------------------------------------
-    def runnable(self, model) -> bool:
-        return self.node.runnable(model)
-
-    def product_or_404(self, slug: str):
-        p = catalog_products.product(slug)
-        if p is None:
-            raise NotFound("Product not found.", {"product": slug})
-        return p
-
-    def product_view(self, p, values=None) -> dict:
-        return catalog_products.product_view(p, self.catalog, self.runnable, values)
-
-    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict:
-        return catalog_products.validate_run_inputs(
-            p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
-
-    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict:
-        p = self.product_or_404(slug)
-        values = self.values_for(p, org_id, project_id, inputs)
-        return self.product_view(p, values)
-
-    # runs -----------------------------------------------------------------------------------
-    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict,
-                    idempotency_key: str | None = None, request_hash: str | None = None) -> dict:
-        if idempotency_key is None:
-            return await self._start(org_id, user_id, slug, inputs, project, None)
-        if request_hash is None:
-            request_hash = idem_hash({"product": slug, "project_id": project["id"], "inputs": inputs})
-        async with self._locks.hold((org_id, idempotency_key)):
-            for _ in range(2):
-                stored = replay(idem_sql.get(self.store, "product_run_keys", org_id, idempotency_key), request_hash,
-                                self.clock.now(), id_field="run_id", detail="run_id")
-                if stored is not None:
-                    return stored
-                try:
-                    return await self._start(org_id, user_id, slug, inputs, project, {
-                        "organization_id": org_id, "key": idempotency_key, "request_hash": request_hash})
-                except KeyTaken:
-                    continue  # another node task won the key: answer as it did
-            raise Unprocessable("Idempotency-Key is in use; retry.", {"header": "Idempotency-Key"})
-
-    async def _start(self, org_id, user_id, slug, inputs, project, idempotency) -> dict:
-        p = self.product_or_404(slug)
-        values = self.values_for(p, org_id, project["id"], inputs)
-        estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
-        available_uc = to_uc(billing_sql.balance(self.store, org_id, self.clock.now())["available"])
-        if available_uc < estimate_uc:
-            raise InsufficientCredits("Not enough credits to start this run.",
-                                      {"required": fmt(estimate_uc), "available": fmt(available_uc)})
-        run_id = str(uuid.uuid4())
-        now = self.clock.iso_now()
-        run = {
-            "id": run_id, "organization_id": org_id, "project_id": project["id"], "product": p.slug,
-            "product_version": p.version, "status": "queued", "inputs": json.dumps(inputs),
-            "run_values": json.dumps(values), "outputs": None, "estimate_uc": estimate_uc, "actual_uc": None,
-            "error": None, "created_by": user_id, "created_at": now, "started_at": None, "finished_at": None,
-        }
-        steps = [
-            {"run_id": run_id, "key": s.key, "position": i, "capability": s.capability, "op": s.op,
-             "model": s.model, "status": "pending", "request_id": None, "outputs": "[]", "cost_uc": None,
-             "error": None, "started_at": None, "finished_at": None}
-            for i, s in enumerate(p.steps)
-        ]
-        return await self.runs.ask(run_id, Create(run, steps, idempotency))
-
-    async def cancel(self, org_id: str, run_id: str) -> dict:
-        run = sql.run_in_org(self.store, org_id, run_id)
-        if run is None:
-            raise NotFound("Run not found.")
-        if RUN.is_final(run["status"]):
-            return self.view_of(run, sql.steps_of(self.store, run_id))
-        return await self.runs.ask(run_id, CancelRun())
-
-    # start ----------------------------------------------------------------------------------
-    async def recover(self) -> None:
-        """At start, after the job recovery: purge old idempotency keys, wake every open run
-        (it resumes itself), cancel step jobs still open under a run that is final."""
-        cutoff = self.clock.now() - IDEMPOTENCY_TTL  # not inside the write: it may run in a thread
-        await self.store.write(lambda c: idem_sql.purge(c, "product_run_keys", cutoff))
-        open_ids = sql.open_run_ids(self.store)
-        for run_id in open_ids:
-            self.runs.get(run_id)
-        for job in sql.open_jobs_of_final_runs(self.store):
-            log.info("job %s is open under final run %s; canceling it", job["id"], job["workflow_run_id"])
-            try:
-                await self.generation.cancel(job["organization_id"], job["id"])
-            except ServiceError as e:
-                log.error("job %s: cancel failed: %r", job["id"], e)
-        if open_ids:
-            log.info("products: %d runs resumed after a stop", len(open_ids))

@@ -1,5 +1,9 @@
 """Actors: a bounded mailbox, ask/tell, a supervised loop, and a registry that spawns by key.
 
+(Over 400 lines on purpose: the mailbox, the ask slot, the loop and its supervisor share
+their invariants about who answers an ask and when; split, each half would need the other
+to be read.)
+
 An actor is a subclass of `Actor`. Its loop waits for the next messages or its next
 deadline (service time), whichever comes first; a test-clock advance wakes it at once.
 It takes every message waiting in the mailbox as one batch (`handle_batch`), so an actor

@@ -41,7 +41,7 @@ from typing import Any
 
 from service.actors.balance import MAX_UC
 from service.actors.delivery import EVENT_NAMES
-from service.actors.run_feed import SOURCES
+from service.views.run_feed import SOURCES
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
 from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES
 from service.catalog.product_types import CATEGORIES

@@ -1,12 +1,12 @@
 """Response shapes of the generation routes (spec "Job status object", "Asset output",
-capabilities, models, estimate, assets). Built by service/actors/job_views.py and the
+capabilities, models, estimate, assets). Built by service/views/jobs.py and the
 catalog views; checked against these classes in tests (service/http/responses/check.py)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from service.actors.run_feed import SOURCES
+from service.views.run_feed import SOURCES
 from service.catalog.capabilities import ASPECT_RATIOS, ASSET_KINDS, CAPABILITIES
 from service.machines import JOB
 

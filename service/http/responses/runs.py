@@ -1,5 +1,5 @@
 """Response shapes of products, runs and the merged `GET /v1/runs` feed (spec "Product",
-"Product run"). Built by service/catalog/products.py and service/actors/run_views.py."""
+"Product run"). Built by service/catalog/products.py and service/views/runs.py."""
 
 from __future__ import annotations
 

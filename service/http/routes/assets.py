@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 from quart import Blueprint, Response
 
-from service.actors.job_views import asset_record
+from service.views.jobs import asset_record
 from service.assets.signing import LIFETIME_S
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node

@@ -14,7 +14,6 @@ import uuid
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.job_uploads import CommitUpload
 from service.errors import ApiError, BadRequest, Unprocessable
 from service.http.auth import node, principal
 from service.http.browser import check_csrf_value, forged, page, safe_next, same_site_origin
@@ -75,7 +74,7 @@ async def upload():
         info = await gen.inspect_upload(temp, got.declared_type)
         row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
         handed_over = True
-        await gen.uploads.ask(p.org_id, CommitUpload(row, temp), timeout=60.0)
+        await gen.commit_upload(p.org_id, row, temp)
     except TooLarge:
         raise PageError(413, "Upload refused", "The request body is too large.", {"Connection": "close"}) from None
     except ApiError as e:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from quart import Blueprint, request
 from quart_schema import hide
 
-from service.actors import run_feed
+from service.views import run_feed
 from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import page

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field
 from quart import Blueprint, Response, request
 
-from service.actors import run_feed
+from service.views import run_feed
 from service.errors import NotFound
 from service.http.auth import node, principal, requires, resolve_project, still_allowed
 from service.http.schemas import Query, query

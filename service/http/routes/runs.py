@@ -11,7 +11,7 @@ Decisions where the spec is open:
   `studio`, `workflow` (anything else 400 `request.bad_request`); `cursor` signed, a
   cursor the endpoint did not produce is 422 "Invalid cursor". Row shapes: `{type: "job",
   id, ...job status object}` and `{type: "run", id, source: "workflow", ...ProductRun}`
-  (see service/actors/run_views.py).
+  (see service/views/runs.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors import run_feed
+from service.views import run_feed
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.schemas import Query, clamp, query
 

@@ -40,8 +40,7 @@ from quart_schema.validation import DataSource
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.sansio.multipart import Data, Epilogue, Field as FieldEvent, File, MultipartDecoder, NeedData
 
-from service.actors.job_uploads import CommitUpload
-from service.actors.job_views import asset_record
+from service.views.jobs import asset_record
 from service.crash import crashpoint
 from service.errors import BadRequest, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
@@ -278,7 +277,7 @@ async def upload():
             row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
             crashpoint("upload_complete")  # the file is complete in tmp/, no asset row yet
             handed_over = True  # from here on the uploads actor owns the temp file
-            row = await gen.uploads.ask(p.org_id, CommitUpload(row, temp), timeout=60.0)
+            row = await gen.commit_upload(p.org_id, row, temp)
         finally:
             if not handed_over:
                 temp.unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping
 
-from service.actors.job_views import asset_output
+from service.views.jobs import asset_output
 from service.money import fmt
 
 

@@ -13,7 +13,7 @@ bad fields) is refused: 422 `request.validation_failed` "Invalid cursor".
 `source`: `api` / `studio` = standalone jobs submitted that way; `workflow` = product runs
 only (their step jobs never appear as rows); omitted = both. `total` counts the rows that
 match `source` over all pages; `next_cursor` is set exactly when the page is full.
-Row shapes: see `service.actors.run_views`.
+Row shapes: see `service.views.runs`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import hmac
 import json
 import re
 
-from service.actors import job_views, run_views
+from service.views import jobs as job_views, runs as run_views
 from service.errors import Unprocessable
 from service.storage import generation as gen_sql
 from service.storage import products as sql

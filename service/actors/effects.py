@@ -1,0 +1,61 @@
+"""The effects column of a lifecycle table (service/machines.py) bound to an actor's handlers.
+
+An actor applies an event (`Machine.apply`), then hands every effect of the row to the
+handler bound to its name (`EffectHandlers.run`): what a transition does is read from the
+table, not decided again beside it. A handler contributes to a `Step`: fields to commit with
+the new state (in the same transaction) and work to do after that commit, in order.
+
+`EffectHandlers` checks when it is made that every effect of its machine has a handler and
+every handler is a method of the actor, so a new effect in a table cannot go unhandled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping
+
+from service.machines import Machine
+
+
+def effects_of(machine: Machine) -> frozenset[str]:
+    """Every effect name in the machine's table."""
+    return frozenset(e for _, effects in machine.table.values() for e in effects)
+
+
+@dataclass
+class Step:
+    """One applied transition: its states, what the handlers add to its commit, and what
+    runs after it."""
+
+    old: str | None
+    new: str
+    effects: tuple[str, ...]
+    fields: dict = field(default_factory=dict)
+    after: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # handler -> actor notes (e.g. a webhook row's state)
+
+
+class EffectHandlers:
+    """effect name -> name of the actor method handling it (`method(step)`, synchronous)."""
+
+    def __init__(self, machine: Machine, actor_cls: type, handlers: Mapping[str, str]) -> None:
+        missing = effects_of(machine) - set(handlers)
+        unknown = set(handlers) - effects_of(machine)
+        absent = [m for m in handlers.values() if not callable(getattr(actor_cls, m, None))]
+        if missing or unknown or absent:
+            raise ValueError(f"{machine.name} effects: missing {sorted(missing)}, unknown {sorted(unknown)}, "
+                             f"no method {absent}")
+        self.machine = machine
+        self.actor_cls = actor_cls
+        self.handlers = dict(handlers)
+
+    def apply(self, actor: Any, state: str | None, event: str, **facts: Any) -> Step:
+        """Apply `event` and let each effect's handler fill the step (nothing is written)."""
+        new, effects = self.machine.apply(state, event)
+        step = Step(state, new, effects, facts=dict(facts))
+        self.run(actor, step)
+        return step
+
+    def run(self, actor: Any, step: Step) -> None:
+        for effect in step.effects:
+            getattr(actor, self.handlers[effect])(step)

@@ -1,0 +1,266 @@
+"""The generation facade: what routes and the products engine call for jobs.
+
+Interfaces
+==========
+
+`node.generation` is a `Generation` (this module); `node.jobs` its `JobRegistry`
+(key = job id). The HTTP routes and the products engine use the facade, never the rows:
+
+    plan = gen.plan(org_id, project_id, capability="image.generate", model=None, body={...})
+        The submit rules in the spec's order (model -> availability -> prompt -> aspect_ratio
+        -> resolution -> duration -> quality -> inputs -> price); raises 404/422/503 as
+        `service.errors` exceptions. The project must already be resolved (404/409 first).
+    resp = await gen.submit(plan, org_id=..., project_id=..., source="api",
+                            webhook_url=None, workflow_run_id=None, notify=None)
+        Places the hold (402 InsufficientCredits creates nothing: no job row, no hold),
+        persists the job `queued`, answers the 202 body `{status, request_id, status_url,
+        cancel_url, credits_estimate}`.
+        `job_id=` lets the caller choose the id (a product step records it first); a Submit
+        for an id that already has a job answers that job's 202 body and creates nothing
+        (its `notify` is registered as by `watch`), so a step may re-send it after an
+        AskTimeout. (Equivalent: `await
+        gen.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id, ...))`.)
+    status = gen.status(job_id, org_id=None)        bare status object, or None
+    status = await gen.cancel(org_id, job_id)       spec's cancel rules; 404 NotFound
+    await gen.watch(job_id, notify)                 see below
+
+For a product step (products engineer), submit with `source="workflow"`,
+`workflow_run_id=run_id` and `notify=callback`. `notify(status_object)` is called exactly
+once per registration, synchronously inside the job actor, with the final status object
+(completed, failed, nsfw or canceled) right after that status is committed; it must not
+block: make it `lambda st: node.runs.tell(run_id, StepJobEnded(key, st))` (asks flow
+run -> job -> balance; a job only ever *tells* the run). Watchers are kept on the registry
+(`node.jobs.watchers`): they survive a job actor's crash and reload, not a node
+restart; after a restart the run actor re-registers with `await gen.watch(job_id, notify)`, which calls
+`notify` at once when the job is already final, so no ending is missed. To stop a step,
+`await gen.cancel(org_id, job_id)` (the hold is released; a render already running ends
+later with its output discarded). Holds of workflow jobs carry `workflow_run_id`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import trio
+
+from service.actors.billing_messages import Release
+from service.actors.job_messages import Cancel, Notify, SlotGranted, Submit, Watch
+from service.actors.job_render import JobRegistry
+from service.actors.job_slots import ModelSlots
+from service.actors.job_uploads import CommitUpload, UploadsActor
+from service.actors.jobs import FINAL, JobActor
+from service.actors.runtime import Registry
+from service.assets.files import FileStore
+from service.assets.signing import UrlSigner, load_secret
+from service.backends import RenderRequest, render_limiter, runnable
+from service.catalog.assets import AssetInfo
+from service.catalog.catalog import tier_label
+from service.catalog.rules import Plan, estimate, plan_submit
+from service.errors import NotFound, ServiceError
+from service.idempotency import Gate
+from service.limits import check_active_jobs
+from service.media.inspect import MediaInfo, image_pixels, inspect_file
+from service.senders.job_webhooks import JobWebhooks
+from service.storage import generation as sql
+from service.storage import retention as retention_sql
+from service.views import jobs as views
+
+log = logging.getLogger(__name__)
+
+LARGE_DECODE = 4_000_000  # pixels; larger images decode one at a time (inspect_upload)
+
+
+class Generation:
+    """The node's generation part: catalog, job registry, slots, files, signer, webhooks,
+    and the uploads registry (service.actors.job_uploads)."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.settings = node.settings
+        self.store = node.store
+        self.clock = node.clock
+        self.catalog = node.catalog
+        self.base_url = node.settings.public_base_url
+        self.files = FileStore(node.settings.data_dir)
+        self.signer = UrlSigner(load_secret(node.settings.data_dir), self.base_url, node.clock)
+        self.jobs = JobRegistry(lambda key: JobActor(self), node.clock)
+        self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
+        self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
+        self.streams = node.streams
+        self.large_decodes = trio.Lock()  # one large image decode at a time
+        self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
+        self.jobs.side_tasks.append(self.webhooks.run)
+        self.keys = Gate(node.store, node.clock, table="idempotency_keys", id_field="job_id", detail="request_id")
+        # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
+        self.render_limiter = render_limiter()
+        self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
+
+    def publish(self, job: dict, status: dict | None = None) -> None:
+        """After a commit: the job's status object to the streams following it or its
+        project (service/streams; built only when one is open)."""
+        self.streams.publish((f"job:{job['id']}", f"project:{job['project_id']}"), "status",
+                             lambda: status or views.status_object(job, [], self.base_url), source=job["source"])
+        if job["status"] in FINAL:
+            self.streams.job_ended(job["id"])
+
+    def progress(self, job: dict, value: float, maximum: float, step: str | None = None) -> None:
+        """A render's progress (an engine's steps, or a built-in's own) to the streams
+        following the job, at most about 4 per second per job."""
+        data = {"request_id": job["id"], "value": value, "max": maximum, "step": step}
+        self.streams.progress(job["id"], (f"job:{job['id']}", f"project:{job['project_id']}"), lambda: data,
+                              source=job["source"])
+
+    def engine_progress(self, req: RenderRequest, value: float, maximum: float, step: str | None) -> None:
+        """An engine's progress message: kept for the job's status (`progress`) and sent to
+        the streams following it."""
+        if req.job_id not in self.jobs.renders:
+            return
+        self.progress_now[req.job_id] = {"value": value, "max": maximum, "step": step}
+        job = sql.get_job(self.store, req.job_id)
+        if job is not None:
+            self.progress(job, value, maximum, step)
+
+    def balances(self) -> Registry:
+        return self.node.balances
+
+    def runnable(self, model) -> bool:
+        return self.node.runnable(model)
+
+    def can_render(self, job: dict) -> bool:
+        """Whether a job left queued or rendering by a restart can still run here."""
+        m = self.catalog.model(job["model"])
+        if m is None or m.backend != job["backend"]:
+            return runnable(job["backend"])  # a built-in the catalog no longer lists still runs
+        return m.engine is not None or runnable(m.backend)
+
+    def _capacity(self, model_id: str) -> int:
+        """Jobs of a model rendering at once: `concurrency` per engine server (one server
+        for built-ins)."""
+        m = self.catalog.model(model_id)
+        return m.concurrency * m.servers if m is not None else 1
+
+    # reads ----------------------------------------------------------------------------------
+    def status(self, job_id: str, org_id: str | None = None) -> dict | None:
+        job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
+        if job is None:
+            return None
+        outputs = sql.assets_of_jobs(self.store, [job_id])[job_id]
+        status = views.status_object(job, outputs, self.base_url)
+        progress = self.progress_now.get(job_id)
+        if progress is not None and job["status"] == "rendering":
+            status["progress"] = progress
+        return status
+
+    def list_statuses(self, project_id: str, limit: int) -> list[dict]:
+        jobs = sql.list_jobs(self.store, project_id, limit)
+        outputs = sql.assets_of_jobs(self.store, [j["id"] for j in jobs])
+        return [views.status_object(j, outputs[j["id"]], self.base_url) for j in jobs]
+
+    def resolve_inputs(self, org_id: str) -> Callable[[list[str]], dict[str, AssetInfo]]:
+        def resolve(ids: list[str]) -> dict[str, AssetInfo]:
+            return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"], r["width"], r["height"])
+                    for r in sql.assets_in_org(self.store, org_id, ids)}
+        return resolve
+
+    def capabilities_view(self) -> list[dict]:
+        return self.catalog.capabilities_view(self.runnable)
+
+    def models_view(self) -> list[dict]:
+        return self.catalog.models_view(self.runnable)
+
+    def estimate(self, body: dict) -> dict:
+        """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
+        `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
+        out = estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
+                       runnable=self.runnable)
+        out["tier"] = tier_label(out["resolution"], out["duration"])
+        return out
+
+    def check_active_limit(self, org_id: str) -> None:
+        """429 when the organization already has its limit of API and dashboard jobs queued
+        or rendering (service/limits.py)."""
+        limit = self.settings.max_active_jobs_per_org
+        if limit > 0:
+            check_active_jobs(sql.active_jobs(self.store, org_id), limit)
+
+    async def inspect_upload(self, path, declared_type: str | None) -> MediaInfo:
+        """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
+        is not accepted. An image over LARGE_DECODE pixels (read from its header first)
+        decodes only while no other large one does: a 40-megapixel decode holds about
+        500 MB, so uploads in parallel would otherwise add up to gigabytes."""
+        pixels = await trio.to_thread.run_sync(image_pixels, path)
+        if pixels > LARGE_DECODE:
+            async with self.large_decodes:
+                return await trio.to_thread.run_sync(inspect_file, path, declared_type)
+        return await trio.to_thread.run_sync(inspect_file, path, declared_type)
+
+    # writes ---------------------------------------------------------------------------------
+    def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
+             body: dict) -> Plan:
+        return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=self.runnable,
+                           resolve_inputs=self.resolve_inputs(org_id), project_id=project_id,
+                           base_url=self.base_url)
+
+    async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
+                     webhook_url: str | None = None, workflow_run_id: str | None = None,
+                     notify: Notify | None = None, idempotency: dict | None = None,
+                     job_id: str | None = None) -> dict:
+        job_id = job_id or str(uuid.uuid4())
+        return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
+                                                  webhook_url, notify, idempotency))
+
+    async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable) -> dict:
+        """`await make(claim)` once per (organization, key) within 24 h: the one flow of
+        service/idempotency.py (`Gate.once`), as run starts use it. The same key with the same
+        request hash returns the first 202 body (no second job or hold); with another: 422."""
+        return await self.keys.once(org_id, key, request_hash, make)
+
+    async def cancel(self, org_id: str, job_id: str) -> dict:
+        job = sql.job_in_org(self.store, org_id, job_id)
+        if job is None:
+            raise NotFound("Generation request not found.")
+        if job["status"] in FINAL:
+            return self.status(job_id)  # type: ignore[return-value]
+        return await self.jobs.ask(job_id, Cancel(org_id))
+
+    async def watch(self, job_id: str, notify: Notify) -> None:
+        await self.jobs.ask(job_id, Watch(notify))
+
+    async def commit_upload(self, org_id: str, row: dict, temp: Path) -> dict:
+        """Hand an uploaded file (complete in `temp`) and its asset row to the organization's
+        uploads actor: from this call on it owns the temp file (service/actors/job_uploads.py)."""
+        return await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
+
+    # start ----------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """At start, before HTTP: finish interrupted uploads, clear render scratch space,
+        recover the webhook outbox, continue every open job, settle every open hold."""
+        files = self.files
+        await trio.to_thread.run_sync(files.clear_work)
+        orphans = await trio.to_thread.run_sync(files.remove_unreferenced, retention_sql.content_shas(self.store))
+        if orphans:
+            log.info("assets: %d content files no asset names were removed", orphans)
+        parts = [p.name.removesuffix(".part") for p in files.tmp.iterdir()]
+        shas = {r["id"]: r["sha256"] for r in sql.assets_by_ids(self.store, parts)} if parts else {}
+        placed, dropped = await trio.to_thread.run_sync(files.recover_uploads, shas.get)
+        if placed or dropped:
+            log.info("uploads: %d finished, %d dropped after a stop", placed, dropped)
+        await self.keys.purge()
+        await self.webhooks.recover()
+        for hold in sql.orphan_holds(self.store):
+            log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])
+            try:
+                await self.balances().ask(hold["organization_id"], Release(hold["id"]))
+            except ServiceError as e:
+                log.error("hold %s: release failed: %r", hold["id"], e)
+        rows = sql.jobs_to_recover(self.store)
+        for job in rows:
+            if job["status"] in ("queued", "rendering"):
+                self.slots.acquire(job["model"], job["id"])  # the line keeps this order
+        for job in rows:
+            self.jobs.get(job["id"])  # the actor loads and resumes itself
+        if rows:
+            log.info("generation: %d jobs resumed or settled after a stop", len(rows))

@@ -1,0 +1,59 @@
+"""The job actor's messages (service/actors/jobs.py); the facade and the registry send them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import trio
+
+from service.backends import Completed, Failed, Flagged
+from service.catalog.rules import Plan
+
+Notify = Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class Submit:
+    org_id: str
+    project_id: str
+    plan: Plan
+    source: str = "api"
+    workflow_run_id: str | None = None
+    webhook_url: str | None = None
+    notify: Notify | None = None
+    idempotency: dict | None = None  # {organization_id, key, request_hash}
+
+
+@dataclass(frozen=True)
+class Cancel:
+    org_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Watch:
+    notify: Notify
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue after a load (start, crash reload): render, settle, or finish."""
+
+
+@dataclass(frozen=True)
+class SlotGranted:
+    pass
+
+
+@dataclass(frozen=True)
+class RenderDone:
+    token: Any
+    outcome: Completed | Failed | Flagged | None  # None: the render was cancelled
+    hashed: list = field(default_factory=list)  # [(Output, sha256, size)] for Completed
+
+
+class RenderHandle:
+    """A running (or finished but not yet reported) render of one job."""
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()

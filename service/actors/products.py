@@ -1,0 +1,199 @@
+"""The products facade: what routes call for products and runs.
+
+Interfaces
+==========
+
+    view  = await products.start(org_id, user_id, slug, inputs, project, idempotency_key=None,
+                                 request_hash=None)
+        The route has resolved the project (404 unknown, 409 archived). Checks, in this
+        order: product known (404), inputs (422, input name in
+        `details.input`), product available for those inputs (503
+        `request.service_unavailable`, details `product`, `reasons`), the balance covers the
+        whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
+        nothing reserved). Then the run actor persists the run `queued` with every step
+        `pending` and answers the ProductRun (HTTP 202). With an Idempotency-Key: the same
+        key and the same request within 24 h answer the first 202 body and start nothing;
+        another request under that key is 422.
+    view  = await products.cancel(org_id, run_id)     spec's cancel rules; 404 NotFound
+    view  = products.get(org_id, run_id)              any project of the organization
+    views = products.list_runs(project_id, limit, product=None)
+    (the merged feed of GET /v1/runs is `service.views.run_feed`)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from service.actors.run_messages import CancelRun, Create, StepJobEnded
+from service.actors.run_ops import RunRegistry
+from service.actors.runs import RunActor
+from service.assets.signing import load_secret
+from service.catalog import products as catalog_products
+from service.errors import InsufficientCredits, NotFound, ServiceError
+from service.idempotency import Claim, Gate
+from service.idempotency import request_hash as idem_hash
+from service.machines import RUN
+from service.money import fmt, to_uc
+from service.storage import billing as billing_sql
+from service.storage import generation as gen_sql
+from service.storage import products as sql
+from service.views import runs as run_views
+from service.views.run_feed import cursor_key
+
+log = logging.getLogger(__name__)
+
+
+class Products:
+    """The node's product part: the run registry and what the HTTP routes call."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.store = node.store
+        self.clock = node.clock
+        self.base_url = node.settings.public_base_url
+        self.runs = RunRegistry(lambda key: RunActor(self), node.clock)
+        self.cursor_key = cursor_key(load_secret(node.settings.data_dir))
+        self.keys = Gate(node.store, node.clock, table="product_run_keys", id_field="run_id", detail="run_id")
+
+    @property
+    def generation(self):
+        return self.node.generation
+
+    @property
+    def files(self):
+        return self.node.generation.files
+
+    @property
+    def catalog(self):
+        return self.node.catalog
+
+    def notifier(self, run_id: str, key: str, job_id: str):
+        runs = self.runs
+
+        def notify(status: dict) -> None:
+            runs.tell(run_id, StepJobEnded(key, job_id, status))
+
+        return notify
+
+    # views ----------------------------------------------------------------------------------
+    def publish(self, run: dict, steps: dict[str, dict], view: dict | None = None) -> None:
+        """After a commit: the run object to the streams following it or its project (its
+        view, which reads the run's assets, is built only when one is open)."""
+        self.node.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
+                                  lambda: view or self.view_of(run, list(steps.values())), source="workflow")
+
+    def view_of(self, run: dict, steps: list[dict]) -> dict:
+        ids = run_views.asset_ids_of(run, steps)
+        assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}
+        return run_views.run_view(run, steps, assets, self.base_url)
+
+    def views_of(self, runs: list[dict]) -> list[dict]:
+        """Many runs at once (three queries)."""
+        if not runs:
+            return []
+        steps = sql.steps_of_runs(self.store, [r["id"] for r in runs])
+        ids: list[str] = []
+        for r in runs:
+            ids.extend(run_views.asset_ids_of(r, steps[r["id"]]))
+        assets: dict[str, dict] = {}
+        if ids:
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                marks = ", ".join("?" * len(part))
+                for row in self.store.all(f"SELECT {gen_sql.ASSET_COLUMNS} FROM assets WHERE id IN ({marks})",
+                                          part):
+                    assets[row["id"]] = row
+        return [run_views.run_view(r, steps[r["id"]], assets, self.base_url) for r in runs]
+
+    def get(self, org_id: str, run_id: str) -> dict:
+        run = sql.run_in_org(self.store, org_id, run_id)
+        if run is None:
+            raise NotFound("Run not found.")
+        return self.view_of(run, sql.steps_of(self.store, run_id))
+
+    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[dict]:
+        return self.views_of(sql.list_runs(self.store, project_id, limit, product))
+
+    # products -------------------------------------------------------------------------------
+    def runnable(self, model) -> bool:
+        return self.node.runnable(model)
+
+    def product_or_404(self, slug: str):
+        p = catalog_products.product(slug)
+        if p is None:
+            raise NotFound("Product not found.", {"product": slug})
+        return p
+
+    def product_view(self, p, values=None) -> dict:
+        return catalog_products.product_view(p, self.catalog, self.runnable, values)
+
+    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict:
+        return catalog_products.validate_run_inputs(
+            p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
+
+    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict:
+        p = self.product_or_404(slug)
+        values = self.values_for(p, org_id, project_id, inputs)
+        return self.product_view(p, values)
+
+    # runs -----------------------------------------------------------------------------------
+    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict,
+                    idempotency_key: str | None = None, request_hash: str | None = None) -> dict:
+        if idempotency_key is None:
+            return await self._start(org_id, user_id, slug, inputs, project, None)
+        if request_hash is None:
+            request_hash = idem_hash({"product": slug, "project_id": project["id"], "inputs": inputs})
+        return await self.keys.once(org_id, idempotency_key, request_hash,
+                                    lambda claim: self._start(org_id, user_id, slug, inputs, project, claim))
+
+    async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None) -> dict:
+        p = self.product_or_404(slug)
+        values = self.values_for(p, org_id, project["id"], inputs)
+        estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
+        available_uc = to_uc(billing_sql.balance(self.store, org_id, self.clock.now())["available"])
+        if available_uc < estimate_uc:
+            raise InsufficientCredits("Not enough credits to start this run.",
+                                      {"required": fmt(estimate_uc), "available": fmt(available_uc)})
+        run_id = str(uuid.uuid4())
+        now = self.clock.iso_now()
+        run = {
+            "id": run_id, "organization_id": org_id, "project_id": project["id"], "product": p.slug,
+            "product_version": p.version, "status": "queued", "inputs": json.dumps(inputs),
+            "run_values": json.dumps(values), "outputs": None, "estimate_uc": estimate_uc, "actual_uc": None,
+            "error": None, "created_by": user_id, "created_at": now, "started_at": None, "finished_at": None,
+        }
+        steps = [
+            {"run_id": run_id, "key": s.key, "position": i, "capability": s.capability, "op": s.op,
+             "model": s.model, "status": "pending", "request_id": None, "outputs": "[]", "cost_uc": None,
+             "error": None, "started_at": None, "finished_at": None}
+            for i, s in enumerate(p.steps)
+        ]
+        return await self.runs.ask(run_id, Create(run, steps, idempotency))
+
+    async def cancel(self, org_id: str, run_id: str) -> dict:
+        run = sql.run_in_org(self.store, org_id, run_id)
+        if run is None:
+            raise NotFound("Run not found.")
+        if RUN.is_final(run["status"]):
+            return self.view_of(run, sql.steps_of(self.store, run_id))
+        return await self.runs.ask(run_id, CancelRun())
+
+    # start ----------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """At start, after the job recovery: purge old idempotency keys, wake every open run
+        (it resumes itself), cancel step jobs still open under a run that is final."""
+        await self.keys.purge()
+        open_ids = sql.open_run_ids(self.store)
+        for run_id in open_ids:
+            self.runs.get(run_id)
+        for job in sql.open_jobs_of_final_runs(self.store):
+            log.info("job %s is open under final run %s; canceling it", job["id"], job["workflow_run_id"])
+            try:
+                await self.generation.cancel(job["organization_id"], job["id"])
+            except ServiceError as e:
+                log.error("job %s: cancel failed: %r", job["id"], e)
+        if open_ids:
+            log.info("products: %d runs resumed after a stop", len(open_ids))

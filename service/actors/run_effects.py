@@ -1,0 +1,116 @@
+"""What the run actor does for each effect of machines.RUN and machines.STEP: the handlers
+(`RunEffects`, mixed into `RunActor` of service/actors/runs.py) and their binding to the
+tables (`RUN_EFFECTS`, `STEP_EFFECTS`; tests/test_effects.py checks every effect is bound)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from service.actors.effects import EffectHandlers, Step
+from service.catalog import products as catalog_products
+from service.machines import RUN, STEP
+from service.money import to_uc
+from service.storage import generation as gen_sql
+
+
+def actual_uc(status: dict) -> int:
+    """What a step's job was charged, from its status object."""
+    actual = (status.get("credits") or {}).get("actual")
+    return to_uc(actual) if actual is not None else 0
+
+
+async def after(step: Step) -> None:
+    """The work the handlers left for after the step's commit, in order."""
+    for work in step.after:
+        await work()
+
+
+class RunEffects:
+    """Handlers of the RUN and STEP effects; `RunActor` provides the state (`run`, `steps`,
+    `product`, `p`) and the plumbing (`_write`, `_submit`, `_start_op`, `_cancel_job`)."""
+
+    run: Any
+    steps: dict[str, dict]
+    product: Any
+    p: Any
+
+    if TYPE_CHECKING:  # provided by RunActor
+        @property
+        def run_id(self) -> str: ...
+        async def _cancel_job(self, job_id: str | None) -> dict | None: ...
+        async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra: Any = None) -> None: ...
+        def _spent(self) -> int: ...
+        def _outputs_by_step(self) -> dict[str, list[str]]: ...
+        async def _submit(self, key: str) -> None: ...
+        def _start_op(self, key: str) -> None: ...
+
+    def _on_cancel_unfinished(self, step: Step) -> None:
+        """Every unfinished step (but the failed one) becomes canceled in the run's commit;
+        after it, their jobs are canceled (holds released) and op tasks stopped. A job that
+        completed before its cancel arrived is recorded completed (it stays charged)."""
+        now, step_fields = step.facts["now"], step.facts["step_fields"]
+        in_flight: list[str] = []
+        for key, s in self.steps.items():
+            if STEP.is_final(s["status"]) or key == step.facts.get("failed_key"):
+                continue
+            if s["status"] == "running":
+                in_flight.append(key)
+            step_fields[key] = {"status": STEP_EFFECTS.apply(self, s["status"], "cancel").new, "finished_at": now}
+        step.after.append(lambda: self._stop_in_flight(in_flight, now))
+
+    async def _stop_in_flight(self, in_flight: list[str], now: str) -> None:
+        late: dict[str, dict] = {}
+        for key in in_flight:
+            s = self.steps[key]
+            if s["capability"] is None:
+                handle = self.p.runs.ops.get((self.run_id, key))
+                if handle is not None:
+                    handle.scope.cancel()
+                continue
+            st = await self._cancel_job(s["request_id"])
+            if st is not None and st.get("status") == "completed":
+                late[key] = {"status": "completed", "outputs": [o["id"] for o in st.get("outputs", [])],
+                             "cost_uc": actual_uc(st), "finished_at": st.get("finished_at") or now}
+        if late:
+            await self._write({"actual_uc": self._spent() + sum(f["cost_uc"] for f in late.values())}, late)
+
+    def _on_release_failed(self, step: Step) -> None:
+        """The failed step's hold is released: its job's own failure released it (JOB fail,
+        flag or cancel -> release) and a refused submit placed none; a job still open (its
+        submit never answered) is canceled, which releases it."""
+        s = self.steps.get(step.facts.get("failed_key") or "")
+        if s is not None and s["capability"] is not None and s["request_id"] is not None:
+            step.after.append(lambda: self._cancel_job_if_open(s["request_id"]))
+
+    async def _cancel_job_if_open(self, job_id: str) -> None:
+        job = gen_sql.get_job(self.p.store, job_id)
+        if job is not None and job["status"] in ("queued", "rendering"):
+            await self._cancel_job(job_id)
+
+    def _on_fill_outputs(self, step: Step) -> None:
+        assert self.product is not None
+        step.fields["outputs"] = catalog_products.run_outputs(self.product, self._outputs_by_step())
+
+    def _on_step_start(self, step: Step) -> None:
+        """A capability step gets its job's id now (committed with the start), and its job is
+        submitted after the commit; an op step starts its op task."""
+        key = step.facts["key"]
+        if self.steps[key]["capability"] is not None:
+            step.fields["request_id"] = str(uuid.uuid4())
+            step.after.append(lambda: self._submit(key))
+        else:
+            step.after.append(lambda: self._start_op_soon(key))
+
+    async def _start_op_soon(self, key: str) -> None:
+        self._start_op(key)
+
+    def _on_record_outputs(self, step: Step) -> None:
+        step.fields.update(outputs=step.facts["outputs"], cost_uc=step.facts["cost_uc"])
+
+
+RUN_EFFECTS = EffectHandlers(RUN, RunEffects, {
+    "cancel_unfinished": "_on_cancel_unfinished", "release_failed": "_on_release_failed",
+    "fill_outputs": "_on_fill_outputs",
+})
+STEP_EFFECTS = EffectHandlers(STEP, RunEffects, {"start": "_on_step_start", "record_outputs": "_on_record_outputs"})

@@ -1,0 +1,45 @@
+"""The run actor's messages (service/actors/runs.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+
+@dataclass(frozen=True)
+class Create:
+    run: dict
+    steps: list
+    idempotency: dict | None = None  # {organization_id, key, request_hash}
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    pass
+
+
+@dataclass(frozen=True)
+class Advance:
+    pass
+
+
+@dataclass(frozen=True)
+class StepJobEnded:
+    key: str
+    job_id: str
+    status: dict
+
+
+@dataclass(frozen=True)
+class OpDone:
+    key: str
+    token: Any
+    asset: dict | None  # the asset row to insert (created_at filled by the actor)
+    error: str | None
+
+
+class OpHandle:
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()

@@ -1,0 +1,90 @@
+"""Op steps off the actor loop: the run registry's background nursery and the op task (free
+local media work in a worker thread), which only reports `OpDone` to its run actor."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from service.actors.run_messages import OpDone, OpHandle
+from service.actors.runtime import Registry
+from service.backends import MSG_INTERNAL
+
+if TYPE_CHECKING:
+    from service.actors.products import Products
+
+log = logging.getLogger(__name__)
+
+
+class RunRegistry(Registry):
+    """The run actors plus a background nursery for op tasks. `ops[(run_id, key)]` is a
+    running op until its actor has taken the `OpDone`."""
+
+    def __init__(self, factory, clock) -> None:
+        super().__init__("runs", factory, clock)
+        self.ops: dict[tuple[str, str], OpHandle] = {}
+        self.background: trio.Nursery | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as bg:
+            self.background = bg
+            await bg.start(Registry.run, self)
+            task_status.started()
+
+
+# -- op steps (worker thread) -------------------------------------------------------------------
+AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
+
+
+def run_op(files, work: Path, op: str, args: dict, path: Path, duration_s: float | None) -> dict:
+    """Run one op on the input file `path` (a video's `duration_s`); place the PNG it makes
+    in `files`; answer the new asset's fields.
+
+    extract_frame(video, at: first|middle|last) -> media.ops.extract_frame(path, at_s, dst)
+    resize_image(image, max_side)               -> media.ops.resize_image(src, dst, w=h=max_side)
+    """
+    from service.assets.files import hash_file
+    from service.media import ops
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        dst = work / "out.png"
+        if op == "extract_frame":
+            duration = float(duration_s or 0.0)
+            width, height = ops.extract_frame(path, duration * AT[args["at"]], dst)
+        elif op == "resize_image":
+            side = int(args["max_side"])
+            width, height = ops.resize_image(path, dst, side, side)
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        sha, size = hash_file(dst)
+        files.place(dst, sha)
+        return {"kind": "image", "content_type": "image/png", "width": width, "height": height,
+                "duration_s": None, "size_bytes": size, "sha256": sha}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def op_task(products: Products, run: dict, key: str, handle: OpHandle, op: str, args: dict,
+                   src: dict) -> None:
+    asset = error = None
+    work = products.files.work / f"run-{run['id']}-{key}"
+    try:
+        with handle.scope:
+            fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args,
+                                                   products.files.path(src["sha256"]), src["duration_s"],
+                                                   abandon_on_cancel=True)
+            asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
+                     "project_id": run["project_id"], "job_id": None, "position": 0, "source": "workflow",
+                     **fields}
+    except Exception:  # noqa: BLE001 - reported as failure 5
+        log.exception("run %s: op step %s (%s) failed", run["id"], key, op)
+        asset, error = None, MSG_INTERNAL
+    if handle.scope.cancelled_caught:
+        asset, error = None, None
+    products.runs.tell(run["id"], OpDone(key, handle, asset, error))
