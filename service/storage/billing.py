@@ -137,9 +137,9 @@ def persist(conn, org_id: str, w: Writes) -> None:
         conn.executemany(SQL_LEDGER_INSERT, w.ledger)
     if w.settings is not None:
         conn.execute(SQL_SETTINGS_UPSERT, w.settings)
-    for available, threshold, now_iso in w.notices:
-        emit(conn, org_id, "billing.credits_low", {"available": available, "threshold": threshold}, now_iso)
-        mail_low_balance(conn, org_id, available, threshold, now_iso)
+    for left, threshold, now_iso in w.notices:
+        emit(conn, org_id, "billing.credits_low", {"available": left, "threshold": threshold}, now_iso)
+        mail_low_balance(conn, org_id, left, threshold, now_iso)
 
 
 # -- the actor's loads ---------------------------------------------------------------------------
