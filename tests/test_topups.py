@@ -71,10 +71,30 @@ async def start(nursery, tmp_path, *, balances=None, **overrides) -> Node:
     services = build(settings, store, Clock(start=START))
     if balances is not None:
         services.balances = balances
-    await services.start(nursery)
+    stopped = trio.Event()
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED):
+        try:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as inner:
+                    await services.start(inner)
+                    task_status.started(scope)
+        finally:
+            stopped.set()
+
     node = Node(services, create_app(services))
+    node.scope = await nursery.start(run)
+    node.stopped = stopped
     node.balances = balances
     return node
+
+
+async def close(node: Node) -> None:
+    """Stop the node's actors, then close its storage: an actor that woke after the store
+    closed would read a closed database."""
+    node.scope.cancel()
+    await node.stopped.wait()
+    node.store.close()
 
 
 @pytest.fixture
@@ -82,7 +102,7 @@ async def tnode(nursery, tmp_path):
     n = await start(nursery, tmp_path, balances=FakeBalances(), test_mode=True)
     yield n
     await n.parts.aclose()
-    n.store.close()
+    await close(n)
 
 
 async def create(node, key, credits=500, **extra):
@@ -124,7 +144,7 @@ async def test_quote_price_and_currency_come_from_settings(nursery, tmp_path):
     assert (await created(n, org["api_key"], 100))["topup"]["amount_cents"] == 125
     t = (await created(n, org["api_key"], 100))["topup"]
     assert t["currency"] == "eur"
-    n.store.close()
+    await close(n)
 
 
 @pytest.mark.parametrize("price", ["0", "-1", "abc", "NaN"])
@@ -398,8 +418,8 @@ async def test_restart_completes_paid_topups_without_a_lot(nursery, tmp_path):
         while row(n2, t["id"])["lot_id"] is None:
             await trio.sleep(0.01)
     assert [g.grant_id for _, g in fb2.grants()] == [t["id"]]
-    n1.store.close()
-    n2.store.close()
+    await close(n1)
+    await close(n2)
 
 
 # -- fail_checkout -----------------------------------------------------------------------
@@ -472,7 +492,7 @@ async def test_no_provider_outside_test_mode(nursery, tmp_path):
     # the operator's confirmation route exists outside test mode (unknown id: 404)
     r = await pay(n, str(uuid.uuid4()))
     assert r.status_code == 404 and err(await j(r))["message"] == "Top-up not found."
-    n.store.close()
+    await close(n)
 
 
 async def test_routes_in_openapi(tnode):

@@ -10,7 +10,7 @@ import trio
 
 from fake_stripe import SECRET_KEY, WEBHOOK_SECRET, fake_stripe
 from service.clock import iso, parse_iso
-from test_topups import created, j, pay, row, start
+from test_topups import close, created, j, pay, row, start
 
 YEAR = 365 * 86400
 
@@ -104,7 +104,7 @@ async def stripe_node(nursery, tmp_path):
         n.fake = fake
         yield n
         await n.parts.aclose()
-        n.store.close()
+        await close(n)
 
 
 async def test_stripe_webhook_adds_credits_once(stripe_node):

@@ -17,7 +17,7 @@ import trio
 from fake_stripe import SECRET_KEY, WEBHOOK_SECRET, fake_stripe
 from service.clock import parse_iso
 from service.payments.pricing import DAY
-from test_topups import FakeBalances, created, err, j, pay, row, start
+from test_topups import close, FakeBalances, created, err, j, pay, row, start
 
 CHECKOUT_FAILED = "The payment provider could not start checkout; nothing was charged. Try again shortly."
 
@@ -40,7 +40,7 @@ async def snode(nursery, tmp_path, fake):
     n = await stripe_node(nursery, tmp_path, fake)
     yield n
     await n.parts.aclose()
-    n.store.close()
+    await close(n)
 
 
 async def post_event(node, payload: str, *, secret: str = WEBHOOK_SECRET, timestamp=None, header=None):
@@ -126,7 +126,7 @@ async def test_stripe_unreachable_is_503(nursery, tmp_path, fake):
     assert r.status_code == 503 and err(await j(r))["message"] == CHECKOUT_FAILED
     assert n.store.one("SELECT status FROM topups")["status"] == "expired"
     await n.parts.aclose()
-    n.store.close()
+    await close(n)
 
 
 async def test_a_slow_stripe_is_cut_off_in_time(snode, fake):
@@ -148,7 +148,7 @@ async def test_test_switch_also_stops_stripe_checkouts_in_test_mode(nursery, tmp
     assert (await n.call("POST", "/v1/billing/topups", org["api_key"], json={"credits": 500})).status_code == 503
     assert fake.creates == []
     await n.parts.aclose()
-    n.store.close()
+    await close(n)
 
 
 # -- webhooks ----------------------------------------------------------------------------
@@ -309,4 +309,4 @@ async def test_webhook_without_a_secret_is_503(nursery, tmp_path, fake):
                                "message": "Stripe webhooks are not configured on this node."}
     assert row(n, t["id"])["status"] == "pending"
     await n.parts.aclose()
-    n.store.close()
+    await close(n)
