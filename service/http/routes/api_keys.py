@@ -6,7 +6,7 @@ from quart import Blueprint
 
 from service.clock import iso, parse_iso
 from service.errors import NotFound, Unprocessable
-from service.http import views
+from service.views import accounts as views
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Timestamp, body
 from service.storage import accounts as sql

@@ -6,7 +6,7 @@ from pydantic import Field
 from quart import Blueprint
 
 from service.errors import NotFound
-from service.http import views
+from service.views import accounts as views
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, body
 from service.storage import accounts as sql
