@@ -2,8 +2,9 @@
 
 quart-schema builds the skeleton from the routes: paths, path parameters, and the request
 body and query models that `service.http.schemas.body` / `query` record. This module adds
-what the models cannot say, from one table (`operations()`, one entry per `/v1` route and
-method, in service/http/openapi_table.py with its schema helpers; this module applies it; a route without an entry is served bare, marked `x-undocumented`, and fails
+what the models cannot say, from one table (`operations()` in service/http/openapi_table.py,
+beside the schema helpers it is written with; one entry per `/v1` route and method; a route
+without an entry is served bare, marked `x-undocumented`, and fails
 tests/test_schemathesis.py::test_routes_match_openapi):
 
 - the responses of every operation: the success status with its shape, a class of

@@ -58,7 +58,7 @@ async def create_key(data: KeyCreate):
         expires = iso(ts)
     p = principal()
     row = await node().accounts.create_key(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires,
-                              caller_user_role=p.user_role)
+                                           caller_user_role=p.user_role)
     return {"data": views.api_key(row)}, 201
 
 

@@ -68,7 +68,7 @@ async def create():
         if role and role_id is None:
             raise Unprocessable("role must be one of " + ", ".join(ROLE_NAMES) + ".")
         row = await node().accounts.create_key(p.org_id, p.user_id, p.role, name, role_id,
-                                                              expiry(form.get("expires", "").strip()))
+                                               expiry(form.get("expires", "").strip()))
     except ApiError as e:
         return keys_page(e.status, error=e.message)
     return keys_page(201, created=row)

@@ -50,7 +50,7 @@ async def create():
     p = principal()
     try:
         row = await node().accounts.create_project(p.org_id, p.user_id, form.get("name", "").strip(),
-                                                                  form.get("slug", "").strip() or None)
+                                                   form.get("slug", "").strip() or None)
     except ApiError as e:
         return show("projects.html", e.status, title="Projects", error=e.message)
     resp = redirect("/projects", 303)

@@ -75,7 +75,7 @@ async def reply(ticket_id: str):
     p = principal()
     try:
         await node().tickets.customer_reply(p.org_id, ticket_id, p.user_id,
-                                                         (await request.form).get("body", "").strip())
+                                            (await request.form).get("body", "").strip())
     except ApiError as e:
         return ticket_page(ticket_id, e.status, error=e.message)
     return redirect(f"/support/{ticket_id}", 303)

@@ -54,8 +54,9 @@ async def webhooks():
 async def create():
     form = await request.form
     try:
-        row = await node().webhook_delivery.create_webhook(principal().org_id, form.get("url", "").strip(), form.getlist("events"),
-                                      form.get("description", "").strip() or None)
+        row = await node().webhook_delivery.create_webhook(
+            principal().org_id, form.get("url", "").strip(), form.getlist("events"),
+            form.get("description", "").strip() or None)
     except ApiError as e:
         return webhooks_page(e.status, error=e.message)
     return webhooks_page(201, created={**view(row), "secret": row["secret"]})

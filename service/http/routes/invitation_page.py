@@ -70,7 +70,7 @@ async def accept():
     except (NotFound, Conflict) as e:
         raise PageError(e.status, "Invitation not accepted", e.message) from None
     session = await svc.sessions.start_session(out["user_id"], out["organization_id"],
-                                                              session_token())
+                                               session_token())
     resp = redirect(HOME, 303)
     set_cookie(resp, SESSION_COOKIE, session["token"], int(ABSOLUTE))
     return resp

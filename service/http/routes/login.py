@@ -61,9 +61,9 @@ async def login():
         return login_form(401, BAD_LOGIN, email, next_path)
     if passwords.needs_rehash(person["password_hash"]):  # parameters raised since it was stored
         await svc.sessions.rehash_password(email, person["password_hash"],
-                                                          await passwords.hash_password(password))
+                                           await passwords.hash_password(password))
     out = await svc.sessions.start_session(person["user_id"], person["organization_id"],
-                                                          session_token())
+                                           session_token())
     resp = redirect(next_path, 303)
     set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
     return resp

@@ -152,8 +152,8 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
     name = given if isinstance(given, str) and given.strip() else email
     try:
         out = await svc.accounts.create_org(name=f"{name.strip()[:80]}", owner_email=email,
-                                                           approved=False,
-                                                           identity=Identity(issuer, subject, email))
+                                            approved=False,
+                                            identity=Identity(issuer, subject, email))
     except Conflict as e:
         refuse(409, e.message)
     return out["owner_user_id"], out["organization_id"]

@@ -71,7 +71,7 @@ async def grant(org_id: str, data: GrantBody):
     if not sql.org_exists(svc.store, org_id):
         raise NotFound("Organization not found.")
     lot = await svc.balances.grant(org_id, sql.new_id(), uc, source=data.source, expires_at=expires,
-                                 reason=data.reason)
+                                   reason=data.reason)
     return {"data": {k: lot[k] for k in LOT_FIELDS}}, 201
 
 

@@ -94,7 +94,7 @@ async def reset():
         return render("notice.html", 200, title="Password changed",
                       message="Your password is changed. You have no active membership to log in to.")
     session = await svc.sessions.start_session(out["user_id"], out["organization_id"],
-                                                              session_token())
+                                               session_token())
     resp = redirect(HOME, 303)
     set_cookie(resp, SESSION_COOKIE, session["token"], int(ABSOLUTE))
     return resp

@@ -95,7 +95,7 @@ async def get_ticket(ticket_id: str):
 async def open_ticket(data: TicketOpen):
     p = principal()
     row = await node().tickets.open_ticket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
-                                         data.body)
+                                           data.body)
     return {"data": ticket_view(row)}, 201
 
 
