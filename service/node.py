@@ -21,6 +21,7 @@ Who owns which state (one owner each; see docs/design.md):
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import httpx
 import trio
@@ -28,7 +29,7 @@ import trio
 from service.actors.accounts import AccountsActor
 from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
 from service.actors.billing_messages import Grant
-from service.actors.delivery import DeliveryRegistry
+from service.actors.facades import Accounts, Balances, Sessions, Tickets, Webhooks
 from service.actors.generation import Generation
 from service.actors.retention import RetentionActor
 from service.actors.products import Products
@@ -61,6 +62,9 @@ from service.streams import Hub
 from service.throttle import Throttle
 
 
+R = TypeVar("R", bound=Registry)
+
+
 class Node:
     """The parts of a running node. Every attribute is set by `build`, in this order."""
 
@@ -74,8 +78,8 @@ class Node:
     streams: Hub  # committed job and run changes to open event streams, in memory
     key_buckets: KeyBuckets  # the request rate limit per API key
     metrics: Metrics  # Prometheus counters of this node (GET /metrics)
-    accounts: Registry
-    balances: Registry
+    accounts: Accounts
+    balances: Balances
     generation: Generation
     jobs: Registry
     products: Products
@@ -83,10 +87,10 @@ class Node:
     topup_quote: Quote
     payments: PaymentProvider | None  # None: no payment provider configured
     topups: Registry
-    webhook_delivery: DeliveryRegistry
-    tickets: Registry
+    webhook_delivery: Webhooks
+    tickets: Tickets
     retention: Registry  # one actor: deletes finished rows past their age, in small batches
-    sessions: Registry  # browser sessions and provider sign-in flows
+    sessions: Sessions  # browser sessions and provider sign-in flows
     page_secret: bytes  # signs the pages' CSRF tokens, derives PKCE verifiers
     login_by_address: Throttle
     login_by_account: Throttle
@@ -128,7 +132,7 @@ class Node:
         for close in self.closers:
             await close()
 
-    def _registry(self, registry: Registry) -> Registry:
+    def _registry(self, registry: R) -> R:
         self.registries.append(registry)
         return registry
 
@@ -167,8 +171,8 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     # started with the registries (it has their `run`), woken by the writes that queue mail
     node.registries.append(node.mail)  # type: ignore[arg-type]
     node.recoveries.append(node.mail.recover)  # mails in flight at the last stop, then sending starts
-    node.accounts = node._registry(Registry("accounts", lambda key: AccountsActor(store, clock, node.mail), clock))
-    node.balances = node._registry(Registry("balances", lambda org_id: BalanceActor(node, org_id), clock))
+    node.accounts = node._registry(Accounts("accounts", lambda key: AccountsActor(store, clock, node.mail), clock))
+    node.balances = node._registry(Balances("balances", lambda org_id: BalanceActor(node, org_id), clock))
 
     async def wake_balances() -> None:
         """Actors of organizations with live credits, so lot expiries and outstanding holds
@@ -197,20 +201,20 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     if node.payments is not None:
         node.closers.append(node.payments.aclose)
 
-    node.webhook_delivery = DeliveryRegistry(node)
+    node.webhook_delivery = Webhooks(node)
     node._registry(node.webhook_delivery)
     node.recoveries.append(node.webhook_delivery.start_actor)
     node.closers.append(node.webhook_delivery.stop_sending)
 
     node.tickets = node._registry(
-        Registry("tickets", lambda key: TicketsActor(store, clock, node.webhook_delivery.wake), clock))
+        Tickets("tickets", lambda key: TicketsActor(store, clock, node.webhook_delivery.wake), clock))
 
     node.retention = node._registry(
         Registry("retention", lambda key: RetentionActor(store, clock, settings.retention_days), clock))
     node.recoveries.append(_start_retention(node))
 
     # people: browser sessions, login throttles, identity providers
-    node.sessions = node._registry(Registry("sessions", lambda key: SessionsActor(store, clock), clock))
+    node.sessions = node._registry(Sessions("sessions", lambda key: SessionsActor(store, clock), clock))
     node.page_secret = load_secret(settings.data_dir, "page-secret")
     node.login_by_address = Throttle(clock, burst=20, every=6.0)   # 20 at once, then 10 a minute
     node.login_by_account = Throttle(clock, burst=5, every=60.0)   # 5 at once, then 1 a minute

@@ -73,3 +73,31 @@ def test_the_credit_rules_load_without_trio_or_sqlite():
     out = subprocess.run([sys.executable, "-c", code], cwd=SERVICE.parent, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Values an actor facade takes as an argument, not messages.
+FACADE_ARGUMENTS = {"Identity"}
+
+
+def test_http_reaches_actors_only_through_their_facades():
+    """service/http neither asks nor tells an actor, nor builds or imports an actor message:
+    it calls the typed facade methods of service/actors/facades.py."""
+    import importlib
+
+    broken = []
+    for path in sorted((SERVICE / "http").rglob("*.py")):
+        where = path.relative_to(SERVICE.parent)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("ask", "tell", "ask_actor"):
+                broken.append(f"{where}:{node.lineno} calls .{node.func.attr}(")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("service.actors"):
+                module = importlib.import_module(node.module or "")
+                for alias in node.names:
+                    value = getattr(module, alias.name)
+                    if isinstance(value, type) and alias.name not in FACADE_ARGUMENTS:
+                        broken.append(f"{where}:{node.lineno} imports the class {alias.name}")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "delivery" \
+                    and node.attr[:1].isupper() and node.attr != node.attr.upper():
+                broken.append(f"{where}:{node.lineno} uses the class delivery.{node.attr}")
+    assert broken == []

@@ -64,7 +64,7 @@ class Provider(OpenAPIProvider):
                 key = (method.upper(), openapi.normalize(rule.rule))
                 try:
                     if key not in self._table:
-                        raise openapi.DocumentError(f"{key[0]} {key[1]} has no entry in service/http/openapi.py")
+                        raise openapi.DocumentError(f"{key[0]} {key[1]} has no entry in service/http/openapi_table.py")
                     methods[method] = openapi.apply(*key, func, operation, self._table[key])
                 except openapi.DocumentError as e:
                     log.error("OpenAPI document: %s", e)

@@ -74,8 +74,7 @@ def principal_for_key(svc: Node, token: str) -> Principal | None:
         role = bound
     last = row["last_used_at"]
     if last is None or last < iso(now - TOUCH_EVERY):
-        from service.actors.accounts import TouchKey
-        svc.accounts.tell("accounts", TouchKey(row["id"], now))
+        svc.accounts.touch_key(row["id"], now)
     return Principal(row["organization_id"], row["user_id"], row["id"], role,
                      user_role if user_role != role else None)
 

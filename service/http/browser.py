@@ -32,7 +32,7 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from quart import Response, g, redirect, request
 from werkzeug.wrappers.response import Response as WerkzeugResponse
 
-from service.actors.sessions import IDLE, TOUCH_EVERY, TouchSession
+from service.actors.sessions import IDLE, TOUCH_EVERY
 from service.http.auth import Principal, node
 from service.http.clientaddr import client_address
 from service.http.pages import PageError, render
@@ -86,7 +86,7 @@ def current_session() -> BrowserSession | None:
     if row is None or not row["user_active"] or now >= row["expires_at"] or now >= row["last_seen_at"] + IDLE:
         return None
     if now - row["last_seen_at"] >= TOUCH_EVERY:
-        svc.sessions.tell("sessions", TouchSession(row["id"], now))
+        svc.sessions.touch_session(row["id"], now)
     g.browser_session = BrowserSession(
         row["id"], row["user_id"], row["organization_id"], row["email"], row["role"], row["org_name"],
         approved=bool(row["approved_at"]), confirmed=not row["unconfirmed"])

@@ -10,12 +10,13 @@ transaction.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.accounts import ChangeRole, RemoveMember
-from service.actors.sessions import ABSOLUTE, SetPassword
+from service.actors.sessions import ABSOLUTE
 from service.errors import ApiError
 from service.http.auth import node, principal
 from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie, throttle
@@ -45,9 +46,9 @@ async def account():
                   has_password=has_password)
 
 
-async def _ask(msg) -> None:
+async def _ask(call: Awaitable[object]) -> None:
     try:
-        await node().accounts.ask("accounts", msg)
+        await call
     except ApiError as e:
         raise PageError(e.status, "Not changed", e.message) from None
 
@@ -71,7 +72,7 @@ async def change_password():
     if problem:
         raise PageError(422, "Password not changed", problem)
     hashed = await passwords.hash_password(form["new_password"])
-    out = await svc.sessions.ask("sessions", SetPassword(s.email, hashed, s.user_id, s.org_id))
+    out = await svc.sessions.set_password(s.email, hashed, s.user_id, s.org_id)
     resp = redirect("/account", 303)
     set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
     return resp
@@ -83,7 +84,7 @@ async def change_password():
 @page("users:update")
 async def change_role(user_id: str):
     role = (await request.form).get("role", "")
-    await _ask(ChangeRole(principal().org_id, user_id, role, caller_role=principal().role))
+    await _ask(node().accounts.change_role(principal().org_id, user_id, role, caller_role=principal().role))
     return redirect("/account", 303)
 
 
@@ -92,5 +93,5 @@ async def change_role(user_id: str):
 @csrf_protected
 @page("users:delete")
 async def remove_member(user_id: str):
-    await _ask(RemoveMember(principal().org_id, user_id, caller_role=principal().role))
+    await _ask(node().accounts.remove_member(principal().org_id, user_id, caller_role=principal().role))
     return redirect("/account", 303)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from service.actors.accounts import CreateKey, RevokeKey, UpdateKey
 from service.clock import iso, parse_iso
 from service.errors import NotFound, Unprocessable
-from service.http import views
+from service.views import accounts as views
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Timestamp, body
 from service.storage import accounts as sql
@@ -24,10 +23,6 @@ class KeyCreate(Body):
 class KeyUpdate(Body):
     name: str | None = None
     is_active: bool | None = None
-
-
-async def ask(msg):
-    return await node().accounts.ask("accounts", msg)
 
 
 @bp.get("/v1/api-keys")
@@ -62,8 +57,8 @@ async def create_key(data: KeyCreate):
             raise Unprocessable("expires_at must be in the future.", {"field": "expires_at"})
         expires = iso(ts)
     p = principal()
-    row = await ask(CreateKey(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires,
-                              caller_user_role=p.user_role))
+    row = await node().accounts.create_key(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires,
+                                           caller_user_role=p.user_role)
     return {"data": views.api_key(row)}, 201
 
 
@@ -78,12 +73,12 @@ async def update_key(key_id: str, data: KeyUpdate):
         fields["name"] = data.name.strip()
     if data.is_active is not None:
         fields["is_active"] = int(data.is_active)
-    row = await ask(UpdateKey(principal().org_id, key_id, fields))
+    row = await node().accounts.update_key(principal().org_id, key_id, fields)
     return {"data": views.api_key(row)}
 
 
 @bp.delete("/v1/api-keys/<key_id>")
 @requires("api_keys:revoke")
 async def revoke_key(key_id: str):
-    await ask(RevokeKey(principal().org_id, key_id))
+    await node().accounts.revoke_key(principal().org_id, key_id)
     return "", 204

@@ -14,7 +14,6 @@ from decimal import Decimal
 from pydantic import Field
 from quart import Blueprint, request
 
-from service.actors.billing_messages import SettingsPut, Sync
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
 from service.http.auth import principal, requires, node
@@ -86,7 +85,7 @@ async def get_ledger(q: LedgerQuery):
     offset = max(0, q.offset or 0)
     svc = node()
     try:  # every due lot expiry is in the ledger before we read it
-        await svc.balances.ask(org_id(), Sync(), timeout=2.0)
+        await svc.balances.sync(org_id(), timeout=2.0)
     except (ActorGone, AskTimeout, Unavailable):
         pass  # read what is committed rather than fail a read
     rows, total = sql.ledger(svc.store, org_id(), project_id=q.project_id, since=since, until=until,
@@ -143,4 +142,4 @@ def threshold_uc(raw: bytes | str) -> int | None:
 @body(SettingsBody)
 async def put_settings(data: SettingsBody):
     uc = threshold_uc(await request.get_data(cache=True))
-    return {"data": await node().balances.ask(org_id(), SettingsPut(uc))}
+    return {"data": await node().balances.settings_put(org_id(), uc)}

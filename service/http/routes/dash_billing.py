@@ -18,7 +18,6 @@ from decimal import Decimal
 from quart import Blueprint, Response, redirect, request
 from quart_schema import hide
 
-from service.actors.billing_messages import SettingsPut, Sync
 from service.clock import iso
 from service.errors import ActorGone, ApiError, AskTimeout, Unavailable
 from service.http.auth import node, principal
@@ -74,7 +73,7 @@ def chart(rows: list[dict], today: datetime, names: dict[str, str]) -> dict:
 
 async def synced(org_id: str) -> None:
     try:  # due lot expiries are in the ledger before it is read (as GET /v1/billing/ledger)
-        await node().balances.ask(org_id, Sync(), timeout=2.0)
+        await node().balances.sync(org_id, timeout=2.0)
     except (ActorGone, AskTimeout, Unavailable):
         pass
 
@@ -148,7 +147,7 @@ async def threshold():
     value = (await request.form).get("threshold", "").strip()
     try:
         uc = threshold_uc(json.dumps({"low_balance_threshold": value or None}).encode())
-        await node().balances.ask(principal().org_id, SettingsPut(uc))
+        await node().balances.settings_put(principal().org_id, uc)
     except ApiError as e:
         return await billing_page(e.status, error=e.message)
     return redirect("/billing#threshold", 303)

@@ -7,12 +7,13 @@ An expiry date means the key stops working at 00:00 UTC that day."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from datetime import UTC, datetime
 
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts import CreateKey, RevokeKey, UpdateKey
 from service.clock import iso
 from service.errors import ApiError, Unprocessable
 from service.http.auth import node, principal
@@ -66,16 +67,16 @@ async def create():
         role_id = ROLE_IDS.get(role) if role else None
         if role and role_id is None:
             raise Unprocessable("role must be one of " + ", ".join(ROLE_NAMES) + ".")
-        row = await node().accounts.ask("accounts", CreateKey(p.org_id, p.user_id, p.role, name, role_id,
-                                                              expiry(form.get("expires", "").strip())))
+        row = await node().accounts.create_key(p.org_id, p.user_id, p.role, name, role_id,
+                                               expiry(form.get("expires", "").strip()))
     except ApiError as e:
         return keys_page(e.status, error=e.message)
     return keys_page(201, created=row)
 
 
-async def change(msg) -> object:
+async def change(call: Awaitable[object]) -> object:
     try:
-        await node().accounts.ask("accounts", msg)
+        await call
     except ApiError as e:
         return keys_page(e.status, error=e.message)
     return redirect("/keys", 303)
@@ -86,7 +87,7 @@ async def change(msg) -> object:
 @page("api_keys:create")
 @csrf_protected
 async def pause(key_id: str):
-    return await change(UpdateKey(principal().org_id, key_id, {"is_active": 0}))
+    return await change(node().accounts.update_key(principal().org_id, key_id, {"is_active": 0}))
 
 
 @bp.post("/keys/<key_id>/resume")
@@ -94,7 +95,7 @@ async def pause(key_id: str):
 @page("api_keys:create")
 @csrf_protected
 async def resume(key_id: str):
-    return await change(UpdateKey(principal().org_id, key_id, {"is_active": 1}))
+    return await change(node().accounts.update_key(principal().org_id, key_id, {"is_active": 1}))
 
 
 @bp.post("/keys/<key_id>/revoke")
@@ -102,4 +103,4 @@ async def resume(key_id: str):
 @page("api_keys:revoke")
 @csrf_protected
 async def revoke(key_id: str):
-    return await change(RevokeKey(principal().org_id, key_id))
+    return await change(node().accounts.revoke_key(principal().org_id, key_id))

@@ -11,7 +11,6 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts import ChangeRole, Invite, RemoveMember, ResendInvite
 from service.errors import ApiError, Forbidden
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -39,10 +38,6 @@ async def members():
     return members_page()
 
 
-async def act(msg):
-    return await node().accounts.ask("accounts", msg)
-
-
 def link(token: str) -> str:
     return f"{node().settings.public_base_url}/invitations/accept?token={token}"
 
@@ -58,7 +53,7 @@ async def invite():
     try:
         if role in ROLE_NAMES and not within(role, p.role):
             raise Forbidden("You cannot grant a broader role than your own.", {"role": role})
-        out = await act(Invite(p.org_id, email, role))
+        out = await node().accounts.invite(p.org_id, email, role)
     except ApiError as e:
         return members_page(e.status, error=e.message)
     return members_page(201, invited={**out, "link": link(out["token"])})
@@ -74,7 +69,7 @@ async def resend(invitation_id: str):
     if row is not None and not within(row["role"], p.role):
         return members_page(403, error="You cannot grant a broader role than your own.")
     try:
-        out = await act(ResendInvite(p.org_id, invitation_id))
+        out = await node().accounts.resend_invite(p.org_id, invitation_id)
     except ApiError as e:
         return members_page(e.status, error=e.message)
     return members_page(200, invited={**out, "link": link(out["token"])})
@@ -87,7 +82,7 @@ async def resend(invitation_id: str):
 async def change_role(user_id: str):
     role = (await request.form).get("role", "")
     try:
-        await act(ChangeRole(principal().org_id, user_id, role, caller_role=principal().role))
+        await node().accounts.change_role(principal().org_id, user_id, role, caller_role=principal().role)
     except ApiError as e:
         return members_page(e.status, error=e.message)
     return redirect("/members", 303)
@@ -99,7 +94,7 @@ async def change_role(user_id: str):
 @csrf_protected
 async def remove(user_id: str):
     try:
-        await act(RemoveMember(principal().org_id, user_id, caller_role=principal().role))
+        await node().accounts.remove_member(principal().org_id, user_id, caller_role=principal().role)
     except ApiError as e:
         return members_page(e.status, error=e.message)
     return redirect("/members", 303)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts import ArchiveProject, CreateProject
 from service.errors import ApiError
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page, safe_next, set_cookie
@@ -50,8 +49,8 @@ async def create():
     form = await request.form
     p = principal()
     try:
-        row = await node().accounts.ask("accounts", CreateProject(p.org_id, p.user_id, form.get("name", "").strip(),
-                                                                  form.get("slug", "").strip() or None))
+        row = await node().accounts.create_project(p.org_id, p.user_id, form.get("name", "").strip(),
+                                                   form.get("slug", "").strip() or None)
     except ApiError as e:
         return show("projects.html", e.status, title="Projects", error=e.message)
     resp = redirect("/projects", 303)
@@ -65,7 +64,7 @@ async def create():
 @csrf_protected
 async def archive(project_id: str):
     try:
-        await node().accounts.ask("accounts", ArchiveProject(principal().org_id, project_id))
+        await node().accounts.archive_project(principal().org_id, project_id)
     except ApiError as e:
         return show("projects.html", e.status, title="Projects", error=e.message)
     return redirect("/projects", 303)

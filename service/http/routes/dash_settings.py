@@ -6,7 +6,6 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts import RenameOrg
 from service.errors import ApiError
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -36,7 +35,7 @@ async def settings():
 @csrf_protected
 async def rename():
     try:
-        await node().accounts.ask("accounts", RenameOrg(principal().org_id, (await request.form).get("name", "")))
+        await node().accounts.rename_org(principal().org_id, (await request.form).get("name", ""))
     except ApiError as e:
         return settings_page(e.status, error=e.message)
     return redirect("/settings", 303)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.tickets import PRIORITIES, TYPES, CustomerReply, OpenTicket
+from service.actors.tickets import PRIORITIES, TYPES
 from service.errors import ApiError, NotFound
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -43,9 +43,9 @@ async def open_ticket():
     form = await request.form
     p = principal()
     try:
-        row = await node().tickets.ask(p.org_id, OpenTicket(
+        row = await node().tickets.open_ticket(
             p.org_id, p.user_id, form.get("subject_line", "").strip(), form.get("type", "question"),
-            form.get("priority", "P3"), form.get("body", "").strip()))
+            form.get("priority", "P3"), form.get("body", "").strip())
     except ApiError as e:
         return support_page(e.status, error=e.message, values=form)
     return redirect(f"/support/{row['id']}", 303)
@@ -74,8 +74,8 @@ async def ticket(ticket_id: str):
 async def reply(ticket_id: str):
     p = principal()
     try:
-        await node().tickets.ask(p.org_id, CustomerReply(p.org_id, ticket_id, p.user_id,
-                                                         (await request.form).get("body", "").strip()))
+        await node().tickets.customer_reply(p.org_id, ticket_id, p.user_id,
+                                            (await request.form).get("body", "").strip())
     except ApiError as e:
         return ticket_page(ticket_id, e.status, error=e.message)
     return redirect(f"/support/{ticket_id}", 303)

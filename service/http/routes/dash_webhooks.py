@@ -9,7 +9,6 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.actors import delivery
-from service.actors.delivery import CreateWebhook, DeleteWebhook, SendTest, UpdateWebhook
 from service.errors import ApiError, NotFound
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -20,10 +19,6 @@ from service.storage import webhooks as sql
 bp = Blueprint("dash_webhooks", __name__)
 
 LOG = 50
-
-
-async def ask(msg):
-    return await node().webhook_delivery.ask_actor(msg, 10.0)
 
 
 def webhooks_page(status: int = 200, **ctx):
@@ -59,8 +54,9 @@ async def webhooks():
 async def create():
     form = await request.form
     try:
-        row = await ask(CreateWebhook(principal().org_id, form.get("url", "").strip(), form.getlist("events"),
-                                      form.get("description", "").strip() or None))
+        row = await node().webhook_delivery.create_webhook(
+            principal().org_id, form.get("url", "").strip(), form.getlist("events"),
+            form.get("description", "").strip() or None)
     except ApiError as e:
         return webhooks_page(e.status, error=e.message)
     return webhooks_page(201, created={**view(row), "secret": row["secret"]})
@@ -75,7 +71,7 @@ async def webhook(webhook_id: str):
 
 async def update(webhook_id: str, fields: dict):
     try:
-        await ask(UpdateWebhook(principal().org_id, webhook_id, fields))
+        await node().webhook_delivery.update_webhook(principal().org_id, webhook_id, fields)
     except ApiError as e:
         return hook_page(webhook_id, e.status, error=e.message)
     return redirect(f"/webhooks/{webhook_id}", 303)
@@ -111,7 +107,7 @@ async def resume(webhook_id: str):
 @csrf_protected
 async def delete(webhook_id: str):
     try:
-        await ask(DeleteWebhook(principal().org_id, webhook_id))
+        await node().webhook_delivery.delete_webhook(principal().org_id, webhook_id)
     except ApiError as e:
         return webhooks_page(e.status, error=e.message)
     return redirect("/webhooks", 303)
@@ -127,7 +123,7 @@ async def send_test(webhook_id: str):
     send, recv = trio.open_memory_channel(1)
     async with recv:
         try:
-            await ask(SendTest(principal().org_id, webhook_id, send))
+            await node().webhook_delivery.send_test(principal().org_id, webhook_id, send)
         except ApiError as e:
             return hook_page(webhook_id, e.status, error=e.message)
         outcome = None

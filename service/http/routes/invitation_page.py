@@ -12,8 +12,8 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.accounts import INVALID_INVITE, AcceptInvite
-from service.actors.sessions import ABSOLUTE, StartSession
+from service.actors.accounts import INVALID_INVITE
+from service.actors.sessions import ABSOLUTE
 from service.errors import Conflict, NotFound
 from service.http.auth import node
 from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, session_token, set_cookie, throttle
@@ -66,11 +66,11 @@ async def accept():
             return invitation_form(inv, token, 422, problem)
         new_hash = await passwords.hash_password(password)
     try:
-        out = await svc.accounts.ask("accounts", AcceptInvite(token=token, password_hash=new_hash))
+        out = await svc.accounts.accept_invite(token=token, password_hash=new_hash)
     except (NotFound, Conflict) as e:
         raise PageError(e.status, "Invitation not accepted", e.message) from None
-    session = await svc.sessions.ask("sessions", StartSession(out["user_id"], out["organization_id"],
-                                                              session_token()))
+    session = await svc.sessions.start_session(out["user_id"], out["organization_id"],
+                                               session_token())
     resp = redirect(HOME, 303)
     set_cookie(resp, SESSION_COOKIE, session["token"], int(ABSOLUTE))
     return resp

@@ -16,7 +16,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.sessions import ABSOLUTE, RehashPassword, StartSession
+from service.actors.sessions import ABSOLUTE
 from service.http.auth import node
 from service.http.browser import (HOME, SESSION_COOKIE, csrf_protected, safe_next, session_token, set_cookie,
                                   throttle)
@@ -60,10 +60,10 @@ async def login():
     if not await passwords.verify(person["password_hash"], password) or person["user_id"] is None:
         return login_form(401, BAD_LOGIN, email, next_path)
     if passwords.needs_rehash(person["password_hash"]):  # parameters raised since it was stored
-        await svc.sessions.ask("sessions", RehashPassword(email, person["password_hash"],
-                                                          await passwords.hash_password(password)))
-    out = await svc.sessions.ask("sessions", StartSession(person["user_id"], person["organization_id"],
-                                                          session_token()))
+        await svc.sessions.rehash_password(email, person["password_hash"],
+                                           await passwords.hash_password(password))
+    out = await svc.sessions.start_session(person["user_id"], person["organization_id"],
+                                           session_token())
     resp = redirect(next_path, 303)
     set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
     return resp

@@ -5,7 +5,6 @@ from __future__ import annotations
 from quart import Blueprint, redirect
 from quart_schema import hide
 
-from service.actors.sessions import EndSession
 from service.http.auth import node
 from service.http.browser import SESSION_COOKIE, csrf_protected, session_token
 
@@ -18,7 +17,7 @@ bp = Blueprint("logout", __name__)
 async def logout():
     token = session_token()
     if token:
-        await node().sessions.ask("sessions", EndSession(token))
+        await node().sessions.end_session(token)
     resp = redirect("/login", 303)
     resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="Lax")
     return resp

@@ -23,8 +23,8 @@ from typing import NoReturn
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts import AcceptInvite, CreateOrg, Identity, LinkIdentity
-from service.actors.sessions import ABSOLUTE, FLOW_TTL, BeginFlow, StartSession, TakeFlow
+from service.actors.accounts import Identity
+from service.actors.sessions import ABSOLUTE, FLOW_TTL
 from service.errors import Conflict, Forbidden, NotFound
 from service.http.auth import node
 from service.http.browser import (SESSION_COOKIE, csrf_protected, current_session, safe_next, session_token,
@@ -63,10 +63,10 @@ async def start(key: str):
     form = await request.form
     invitation = form.get("invitation") or None
     s = current_session()
-    flow = await node().sessions.ask("sessions", BeginFlow(
+    flow = await node().sessions.begin_flow(
         provider=key, next_path=safe_next(form.get("next")),
         invitation_hash=sql.digest(invitation) if invitation else None,
-        link_user_id=s.user_id if s is not None and invitation is None else None))
+        link_user_id=s.user_id if s is not None and invitation is None else None)
     try:
         url = await provider.authorization_url(redirect_uri(key), flow["state"], flow["nonce"],
                                                pkce_verifier(node().page_secret, flow["state"]))
@@ -86,7 +86,7 @@ async def callback(key: str):
     cookie = request.cookies.get(FLOW_COOKIE, "")
     if not state or not cookie or not hmac.compare_digest(state, cookie):
         refuse(400, NO_MATCH)
-    flow = await svc.sessions.ask("sessions", TakeFlow(state))
+    flow = await svc.sessions.take_flow(state)
     if flow is None or flow["provider"] != key:
         refuse(400, NO_MATCH)
     if request.args.get("error"):
@@ -100,7 +100,7 @@ async def callback(key: str):
     except OidcError as e:
         refuse(401, str(e))
     user_id, org_id = await _person(provider, claims, flow)
-    out = await svc.sessions.ask("sessions", StartSession(user_id, org_id, session_token()))
+    out = await svc.sessions.start_session(user_id, org_id, session_token())
     resp = redirect(flow["next_path"], 303)
     set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
     resp.delete_cookie(FLOW_COOKIE, path="/", httponly=True, samesite="Lax")
@@ -127,8 +127,8 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
     if flow["invitation_hash"] is not None:
         email = _verified_email(provider, claims)
         try:
-            out = await svc.accounts.ask("accounts", AcceptInvite(
-                token_hash=flow["invitation_hash"], identity=Identity(issuer, subject, email)))
+            out = await svc.accounts.accept_invite(
+                token_hash=flow["invitation_hash"], identity=Identity(issuer, subject, email))
         except (NotFound, Forbidden, Conflict) as e:
             refuse(e.status, e.message)
         return out["user_id"], out["organization_id"]
@@ -137,8 +137,8 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
         if row is None or not row["is_active"]:
             refuse(403, "Your membership of this organization has ended.")
         try:
-            await svc.accounts.ask("accounts", LinkIdentity(flow["link_user_id"], Identity(
-                issuer, subject, claims.get("email") if claims.get("email_verified") is True else None)))
+            await svc.accounts.link_identity(flow["link_user_id"], Identity(
+                issuer, subject, claims.get("email") if claims.get("email_verified") is True else None))
         except Conflict as e:
             refuse(409, e.message)
         return flow["link_user_id"], row["organization_id"]
@@ -151,9 +151,9 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
     given = claims.get("name")
     name = given if isinstance(given, str) and given.strip() else email
     try:
-        out = await svc.accounts.ask("accounts", CreateOrg(name=f"{name.strip()[:80]}", owner_email=email,
-                                                           approved=False,
-                                                           identity=Identity(issuer, subject, email)))
+        out = await svc.accounts.create_org(name=f"{name.strip()[:80]}", owner_email=email,
+                                            approved=False,
+                                            identity=Identity(issuer, subject, email))
     except Conflict as e:
         refuse(409, e.message)
     return out["owner_user_id"], out["organization_id"]

@@ -12,8 +12,6 @@ from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import hide
 
-from service.actors.accounts import (AcceptInvite, AddMember, ApproveOrg, ChangeRole, CreateOrg, Invite,
-                                     RemoveMember, ResendInvite)
 from service.http.auth import constant_time_equal, node
 from service.http.errors import AuthFailure
 from service.http.schemas import Body, body
@@ -59,15 +57,11 @@ class AcceptBody(Body):
     token: str
 
 
-async def ask(msg):
-    return await node().accounts.ask("accounts", msg)
-
-
 @bp.post("/operator/v1/organizations")
 @operator
 @body(OrgCreate)
 async def create_org(data: OrgCreate):
-    out = await ask(CreateOrg(data.name, data.owner_email, data.approved))
+    out = await node().accounts.create_org(data.name, data.owner_email, data.approved)
     if data.approved:
         await node().on_approved(out["organization_id"])
     return {"data": out}, 201
@@ -76,7 +70,7 @@ async def create_org(data: OrgCreate):
 @bp.post("/operator/v1/organizations/<org_id>/approve")
 @operator
 async def approve_org(org_id: str):
-    out = await ask(ApproveOrg(org_id))
+    out = await node().accounts.approve_org(org_id)
     await node().on_approved(org_id)
     return {"data": out}
 
@@ -85,20 +79,20 @@ async def approve_org(org_id: str):
 @operator
 @body(MemberAdd)
 async def add_member(org_id: str, data: MemberAdd):
-    return {"data": await ask(AddMember(org_id, data.email, data.role))}, 201
+    return {"data": await node().accounts.add_member(org_id, data.email, data.role)}, 201
 
 
 @bp.patch("/operator/v1/organizations/<org_id>/members/<user_id>")
 @operator
 @body(MemberUpdate)
 async def change_role(org_id: str, user_id: str, data: MemberUpdate):
-    return {"data": await ask(ChangeRole(org_id, user_id, data.role))}
+    return {"data": await node().accounts.change_role(org_id, user_id, data.role)}
 
 
 @bp.delete("/operator/v1/organizations/<org_id>/members/<user_id>")
 @operator
 async def remove_member(org_id: str, user_id: str):
-    await ask(RemoveMember(org_id, user_id))
+    await node().accounts.remove_member(org_id, user_id)
     return "", 204
 
 
@@ -108,14 +102,14 @@ async def remove_member(org_id: str, user_id: str):
 async def invite(org_id: str, data: InviteBody):
     """Invite a member: fires `member.invited`; the answer carries the link's token once (valid
     14 days on the service clock). The dashboard's email delivery is outside this node."""
-    return {"data": await ask(Invite(org_id, data.email, data.role))}, 201
+    return {"data": await node().accounts.invite(org_id, data.email, data.role)}, 201
 
 
 @bp.post("/operator/v1/organizations/<org_id>/invitations/<invitation_id>/resend")
 @operator
 async def resend_invite(org_id: str, invitation_id: str):
     """A new link (14 days); the previous one stops working. Fires `member.invited` again."""
-    return {"data": await ask(ResendInvite(org_id, invitation_id))}
+    return {"data": await node().accounts.resend_invite(org_id, invitation_id)}
 
 
 @bp.post("/operator/v1/invitations/accept")
@@ -123,13 +117,12 @@ async def resend_invite(org_id: str, invitation_id: str):
 @body(AcceptBody)
 async def accept_invite(data: AcceptBody):
     """The invited person accepts: a joined member with a new key; fires `member.joined`."""
-    return {"data": await ask(AcceptInvite(data.token))}, 201
+    return {"data": await node().accounts.accept_invite(data.token)}, 201
 
 
 @bp.post("/operator/v1/node-key/rotate")
 @operator
 async def rotate_node_key():
     """A new node key; every stored webhook secret re-sealed with it (service/sealing.py)."""
-    from service.actors.delivery import RotateNodeKey
 
-    return {"data": await node().webhook_delivery.ask_actor(RotateNodeKey())}
+    return {"data": await node().webhook_delivery.rotate_node_key()}

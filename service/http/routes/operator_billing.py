@@ -9,7 +9,6 @@ import trio
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors.billing_messages import Grant, Sync
 from service.clock import parse_iso
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.http.auth import node
@@ -71,8 +70,8 @@ async def grant(org_id: str, data: GrantBody):
     svc = node()
     if not sql.org_exists(svc.store, org_id):
         raise NotFound("Organization not found.")
-    lot = await svc.balances.ask(org_id, Grant(grant_id=sql.new_id(), amount_uc=uc, source=data.source,
-                                               expires_at=expires, reason=data.reason))
+    lot = await svc.balances.grant(org_id, sql.new_id(), uc, source=data.source, expires_at=expires,
+                                   reason=data.reason)
     return {"data": {k: lot[k] for k in LOT_FIELDS}}, 201
 
 
@@ -90,7 +89,7 @@ async def advance_clock(data: ClockBody):
 
     async def sync(key: str) -> None:
         try:
-            await balances.ask(key, Sync(), timeout=5.0)
+            await balances.sync(key, timeout=5.0)
         except ServiceError:  # an actor that is down catches up when it is back
             pass
 

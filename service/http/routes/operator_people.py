@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from quart import Blueprint, request
 
-from service.actors.people import OperatorReset
 from service.errors import Unprocessable
 from service.http.auth import node
 from service.http.routes.operator import operator
@@ -42,4 +41,4 @@ async def list_organizations():
 @operator
 @body(ResetBody)
 async def password_reset(data: ResetBody):
-    return {"data": await node().accounts.ask("accounts", OperatorReset(data.email.strip()))}, 201
+    return {"data": await node().accounts.operator_reset(data.email.strip())}, 201

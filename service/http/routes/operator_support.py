@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors.tickets import STATES, SetState, SupportReply
+from service.actors.tickets import STATES
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.routes.operator import operator
@@ -47,10 +47,6 @@ def _ticket(ticket_id: str) -> dict:
     return row
 
 
-async def ask(org_id: str, msg):
-    return await node().tickets.ask(org_id, msg)
-
-
 @bp.get("/operator/v1/support/tickets")
 @operator
 @query(OperatorList)
@@ -72,7 +68,7 @@ async def get_ticket(ticket_id: str):
 @body(SupportReplyBody)
 async def support_reply(ticket_id: str, data: SupportReplyBody):
     t = _ticket(ticket_id)
-    row = await ask(t["organization_id"], SupportReply(t["organization_id"], ticket_id, data.author, data.body))
+    row = await node().tickets.support_reply(t["organization_id"], ticket_id, data.author, data.body)
     return {"data": ticket_view(row)}, 201
 
 
@@ -81,5 +77,5 @@ async def support_reply(ticket_id: str, data: SupportReplyBody):
 @body(StateBody)
 async def set_state(ticket_id: str, data: StateBody):
     t = _ticket(ticket_id)
-    row = await ask(t["organization_id"], SetState(t["organization_id"], ticket_id, data.state))
+    row = await node().tickets.set_state(t["organization_id"], ticket_id, data.state)
     return {"data": ticket_view(row)}

@@ -12,8 +12,8 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.people import INVALID_RESET, RequestReset, ResetPassword
-from service.actors.sessions import ABSOLUTE, StartSession
+from service.actors.people import INVALID_RESET
+from service.actors.sessions import ABSOLUTE
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, session_token, set_cookie, throttle
@@ -48,7 +48,7 @@ async def forgot():
         return forgot_form(400, "Enter your email address.", email)
     if not valid_address(email):
         return forgot_form(422, BAD_ADDRESS, email)
-    await node().accounts.ask("accounts", RequestReset(email))
+    await node().accounts.request_reset(email)
     return render("notice.html", 200, title="Check your email", message=SENT.format(email=email))
 
 
@@ -87,14 +87,14 @@ async def reset():
     hashed = await passwords.hash_password(password)
     svc = node()
     try:
-        out = await svc.accounts.ask("accounts", ResetPassword(token, hashed))
+        out = await svc.accounts.reset_password(token, hashed)
     except NotFound as e:  # used or expired while the password was being hashed
         raise PageError(404, "Link not valid", e.message) from None
     if out["user_id"] is None:
         return render("notice.html", 200, title="Password changed",
                       message="Your password is changed. You have no active membership to log in to.")
-    session = await svc.sessions.ask("sessions", StartSession(out["user_id"], out["organization_id"],
-                                                              session_token()))
+    session = await svc.sessions.start_session(out["user_id"], out["organization_id"],
+                                               session_token())
     resp = redirect(HOME, 303)
     set_cookie(resp, SESSION_COOKIE, session["token"], int(ABSOLUTE))
     return resp

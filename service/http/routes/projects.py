@@ -5,9 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors.accounts import ArchiveProject, CreateProject, UpdateProject
 from service.errors import NotFound
-from service.http import views
+from service.views import accounts as views
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, body
 from service.storage import accounts as sql
@@ -25,10 +24,6 @@ class ProjectUpdate(Body):
     name: str | None = None
     slug: str | None = None
     description: str | None = None
-
-
-async def ask(msg):
-    return await node().accounts.ask("accounts", msg)
 
 
 @bp.get("/v1/projects")
@@ -51,7 +46,7 @@ async def get_project(project_id: str):
 @body(ProjectCreate)
 async def create_project(data: ProjectCreate):
     p = principal()
-    row = await ask(CreateProject(p.org_id, p.user_id, data.name or "", data.slug, data.description))
+    row = await node().accounts.create_project(p.org_id, p.user_id, data.name or "", data.slug, data.description)
     return {"data": views.project(row)}, 201
 
 
@@ -60,12 +55,12 @@ async def create_project(data: ProjectCreate):
 @body(ProjectUpdate)
 async def update_project(project_id: str, data: ProjectUpdate):
     fields = data.model_dump(exclude_unset=True)
-    row = await ask(UpdateProject(principal().org_id, project_id, fields))
+    row = await node().accounts.update_project(principal().org_id, project_id, fields)
     return {"data": views.project(row)}
 
 
 @bp.post("/v1/projects/<project_id>/archive")
 @requires("projects:write")
 async def archive_project(project_id: str):
-    row = await ask(ArchiveProject(principal().org_id, project_id))
+    row = await node().accounts.archive_project(principal().org_id, project_id)
     return {"data": views.project(row)}

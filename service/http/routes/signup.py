@@ -17,7 +17,6 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.people import ConfirmEmail, SignUp
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.browser import csrf_protected, throttle
@@ -70,7 +69,7 @@ async def signup():
     if problem:
         return signup_form(422, problem, email, org_name)
     hashed = await passwords.hash_password(password)  # also for a known address: same time, same page
-    await node().accounts.ask("accounts", SignUp(email, org_name, hashed))
+    await node().accounts.sign_up(email, org_name, hashed)
     return render("notice.html", 200, title="Check your email", message=SENT.format(email=email))
 
 
@@ -79,7 +78,7 @@ async def signup():
 async def confirm():
     token = request.args.get("token", "")
     try:
-        out = await node().accounts.ask("accounts", ConfirmEmail(token))
+        out = await node().accounts.confirm_email(token)
     except NotFound as e:
         raise PageError(404, "Link not valid", e.message) from None
     if out["already"]:

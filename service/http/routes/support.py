@@ -19,7 +19,7 @@ from __future__ import annotations
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors.tickets import PRIORITIES, STATES, TYPES, CustomerReply, OpenTicket
+from service.actors.tickets import PRIORITIES, STATES, TYPES
 from service.errors import BadRequest, NotFound
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
@@ -69,10 +69,6 @@ def check_state_filter(state: str | None) -> None:
         raise BadRequest(f"state must be one of {', '.join(STATES)}.", {"state": state, "allowed": list(STATES)})
 
 
-async def ask(org_id: str, msg):
-    return await node().tickets.ask(org_id, msg)
-
-
 @bp.get("/v1/support/tickets")
 @requires("users:read")
 @query(TicketList)
@@ -98,8 +94,8 @@ async def get_ticket(ticket_id: str):
 @body(TicketOpen)
 async def open_ticket(data: TicketOpen):
     p = principal()
-    row = await ask(p.org_id, OpenTicket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
-                                         data.body))
+    row = await node().tickets.open_ticket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
+                                           data.body)
     return {"data": ticket_view(row)}, 201
 
 
@@ -108,5 +104,5 @@ async def open_ticket(data: TicketOpen):
 @body(ReplyCreate)
 async def reply(ticket_id: str, data: ReplyCreate):
     p = principal()
-    row = await ask(p.org_id, CustomerReply(p.org_id, ticket_id, p.user_id, data.body))
+    row = await node().tickets.customer_reply(p.org_id, ticket_id, p.user_id, data.body)
     return {"data": ticket_view(row)}, 201

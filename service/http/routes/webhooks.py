@@ -14,7 +14,6 @@ from quart import Blueprint
 from werkzeug.routing import BaseConverter
 
 from service.actors import delivery
-from service.actors.delivery import CreateWebhook, DeleteWebhook, SendTest, UpdateWebhook
 from service.errors import NotFound
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
@@ -81,10 +80,6 @@ def delivery_view(row: dict) -> dict:
     }
 
 
-async def ask(msg, timeout: float = 10.0):
-    return await node().webhook_delivery.ask_actor(msg, timeout)
-
-
 def _get(webhook_id: str) -> dict:
     row = sql.get_webhook(node().store, principal().org_id, webhook_id)
     if row is None:
@@ -118,7 +113,7 @@ async def get_webhook(webhook_id: str):
 @requires("webhooks:create")
 @body(WebhookCreate)
 async def create_webhook(data: WebhookCreate):
-    row = await ask(CreateWebhook(principal().org_id, data.url, data.events, data.description))
+    row = await node().webhook_delivery.create_webhook(principal().org_id, data.url, data.events, data.description)
     return {"webhook": view(row) | {"secret": row["secret"]}}, 201
 
 
@@ -130,14 +125,14 @@ async def update_webhook(webhook_id: str, data: WebhookUpdate):
     for name in ("url", "events", "is_active"):
         if name in fields and fields[name] is None:  # explicit null: nothing to change
             del fields[name]
-    row = await ask(UpdateWebhook(principal().org_id, webhook_id, fields))
+    row = await node().webhook_delivery.update_webhook(principal().org_id, webhook_id, fields)
     return {"webhook": view(row)}
 
 
 @bp.delete("/v1/webhooks/<webhookid:webhook_id>")
 @requires("webhooks:delete")
 async def delete_webhook(webhook_id: str):
-    await ask(DeleteWebhook(principal().org_id, webhook_id))
+    await node().webhook_delivery.delete_webhook(principal().org_id, webhook_id)
     return "", 204
 
 
@@ -148,7 +143,7 @@ async def test_webhook(webhook_id: str):
     report what happened within the 10 s wait."""
     send, recv = trio.open_memory_channel(1)
     async with recv:
-        sent = await ask(SendTest(principal().org_id, webhook_id, send))
+        sent = await node().webhook_delivery.send_test(principal().org_id, webhook_id, send)
         outcome = None
         with trio.move_on_after(delivery.TIMEOUT + 5):
             outcome = await recv.receive()

@@ -1,4 +1,5 @@
-"""Row -> response shapes shared by routes. Nulls are kept, never omitted."""
+"""Project and API-key rows -> the spec's response shapes, shared by the API routes and any caller
+that answers with a project or key. Nulls are kept, never omitted."""
 
 from __future__ import annotations
 
