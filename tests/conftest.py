@@ -62,6 +62,14 @@ async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = Tr
     apply_all(settings.db_path)
     store = Store(settings.db_path, inline=inline)
     services = build(settings, store, Clock(start=START))
+    node = Node(services, create_app(services))
+    node.scope, node.stopped = await run_parts(nursery, services)
+    return node
+
+
+async def run_parts(nursery: trio.Nursery, services) -> tuple[trio.CancelScope, trio.Event]:
+    """Start the node's actors in a scope of their own: cancel it to stop them (before the
+    store closes); the event is set once they have stopped."""
     stopped = trio.Event()
 
     async def run(task_status=trio.TASK_STATUS_IGNORED):
@@ -73,10 +81,7 @@ async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = Tr
         finally:
             stopped.set()
 
-    node = Node(services, create_app(services))
-    node.scope = await nursery.start(run)
-    node.stopped = stopped
-    return node
+    return await nursery.start(run), stopped
 
 
 async def stop_node(node: Node) -> None:

@@ -12,7 +12,7 @@ import uuid
 import pytest
 import trio
 
-from conftest import OPERATOR, START, Node
+from conftest import OPERATOR, START, Node, run_parts
 from service.actors.billing_messages import Grant
 from service.clock import Clock, iso, parse_iso
 from service.config import Settings
@@ -71,20 +71,8 @@ async def start(nursery, tmp_path, *, balances=None, **overrides) -> Node:
     services = build(settings, store, Clock(start=START))
     if balances is not None:
         services.balances = balances
-    stopped = trio.Event()
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED):
-        try:
-            with trio.CancelScope() as scope:
-                async with trio.open_nursery() as inner:
-                    await services.start(inner)
-                    task_status.started(scope)
-        finally:
-            stopped.set()
-
     node = Node(services, create_app(services))
-    node.scope = await nursery.start(run)
-    node.stopped = stopped
+    node.scope, node.stopped = await run_parts(nursery, services)
     node.balances = balances
     return node
 
