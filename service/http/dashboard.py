@@ -20,7 +20,6 @@ from service.roles import allows
 from service.storage import accounts as accounts_sql
 from service.storage import billing as billing_sql
 from service.storage import sessions as sessions_sql
-from service.streams.sse import Stream, events
 
 PROJECT_COOKIE = "gs_project"
 
@@ -94,16 +93,6 @@ def session_still_allowed(permission: str) -> Callable[[], bool]:
                 and now < row["last_seen_at"] + IDLE and allows(row["role"], permission))
 
     return check
-
-
-def stream(s: Stream) -> Response:
-    """An event stream for a page (same events as the API's, see docs/streams.md)."""
-    body = events(node().streams, s, request.headers.get("Last-Event-ID"))
-    response = Response(body, status=200, content_type="text/event-stream; charset=utf-8")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    response.timeout = None
-    return response
 
 
 def session_email() -> str:

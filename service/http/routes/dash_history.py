@@ -15,9 +15,9 @@ from service.views import run_feed
 from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import page
-from service.http.dashboard import current_project, session_still_allowed, show, signed, stream
+from service.http.dashboard import current_project, session_still_allowed, show, signed
 from service.http.pages import PageError
-from service.streams.sse import Stream
+from service.http.topics import project_stream, respond
 
 bp = Blueprint("dash_history", __name__)
 
@@ -62,11 +62,4 @@ async def history_events():
     """Every job and run of the chosen project as it changes (docs/streams.md)."""
     source = request.args.get("source") if request.args.get("source") in SOURCES else None
     project_id = current_project()["id"]
-    products = node().products
-    return stream(Stream(
-        key=f"project:{project_id}",
-        current=lambda: [("feed", run_feed.page(products, project_id, source, PAGE, None))],
-        final=lambda name, data: False,
-        allowed=session_still_allowed("generation:read"),
-        source=source,
-    ))
+    return respond(project_stream(project_id, source, session_still_allowed("generation:read"), PAGE))

@@ -18,10 +18,10 @@ from service.catalog.products import list_products
 from service.errors import ApiError, InsufficientCredits
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
-from service.http.dashboard import current_project, session_still_allowed, show, signed, stream
+from service.http.dashboard import current_project, session_still_allowed, show, signed
 from service.machines import RUN
 from service.storage import generation as gen_sql
-from service.streams.sse import Stream
+from service.http.topics import respond, run_stream
 
 bp = Blueprint("dash_products", __name__)
 
@@ -116,14 +116,9 @@ async def run_page(run_id: str):
 @page("generation:read")
 async def run_events(run_id: str):
     """The API's run stream (`/v1/workflows/runs/{id}/events`) for the browser session."""
-    pr, org_id = products(), principal().org_id
-    pr.get(org_id, run_id)
-    return stream(Stream(
-        key=f"run:{run_id}",
-        current=lambda: [("run", pr.get(org_id, run_id))],
-        final=lambda name, data: name == "run" and data.get("status") in RUN.final,
-        allowed=session_still_allowed("generation:read"),
-    ))
+    org_id = principal().org_id
+    products().get(org_id, run_id)  # 404 for a run of another organization
+    return respond(run_stream(run_id, org_id, session_still_allowed("generation:read")))
 
 
 @bp.post("/products/runs/<run_id>/cancel")

@@ -21,10 +21,10 @@ from quart_schema import hide
 from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
-from service.http.dashboard import current_project, show, session_still_allowed, signed, stream
+from service.http.dashboard import current_project, show, session_still_allowed, signed
 from service.machines import JOB
 from service.storage import generation as gen_sql
-from service.streams.sse import Stream
+from service.http.topics import job_stream, respond
 
 bp = Blueprint("dash_studio", __name__)
 
@@ -176,14 +176,8 @@ async def job_page(job_id: str):
 @page("generation:read")
 async def job_events(job_id: str):
     """The API's job stream (`/v1/generation/requests/{id}/events`) for the browser session."""
-    gen, org_id = node().generation, principal().org_id
     job_or_404(job_id)
-    return stream(Stream(
-        key=f"job:{job_id}",
-        current=lambda: [("status", gen.status(job_id, org_id) or {})],
-        final=lambda name, data: name == "status" and data.get("status") in JOB.final,
-        allowed=session_still_allowed("generation:read"),
-    ))
+    return respond(job_stream(job_id, principal().org_id, session_still_allowed("generation:read")))
 
 
 @bp.post("/studio/jobs/<job_id>/cancel")
