@@ -6,18 +6,13 @@ from __future__ import annotations
 import hashlib
 
 import sqlite3
-import uuid
 
 from service.errors import Conflict
-from service.storage.rows import insert
+from service.storage.rows import insert, new_id, one  # new_id: the actors name it through this module
 
 KEY_COLUMNS = "id, name, key_prefix, user_id, role_id, expires_at, is_active, created_at, last_used_at"
 PROJECT_COLUMNS = ("id, organization_id, name, slug, description, is_default, is_archived, "
                    "created_by, created_at, updated_at, archived_at")
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
 
 
 # -- organizations and users -------------------------------------------------------------
@@ -68,7 +63,7 @@ def insert_key(conn, row: dict) -> None:
 
 def get_key(conn_or_store, org_id: str, key_id: str) -> dict | None:
     sql = f"SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ? AND organization_id = ? AND revoked_at IS NULL"
-    return _one(conn_or_store, sql, (key_id, org_id))
+    return one(conn_or_store, sql, (key_id, org_id))
 
 
 def list_keys(store, org_id: str) -> list[dict]:
@@ -131,12 +126,12 @@ def update_project(conn, project_id: str, fields: dict) -> None:
 
 def get_project(conn_or_store, org_id: str, ref: str) -> dict | None:
     """A project by id or slug within the organization."""
-    return _one(conn_or_store, f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
+    return one(conn_or_store, f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
                 "AND (id = ? OR slug = ?)", (org_id, ref, ref))
 
 
 def default_project(conn_or_store, org_id: str) -> dict | None:
-    return _one(conn_or_store, f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
+    return one(conn_or_store, f"SELECT {PROJECT_COLUMNS} FROM projects WHERE organization_id = ? "
                 "AND is_default = 1", (org_id,))
 
 
@@ -148,9 +143,3 @@ def list_projects(store, org_id: str) -> list[dict]:
 def role_users(store, org_id: str, role: str) -> list[dict]:
     return store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? AND role = ? "
                      "AND is_active = 1 ORDER BY created_at DESC", (org_id, role))
-
-
-def _one(conn_or_store, sql: str, params: tuple) -> dict | None:
-    if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
-    return conn_or_store.one(sql, params)
