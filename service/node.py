@@ -15,7 +15,8 @@ Who owns which state (one owner each; see docs/design.md):
     topups            one actor per organization: checkout sessions
     tickets           one actor per organization: support tickets
     sessions          browser sessions, provider sign-in flows
-    webhook_delivery  the account-webhook deliveries (reader of the events outbox)
+    account_webhooks  account-webhook deliveries (the dispatcher reading the events outbox)
+    webhook_delivery  one actor: account webhooks, their test sends, their sealed secrets
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from service.storage import retention as retention_sql
 from service.storage.db import Store
 from service.limits import KeyBuckets
 from service.mail.outbox import MailOutbox
+from service.senders.account_webhooks import AccountWebhooks
 from service.metrics import Metrics
 from service.sealing import NodeKey
 from service.streams import Hub
@@ -87,6 +89,7 @@ class Node:
     topup_quote: Quote
     payments: PaymentProvider | None  # None: no payment provider configured
     topups: Registry
+    account_webhooks: AccountWebhooks  # the events outbox's dispatcher: fan-out, fair shares, signed POSTs
     webhook_delivery: Webhooks
     tickets: Tickets
     retention: Registry  # one actor: deletes finished rows past their age, in small batches
@@ -201,13 +204,13 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     if node.payments is not None:
         node.closers.append(node.payments.aclose)
 
-    node.webhook_delivery = Webhooks(node)
-    node._registry(node.webhook_delivery)
-    node.recoveries.append(node.webhook_delivery.start_actor)
-    node.closers.append(node.webhook_delivery.stop_sending)
+    # account webhooks: the events outbox, woken by the store after a commit that wrote an event
+    node.account_webhooks = AccountWebhooks(store, clock, lambda: node.sender, node.node_key.open)
+    node.registries.append(node.account_webhooks)  # type: ignore[arg-type]
+    node.recoveries.append(node.account_webhooks.recover)  # deliveries in flight at the last stop
+    node.webhook_delivery = node._registry(Webhooks(node))  # webhook settings and test sends
 
-    node.tickets = node._registry(
-        Tickets("tickets", lambda key: TicketsActor(store, clock, node.webhook_delivery.wake), clock))
+    node.tickets = node._registry(Tickets("tickets", lambda key: TicketsActor(store, clock), clock))
 
     node.retention = node._registry(
         Registry("retention", lambda key: RetentionActor(store, clock, settings.retention_days), clock))

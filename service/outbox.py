@@ -1,12 +1,13 @@
 """One dispatcher for an outbox table, parametrised by its `Source` (the table's SQL and the
-sender): job webhooks (service/senders/job_webhooks.py) and mails (service/mail/outbox.py).
-Account webhooks keep their own actor (service/actors/delivery.py): they fan events out to
-subscriptions and share slots fairly between organizations.
+sender): job webhooks (service/senders/job_webhooks.py), account webhooks
+(service/senders/account_webhooks.py, which adds the fan-out of events and fair shares) and
+mails (service/mail/outbox.py).
 
 The rules every outbox follows:
-- A row is written by the change that causes it, in its transaction; the writer then wakes
-  the dispatcher (`wake`, safe from any thread). Between wakes the dispatcher sleeps until
-  the source's next due row (a retry), or for ever: no polling.
+- A row is written by the change that causes it, in its transaction. The store calls `wake`
+  after the COMMIT that put a row of the source's table into its due state
+  (`Store.watch(source.watch)`), so no writer wakes a dispatcher and nothing polls. Between
+  wakes the dispatcher sleeps until the source's next due row (a retry), or for ever.
 - `recover()` runs once at start, before any row is claimed: rows left in flight by the last
   run are settled by the source (recorded `unknown`, never sent again: at most once).
 - `claim` marks rows in flight and commits that before anything is sent; each row is then
@@ -14,12 +15,16 @@ The rules every outbox follows:
   recorded in a write of its own.
 - While the source is `paused()` (its sender closed for shutdown) nothing is claimed; the
   rows stay due for the next start.
+- A claim that raises (a disk error) restarts the dispatcher in place: it is logged, counted
+  in `restarts`, the source recovers again after a short pause, and sending goes on. Sends
+  still running meanwhile record their real outcome over the `unknown` of that recovery.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -35,12 +40,13 @@ class Source(Protocol):
     name: str          # for log lines
     crashpoint: str    # service.crash point passed after a claim is committed
     concurrency: int   # deliveries at once
+    watch: tuple[str, str, str | int]  # (table, column, due value): the store wakes us on it
 
-    def recover(self, conn, now_iso: str) -> str | None:
+    async def recover(self, store: Store, now_iso: str) -> str | None:
         """Settle rows left in flight at the last stop; a log line, or None."""
 
-    def claim(self, conn, now: float, now_iso: str, limit: int) -> list[dict]:
-        """Up to `limit` due rows, marked in flight in this transaction."""
+    async def claim(self, store: Store, now: float, now_iso: str, limit: int) -> list[dict]:
+        """Up to `limit` due rows, committed in flight."""
 
     def next_due(self) -> float | None:
         """Service time of the earliest row waiting to be due (a retry), or None."""
@@ -51,11 +57,14 @@ class Source(Protocol):
     async def deliver(self, row: dict) -> Any:
         """Send one row; an outcome for `record` (expected failures are outcomes, not raises)."""
 
-    def record(self, conn, row: dict, outcome: Any, now: float, now_iso: str) -> None:
+    async def record(self, store: Store, row: dict, outcome: Any, now: float, now_iso: str) -> None:
         """Store the outcome of one delivery."""
 
     def crashed(self, row: dict, error: Exception) -> Any:
         """The outcome of a delivery that raised (a bug or a sender closed meanwhile)."""
+
+
+RESTART_PAUSE = (0.05, 0.5, 5.0)  # seconds before restart 1, 2, 3 and later, after a failed claim
 
 
 class Dispatcher:
@@ -66,11 +75,14 @@ class Dispatcher:
         self._wake = trio.Event()
         self._ready = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
         self._inflight: set[str] = set()
-        self.sent = 0  # outcomes recorded
+        self.sent = 0      # outcomes recorded
+        self.restarts = 0  # in-place restarts after a failed claim
 
     def wake(self) -> None:
-        """A row may be due: look now. Safe from any thread (the writer may commit in one)."""
+        """A row may be due: look now. Safe from any thread (the store calls it after a
+        commit, maybe in its worker thread)."""
         if self._token is None:
             return  # not running yet: `run` looks at start anyway
         try:
@@ -82,38 +94,63 @@ class Dispatcher:
         self._wake.set()
 
     async def recover(self) -> None:
-        now_iso = self.clock.iso_now()  # write functions may run in the writer thread: no clock there
-        line = await self.store.write(lambda c: self.source.recover(c, now_iso))
+        now_iso = self.clock.iso_now()
+        line = await self.source.recover(self.store, now_iso)
         if line:
             log.info("%s: %s", self.source.name, line)
         self._ready.set()
         self.wake()
 
+    def start(self, row: dict, then: Callable[[Any], None] | None = None) -> None:
+        """Deliver a row its writer has already committed in flight (a webhook test send),
+        beside the claimed ones; `then(outcome)` once its outcome is recorded."""
+        if self._nursery is None:
+            raise RuntimeError(f"{self.source.name}: the dispatcher is not running")
+        self._inflight.add(row["id"])
+        self._nursery.start_soon(self._deliver, row, then)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._token = trio.lowlevel.current_trio_token()
-        unwatch = self.clock.watch(self.wake)  # the test clock moved: a retry may be due
+        unwatch = await self.store.watch(*self.source.watch, self.wake)
+        unclock = self.clock.watch(self.wake)  # the test clock moved: a retry may be due
         try:
-            task_status.started()
-            await self._ready.wait()
             async with trio.open_nursery() as nursery:
-                await self._loop(nursery)
+                self._nursery = nursery
+                task_status.started()
+                await self._ready.wait()
+                await self._supervise()
+                nursery.cancel_scope.cancel()
         finally:
+            self._nursery = None
+            unclock()
             unwatch()
 
-    async def _loop(self, nursery: trio.Nursery) -> None:
+    async def _supervise(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._loop()
+            except Exception:  # noqa: BLE001 - a failed claim must not stop the node's sending
+                self.restarts += 1
+                log.exception("%s: claim failed; restarting (restart %d)", self.source.name, self.restarts)
+                await trio.sleep(RESTART_PAUSE[min(failures, len(RESTART_PAUSE) - 1)])
+                failures += 1
+                await self.recover()
+
+    async def _loop(self) -> None:
         src = self.source
+        assert self._nursery is not None
         while True:
             self._wake = trio.Event()
             free = src.concurrency - len(self._inflight)
             rows: list[dict] = []
             if free > 0 and not src.paused():
-                now, now_iso = self.clock.now(), self.clock.iso_now()
-                rows = await self.store.write(lambda c: src.claim(c, now, now_iso, free))
+                rows = await src.claim(self.store, self.clock.now(), self.clock.iso_now(), free)
             if rows:
                 crashpoint(src.crashpoint)  # rows committed in flight, nothing sent yet
             for row in rows:
                 self._inflight.add(row["id"])
-                nursery.start_soon(self._deliver, row)
+                self._nursery.start_soon(self._deliver, row, None)
             if rows and len(rows) == free:
                 continue  # maybe more due: take them as slots free up (each delivery wakes us)
             # with every slot busy, only the end of a delivery (which wakes us) can start another
@@ -121,15 +158,16 @@ class Dispatcher:
             with trio.move_on_at(math.inf if due is None else self.clock.trio_time(due)):
                 await self._wake.wait()
 
-    async def _deliver(self, row: dict) -> None:
+    async def _deliver(self, row: dict, then: Callable[[Any], None] | None) -> None:
         try:
             try:
                 outcome = await self.source.deliver(row)
             except Exception as e:  # noqa: BLE001 - one bad row must not stop the dispatcher
                 outcome = self.source.crashed(row, e)
-            now, now_iso = self.clock.now(), self.clock.iso_now()
-            await self.store.write(lambda c: self.source.record(c, row, outcome, now, now_iso))
+            await self.source.record(self.store, row, outcome, self.clock.now(), self.clock.iso_now())
             self.sent += 1
+            if then is not None:
+                then(outcome)
         finally:
             self._inflight.discard(row["id"])
             self._wake.set()

@@ -163,6 +163,22 @@ async def mail_node(nursery, tmp_path, smtp) -> Node:
 
 
 # -- helpers shared by the HTTP tests -------------------------------------------------------------
+async def get_run(node, key, run_id) -> dict:
+    r = await node.call("GET", f"/v1/workflows/runs/{run_id}", key)
+    assert r.status_code == 200
+    return (await j(r))["data"]
+
+
+async def wait_for_run(node, key, run_id, pred, timeout=60) -> dict:
+    """The product run once `pred(run)` holds (its status read every 20 ms)."""
+    with trio.fail_after(timeout):
+        while True:
+            run = await get_run(node, key, run_id)
+            if pred(run):
+                return run
+            await trio.sleep(0.02)
+
+
 async def j(r):
     """A test-client response's JSON body."""
     return await r.get_json()

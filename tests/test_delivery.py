@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from service.actors import delivery
+from service.senders import account_webhooks
 from service.roles import ROLE_IDS
 from service.storage.events import emit
 from test_webhooks_receiver import receiver, running_node
@@ -193,7 +194,7 @@ async def test_paused_and_unsubscribed_webhooks_receive_nothing(tmp_path):
 
 
 async def test_a_webhook_paused_before_its_send_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(delivery, "PER_WEBHOOK", 1)
+    monkeypatch.setattr(account_webhooks, "PER_WEBHOOK", 1)
     async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
         org = await node.create_org()
         key = org["api_key"]
@@ -224,7 +225,7 @@ async def test_no_retry_after_a_500(tmp_path):
 
 
 async def test_no_retry_after_a_timeout(tmp_path, monkeypatch):
-    monkeypatch.setattr(delivery, "TIMEOUT", 0.5)
+    monkeypatch.setattr(account_webhooks, "TIMEOUT", 0.5)
     async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
         org = await node.create_org()
         hook = await make_hook(node, org["api_key"], rx.url("/hang"), ["member.joined"])
@@ -310,7 +311,7 @@ async def test_test_endpoint_reports_a_non_2xx(tmp_path):
 
 
 async def test_test_endpoint_reports_a_timeout(tmp_path, monkeypatch):
-    monkeypatch.setattr(delivery, "TIMEOUT", 0.5)
+    monkeypatch.setattr(account_webhooks, "TIMEOUT", 0.5)
     async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
         org = await node.create_org()
         hook = await make_hook(node, org["api_key"], rx.url("/hang"), ["member.joined"])
@@ -358,12 +359,12 @@ async def test_a_slow_organization_does_not_delay_another(tmp_path):
         await make_hook(node, fast["api_key"], rx.url("/ok"), ["member.joined"])
         for i in range(5):  # 50 deliveries that hang
             await node.add_member(slow["organization_id"], "member", f"m{i}@slow.test")
-        await rx.wait_for(delivery.PER_ORG, "/gate/slow")
+        await rx.wait_for(account_webhooks.PER_ORG, "/gate/slow")
         t0 = trio.current_time()
         await node.add_member(fast["organization_id"], "member", "m@fast.test")
         [hit] = await rx.wait_for(1, "/ok")
         assert hit.at - t0 < 1.0
-        assert len(rx.seen("/gate/slow")) == delivery.PER_ORG  # capped per organization
+        assert len(rx.seen("/gate/slow")) == account_webhooks.PER_ORG  # capped per organization
         rx.release("slow")
         hits = await rx.wait_for(50, "/gate/slow", timeout=10)
         await quiet()
@@ -372,7 +373,7 @@ async def test_a_slow_organization_does_not_delay_another(tmp_path):
 
 
 def test_fair_queue_round_robin_and_caps():
-    q = delivery.FairQueue(total=5, per_org=3, per_webhook=2)
+    q = account_webhooks.FairQueue(total=5, per_org=3, per_webhook=2)
     for i in range(6):
         q.push("a", "a1", f"a1-{i}")
     for i in range(2):
@@ -396,7 +397,7 @@ def test_fair_queue_round_robin_and_caps():
 
 # -- restart: the outbox and deliveries survive, nothing is sent twice ----------------------------------
 async def test_restart_sends_pending_once_and_records_sending_unknown(tmp_path, monkeypatch):
-    monkeypatch.setattr(delivery, "PER_WEBHOOK", 1)
+    monkeypatch.setattr(account_webhooks, "PER_WEBHOOK", 1)
     async with receiver(tmp_path) as rx:
         async with running_node(tmp_path, rx) as node:
             org = await node.create_org()
@@ -491,7 +492,7 @@ async def test_events_during_shutdown_stay_pending_for_the_next_start(tmp_path):
             assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]
 
 
-async def test_a_crashed_delivery_actor_reloads_and_still_sends(tmp_path, monkeypatch):
+async def test_a_failed_claim_restarts_the_dispatcher_which_still_sends(tmp_path, monkeypatch):
     from service.storage import webhooks as wsql
 
     real = wsql.start_sending
@@ -510,7 +511,7 @@ async def test_a_crashed_delivery_actor_reloads_and_still_sends(tmp_path, monkey
         await node.add_member(org["organization_id"], "member")
         [hit] = await rx.wait_for(1)
         await quiet()
-        assert crashes and node.parts.webhook_delivery.restarts == 1
+        assert crashes and node.parts.account_webhooks.restarts == 1
         assert len(rx.hits) == 1
         assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]
         # the actor is still serving requests
@@ -518,25 +519,24 @@ async def test_a_crashed_delivery_actor_reloads_and_still_sends(tmp_path, monkey
         assert (await j(r))["delivery"]["is_delivered"] is True
 
 
-async def test_autojump_clock_is_not_stepped_by_the_outbox_poll(node, autojump_clock, monkeypatch):
-    polls = []
-    real = delivery.DeliveryActor.on_deadline
+async def test_the_outbox_has_no_timer_to_step_the_autojump_clock(node, autojump_clock, monkeypatch):
+    """The dispatcher sleeps until the store wakes it: an hour of virtual time costs no look
+    at the outbox, and the event committed before it is still delivered (here refused: a
+    private address)."""
+    source = node.parts.account_webhooks.source
+    claims = []
+    real = type(source).claim
 
-    async def counting(self):
-        polls.append(trio.current_time())
-        await real(self)
+    async def counting(self, *args):
+        claims.append(trio.current_time())
+        return await real(self, *args)
 
-    monkeypatch.setattr(delivery.DeliveryActor, "on_deadline", counting)
-    assert delivery.poll_interval() == delivery.AUTOJUMP_POLL
+    monkeypatch.setattr(type(source), "claim", counting)
     org = await node.create_org()
     hook = await make_hook(node, org["api_key"], "https://127.0.0.1:9/x", ["member.joined"])
     await node.add_member(org["organization_id"], "member")
     await trio.sleep(3600)  # an hour of virtual time
-    assert len(polls) <= 3600 / delivery.AUTOJUMP_POLL + 2
-    # the outbox was still read (at the slower test-clock poll); the private address is refused
     assert [s["status"] for s in statuses(node, hook["id"])] == ["failed"]
     assert node.store.scalar("SELECT COUNT(*) FROM events WHERE dispatched = 0") == 0
-
-
-async def test_the_real_clock_polls_every_poll_seconds():
-    assert delivery.poll_interval() == delivery.POLL == 0.1
+    assert claims and max(claims) - min(claims) < 60  # every look came right after a commit
+    assert len(claims) < 20

@@ -101,3 +101,14 @@ def test_http_reaches_actors_only_through_their_facades():
                     and node.attr[:1].isupper() and node.attr != node.attr.upper():
                 broken.append(f"{where}:{node.lineno} uses the class delivery.{node.attr}")
     assert broken == []
+
+
+def test_production_code_never_detects_a_test_clock():
+    """Time-based rules take the service's Clock; nothing under service/ asks which trio clock
+    runs (no `trio.testing` import, no MockClock check)."""
+    found = []
+    for path in sorted(SERVICE.rglob("*.py")):
+        names = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+        if "trio.testing" in imports_of(path) or names & {"MockClock", "autojump_threshold", "current_clock"}:
+            found.append(str(path.relative_to(SERVICE.parent)))
+    assert found == []

@@ -18,7 +18,7 @@ from service.actors.billing_messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_defs import TEXT_TO_CLIP
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step
-from conftest import j
+from conftest import get_run, j, wait_for_run
 
 RUNS = "/v1/workflows/products/text-to-clip/runs"
 BASE = "http://testserver"
@@ -36,23 +36,8 @@ async def start(node, key, inputs, path=RUNS, **kw) -> dict:
     return (await j(r))["data"]
 
 
-async def get_run(node, key, run_id) -> dict:
-    r = await node.call("GET", f"/v1/workflows/runs/{run_id}", key)
-    assert r.status_code == 200
-    return (await j(r))["data"]
-
-
-async def wait_for(node, key, run_id, pred, timeout=60) -> dict:
-    with trio.fail_after(timeout):
-        while True:
-            run = await get_run(node, key, run_id)
-            if pred(run):
-                return run
-            await trio.sleep(0.02)
-
-
 async def wait_final(node, key, run_id, timeout=60) -> dict:
-    return await wait_for(node, key, run_id, lambda r: r["status"] in FINAL, timeout)
+    return await wait_for_run(node, key, run_id, lambda r: r["status"] in FINAL, timeout)
 
 
 def step(run, key) -> dict:
@@ -113,7 +98,7 @@ async def test_text_to_clip_end_to_end(node, key):
     ]
 
     # step outputs fill as soon as the step finishes, before the run completes
-    mid = await wait_for(node, key, rid, lambda r: step(r, "still")["status"] == "completed")
+    mid = await wait_for_run(node, key, rid, lambda r: step(r, "still")["status"] == "completed")
     assert len(step(mid, "still")["outputs"]) == 1
 
     done = await wait_final(node, key, rid)
@@ -305,7 +290,7 @@ async def test_cover_fails_after_everything_else(node, key, monkeypatch):
 
 async def test_balance_used_up_between_steps(node, key):
     run = await start(node, key, {"prompt": "a harbour [[delay:1]]"})
-    await wait_for(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
+    await wait_for_run(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
     # while the still renders, something else takes all but 5.00 (the still holds 1.00)
     await node.parts.balances.ask(node.org["organization_id"], PlaceHold(str(uuid.uuid4()), 194_000_000))
     done = await wait_final(node, key, run["id"])
@@ -346,7 +331,7 @@ async def test_cancel_while_queued(node, key, monkeypatch):
 
 async def test_cancel_while_the_first_step_renders(node, key):
     run = await start(node, key, {"prompt": "x [[delay:5]]"})
-    await wait_for(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
+    await wait_for_run(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
     out = await cancel(node, key, run["id"])
     assert (out["status"], out["error"], out["credits"]["actual"]) == ("canceled", None, "0.00")
     assert [s["status"] for s in out["steps"]] == ["canceled"] * 4
@@ -362,7 +347,7 @@ async def test_cancel_while_the_first_step_renders(node, key):
 
 async def test_cancel_while_the_clip_renders(node, key, lab):
     run = await start(node, key, {"still_prompt": "a harbour", "clip_prompt": "[[delay:5]] waves"}, path=lab)
-    await wait_for(node, key, run["id"], lambda r: step(r, "thumb")["status"] == "completed"
+    await wait_for_run(node, key, run["id"], lambda r: step(r, "thumb")["status"] == "completed"
                    and step(r, "clip")["status"] == "running")
     out = await cancel(node, key, run["id"])
     assert [(s["key"], s["status"]) for s in out["steps"]] == [
@@ -382,7 +367,7 @@ async def test_cancel_a_failed_run_returns_it_unchanged(node, key):
 
 async def test_a_step_job_canceled_outside_the_run_fails_the_run(node, key):
     run = await start(node, key, {"prompt": "x [[delay:5]]"})
-    mid = await wait_for(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
+    mid = await wait_for_run(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
     r = await node.call("POST", f"/v1/generation/requests/{step(mid, 'still')['request_id']}/cancel", key)
     assert r.status_code == 200
     done = await wait_final(node, key, run["id"])
@@ -393,7 +378,7 @@ async def test_a_step_job_canceled_outside_the_run_fails_the_run(node, key):
 async def test_a_run_keeps_the_version_it_started_with(node, key, monkeypatch):
     run = await start(node, key, {"prompt": "a harbour [[delay:1]]"})
     assert run["product_version"] == 1
-    await wait_for(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
+    await wait_for_run(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
     # v2 is published mid-run: a smaller thumbnail and no cover
     thumb_v2 = Step("thumb", op="resize_image", params={"image": FromStep("still"), "max_side": 128})
     v2 = replace(TEXT_TO_CLIP, version=2, steps=(TEXT_TO_CLIP.steps[0], TEXT_TO_CLIP.steps[1], thumb_v2),

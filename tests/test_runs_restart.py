@@ -17,7 +17,7 @@ from service.http.app import create_app
 from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
-from conftest import j
+from conftest import get_run, j, wait_for_run
 
 FINAL = ("completed", "failed", "canceled")
 RUNS = "/v1/workflows/products/text-to-clip/runs"
@@ -53,19 +53,22 @@ async def boot(nursery, data_dir: Path, start: float = START) -> Running:
     return await nursery.start(_serve, data_dir, start)
 
 
-async def get_run(node, key, run_id) -> dict:
-    r = await node.call("GET", f"/v1/workflows/runs/{run_id}", key)
-    assert r.status_code == 200
-    return (await j(r))["data"]
+async def restart(nursery, data_dir: Path, a: Running, monkeypatch=None) -> Running:
+    """Stop node `a` and boot the next one on its data at its service time (the test's
+    patches undone in between: they stood for the stop, not for the next node)."""
+    stopped_at = a.node.clock.now()
+    await a.stop()
+    if monkeypatch is not None:
+        monkeypatch.undo()
+    return await boot(nursery, data_dir, stopped_at)
 
 
-async def wait_for(node, key, run_id, pred, timeout=60) -> dict:
-    with trio.fail_after(timeout):
-        while True:
-            run = await get_run(node, key, run_id)
-            if pred(run):
-                return run
-            await trio.sleep(0.02)
+async def boot_and_start(nursery, data_dir: Path, prompt: str) -> tuple[Running, str, str]:
+    """A node, an organization's key and a product run started with `prompt`."""
+    a = await boot(nursery, data_dir)
+    org = await a.node.create_org()
+    key = org["api_key"]
+    return a, key, await start_run(a.node, key, prompt)
 
 
 def step(run, key) -> dict:
@@ -89,17 +92,11 @@ async def start_run(node, key, prompt) -> str:
 
 
 async def test_a_run_resumes_after_a_restart_mid_clip(nursery, tmp_path):
-    a = await boot(nursery, tmp_path)
-    org = await a.node.create_org()
-    key = org["api_key"]
-    run_id = await start_run(a.node, key, "a harbour [[delay:1]]")
-    mid = await wait_for(a.node, key, run_id, lambda r: step(r, "clip")["status"] == "running")
+    a, key, run_id = await boot_and_start(nursery, tmp_path, "a harbour [[delay:1]]")
+    mid = await wait_for_run(a.node, key, run_id, lambda r: step(r, "clip")["status"] == "running")
     assert step(mid, "still")["status"] == "completed"
-    stopped_at = a.node.clock.now()
-    await a.stop()
-
-    b = await boot(nursery, tmp_path, stopped_at)
-    done = await wait_for(b.node, key, run_id, lambda r: r["status"] in FINAL)
+    b = await restart(nursery, tmp_path, a)
+    done = await wait_for_run(b.node, key, run_id, lambda r: r["status"] in FINAL)
     assert done["status"] == "completed", done
     assert [s["status"] for s in done["steps"]] == ["completed"] * 4
     assert step(done, "clip")["request_id"] == step(mid, "clip")["request_id"]  # the same job, resumed
@@ -117,22 +114,15 @@ async def test_a_step_job_that_finished_while_the_node_was_down(nursery, tmp_pat
     # the run never hears that its still finished (as if the node stopped right after the job's
     # final commit); the next node picks the ending up from the job's stored status
     monkeypatch.setattr(products_mod.Products, "notifier", lambda self, *a: (lambda status: None))
-    a = await boot(nursery, tmp_path)
-    org = await a.node.create_org()
-    key = org["api_key"]
-    run_id = await start_run(a.node, key, "a harbour")
-    mid = await wait_for(a.node, key, run_id, lambda r: step(r, "still")["request_id"] is not None)
+    a, key, run_id = await boot_and_start(nursery, tmp_path, "a harbour")
+    mid = await wait_for_run(a.node, key, run_id, lambda r: step(r, "still")["request_id"] is not None)
     still_job = step(mid, "still")["request_id"]
     with trio.fail_after(30):
         while (await job(a.node, key, still_job))["status"] != "completed":
             await trio.sleep(0.02)
     assert (await get_run(a.node, key, run_id))["steps"][0]["status"] == "running"
-    stopped_at = a.node.clock.now()
-    await a.stop()
-    monkeypatch.undo()
-
-    b = await boot(nursery, tmp_path, stopped_at)
-    done = await wait_for(b.node, key, run_id, lambda r: r["status"] in FINAL)
+    b = await restart(nursery, tmp_path, a, monkeypatch)
+    done = await wait_for_run(b.node, key, run_id, lambda r: r["status"] in FINAL)
     assert done["status"] == "completed", done
     assert step(done, "still")["request_id"] == still_job
     assert done["credits"]["actual"] == "11.00"
@@ -145,20 +135,13 @@ async def test_a_step_whose_job_was_never_created_is_submitted_again(nursery, tm
         return None
 
     monkeypatch.setattr(runs_mod.RunActor, "_submit", no_submit)
-    a = await boot(nursery, tmp_path)
-    org = await a.node.create_org()
-    key = org["api_key"]
-    run_id = await start_run(a.node, key, "a harbour")
-    mid = await wait_for(a.node, key, run_id, lambda r: step(r, "still")["status"] == "running")
+    a, key, run_id = await boot_and_start(nursery, tmp_path, "a harbour")
+    mid = await wait_for_run(a.node, key, run_id, lambda r: step(r, "still")["status"] == "running")
     job_id = step(mid, "still")["request_id"]
     r = await a.node.call("GET", f"/v1/generation/requests/{job_id}/status", key)
     assert r.status_code == 404
-    stopped_at = a.node.clock.now()
-    await a.stop()
-    monkeypatch.undo()
-
-    b = await boot(nursery, tmp_path, stopped_at)
-    done = await wait_for(b.node, key, run_id, lambda r: r["status"] in FINAL)
+    b = await restart(nursery, tmp_path, a, monkeypatch)
+    done = await wait_for_run(b.node, key, run_id, lambda r: r["status"] in FINAL)
     assert done["status"] == "completed", done
     assert step(done, "still")["request_id"] == job_id
     st = await job(b.node, key, job_id)
@@ -172,20 +155,13 @@ async def test_open_step_jobs_of_a_finished_run_are_canceled_at_start(nursery, t
         return None
 
     monkeypatch.setattr(runs_mod.RunActor, "_cancel_job", no_cancel)
-    a = await boot(nursery, tmp_path)
-    org = await a.node.create_org()
-    key = org["api_key"]
-    run_id = await start_run(a.node, key, "a harbour [[delay:30]]")
-    mid = await wait_for(a.node, key, run_id, lambda r: step(r, "still")["status"] == "running")
+    a, key, run_id = await boot_and_start(nursery, tmp_path, "a harbour [[delay:30]]")
+    mid = await wait_for_run(a.node, key, run_id, lambda r: step(r, "still")["status"] == "running")
     job_id = step(mid, "still")["request_id"]
     r = await a.node.call("POST", f"/v1/workflows/runs/{run_id}/cancel", key)
     assert (await j(r))["data"]["status"] == "canceled"
     assert (await job(a.node, key, job_id))["status"] in ("queued", "rendering")
-    stopped_at = a.node.clock.now()
-    await a.stop()
-    monkeypatch.undo()
-
-    b = await boot(nursery, tmp_path, stopped_at)
+    b = await restart(nursery, tmp_path, a, monkeypatch)
     st = await job(b.node, key, job_id)
     assert st["status"] == "canceled"
     with trio.fail_after(10):
@@ -208,10 +184,7 @@ async def test_idempotency_and_cursors_survive_a_restart(nursery, tmp_path):
     r = await a.node.call("POST", RUNS, key, json=body)
     assert r.status_code == 202
     cursor = (await j(await a.node.call("GET", "/v1/runs?limit=1", key)))["data"]["next_cursor"]
-    stopped_at = a.node.clock.now()
-    await a.stop()
-
-    b = await boot(nursery, tmp_path, stopped_at)
+    b = await restart(nursery, tmp_path, a)
     r = await b.node.call("POST", RUNS, key, json=body, headers=h)
     assert (r.status_code, await j(r)) == (202, first)
     page = (await j(await b.node.call("GET", f"/v1/runs?limit=1&cursor={cursor}", key)))["data"]

@@ -102,3 +102,43 @@ async def test_write_after_writer_stopped_fails_cleanly(tmp_path):
         await s.write(lambda c: c.execute("INSERT INTO t VALUES ('c')"))
     assert scope.cancelled_caught
     s.close()
+
+
+async def test_a_watch_is_called_after_the_commit_that_made_a_row_due(store):
+    """The outbox wake-up: called once per commit that inserted a due row or updated one to
+    due, after the COMMIT (the row is visible to the readers then), never for other writes."""
+    await store.write(lambda c: c.execute("CREATE TABLE o (id INTEGER PRIMARY KEY, state TEXT)"))
+    seen = []
+    unwatch = await store.watch("o", "state", "due", lambda: seen.append(
+        store.scalar("SELECT count(*) FROM o WHERE state = 'due'")))
+    await store.write(lambda c: c.execute("INSERT INTO o (state) VALUES ('other')"))
+    assert seen == []
+    await store.write(lambda c: c.execute("INSERT INTO o (state) VALUES ('due')"))
+    assert seen == [1]  # called after the commit: the reader already sees the row
+    await store.write(lambda c: c.execute("UPDATE o SET state = 'sent' WHERE state = 'due'"))
+    assert seen == [1]  # leaving the due state is not a wake-up
+    await store.write(lambda c: c.execute("UPDATE o SET state = 'due' WHERE state = 'sent'"))
+    assert seen == [1, 1]
+    async with trio.open_nursery() as n:  # many writes, one of them due: one call
+        for i in range(20):
+            n.start_soon(store.write, lambda c: c.execute("INSERT INTO o (state) VALUES ('other')"))
+        n.start_soon(store.write, lambda c: c.execute("INSERT INTO o (state) VALUES ('due')"))
+    assert seen == [1, 1, 2]
+    unwatch()
+    await store.write(lambda c: c.execute("INSERT INTO o (state) VALUES ('due')"))
+    assert seen == [1, 1, 2]
+
+
+async def test_a_rolled_back_due_row_wakes_no_one(store):
+    seen = []
+    await store.watch("t", "v", "due", lambda: seen.append(1))
+
+    def bad(c):
+        c.execute("INSERT INTO t (v) VALUES ('due')")
+        raise ValueError("nope")
+
+    with pytest.raises(ValueError):
+        await store.write(bad)
+    assert seen == [] and store.scalar("SELECT count(*) FROM t") == 0
+    with pytest.raises(ValueError, match="not a plain SQL name"):
+        await store.watch("t; DROP TABLE t", "v", "due", lambda: None)

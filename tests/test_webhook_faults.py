@@ -29,7 +29,7 @@ import pytest
 import trio
 
 from faultserver import canary, fault_server
-from service.actors import delivery
+from service.senders import account_webhooks
 from service.senders import job_webhooks
 from service.clock import parse_iso
 from service.net.client import Sender
@@ -127,7 +127,7 @@ def tagged(url: str, tag: str) -> str:
 
 async def test_every_fault_class_ends_within_the_bound_and_is_not_retried(faults, tmp_path):
     fs, can = faults
-    assert delivery.TIMEOUT == REAL_LIMIT and job_webhooks.TIMEOUT_S == REAL_LIMIT
+    assert account_webhooks.TIMEOUT == REAL_LIMIT and job_webhooks.TIMEOUT_S == REAL_LIMIT
     table = fault_table(fs, can)
     async with running_node(tmp_path / "node", test_mode=True, webhook_allow_private=True,
                             webhook_ca_file=fs.ca_file, inline=False) as node:
@@ -190,6 +190,7 @@ async def test_every_fault_class_ends_within_the_bound_and_is_not_retried(faults
 # -- many hanging receivers vs one healthy receiver ----------------------------------------------
 HANGING = 100
 SHORT_LIMIT = 3.0
+JOB_HANG_LIMIT = 8.0  # the job test's hanging POSTs last this long: its healthy job renders meanwhile
 
 
 def balance_p99(latencies: list[float]) -> float:
@@ -224,7 +225,7 @@ def open_fds() -> int:
 
 async def test_hanging_account_receivers_do_not_delay_a_healthy_one(faults, tmp_path, monkeypatch):
     fs, _can = faults
-    monkeypatch.setattr(delivery, "TIMEOUT", SHORT_LIMIT)
+    monkeypatch.setattr(account_webhooks, "TIMEOUT", SHORT_LIMIT)
     async with running_node(tmp_path / "node", test_mode=True, webhook_allow_private=True,
                             webhook_ca_file=fs.ca_file, inline=False) as node:
         hanging = []
@@ -274,8 +275,7 @@ async def test_hanging_account_receivers_do_not_delay_a_healthy_one(faults, tmp_
 
 async def test_hanging_job_receivers_do_not_delay_a_healthy_one(faults, tmp_path, monkeypatch):
     fs, _can = faults
-    monkeypatch.setattr(job_webhooks, "TIMEOUT_S", SHORT_LIMIT)
-    bound = min(15.0, 1.5 * SHORT_LIMIT)
+    monkeypatch.setattr(job_webhooks, "TIMEOUT_S", JOB_HANG_LIMIT)
     async with running_node(tmp_path / "node", test_mode=True, webhook_allow_private=True,
                             webhook_ca_file=fs.ca_file, inline=False) as node:
         orgs = [await node.create_org(name=f"Hang {i}", email=f"owner@hang{i}.test") for i in range(HANGING)]
@@ -294,6 +294,7 @@ async def test_hanging_job_receivers_do_not_delay_a_healthy_one(faults, tmp_path
         with trio.fail_after(60):  # every hanging job is final and its webhook waits for a slot or hangs
             while node.store.one("SELECT COUNT(*) AS n FROM job_webhooks")["n"] < HANGING:
                 await trio.sleep(0.05)
+        await fs.wait_for(HANGING, "/hang")  # every hanging receiver holds a connection now
         in_flight = node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'sending'")["n"]
         rid = (await submit(node, healthy["api_key"], {"prompt": "healthy",
                                                        "webhook_url": fs.https_url("/ok?org=healthy")}))["request_id"]
@@ -302,6 +303,7 @@ async def test_hanging_job_receivers_do_not_delay_a_healthy_one(faults, tmp_path
         with trio.fail_after(4 * SHORT_LIMIT * (HANGING // 32 + 2)):
             await fs.wait_for(1, "/ok")
         delay = fs.seen("/ok")[0].time - final_at
+        ended_before = node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'failed'")["n"]
         with trio.fail_after(4 * SHORT_LIMIT * (HANGING // 32 + 2)):
             while node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'failed' "
                                  "AND error_class = 'timeout'")["n"] < HANGING:
@@ -311,7 +313,9 @@ async def test_hanging_job_receivers_do_not_delay_a_healthy_one(faults, tmp_path
         print(f"\nhealthy job webhook {delay * 1000:.0f} ms after its job ended, {HANGING} receivers hanging"
               f" ({in_flight} in flight when it was submitted); tasks {tasks_before}->{tasks_after},"
               f" fds {fds_before}->{fds_after}")
-        assert delay < bound, f"the healthy job webhook waited {delay:.1f} s behind hanging receivers"
+        # Behaviour, not latency (the figure is printed above): when the healthy webhook arrived,
+        # no hanging POST had ended, so it did not wait for a slot behind them.
+        assert ended_before == 0, (ended_before, delay)
         assert len(fs.seen("/hang")) == HANGING
         assert tasks_after <= tasks_before + 2, (tasks_before, tasks_after)
         assert fds_after <= fds_before + 2, (fds_before, fds_after)
@@ -376,7 +380,7 @@ class NoPublicConnects(trio.abc.SocketFactory):
 
 async def test_ssrf_vectors_are_refused_and_the_canary_sees_nothing(faults, tmp_path, monkeypatch):
     fs, can = faults
-    monkeypatch.setattr(delivery, "TIMEOUT", 2.0)
+    monkeypatch.setattr(account_webhooks, "TIMEOUT", 2.0)
     monkeypatch.setattr(job_webhooks, "TIMEOUT_S", 2.0)
     trio.socket.set_custom_hostname_resolver(Resolver({
         "loopback.test": [["127.0.0.1"]],

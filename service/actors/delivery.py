@@ -1,60 +1,30 @@
-"""The delivery actor: owner of account webhooks and their deliveries (spec "Events").
+"""The delivery actor: owner of account webhooks (spec "Events"): their settings, test sends
+and the sealing of their secrets. One actor per node (key `KEY`).
 
-One actor per node (key `KEY`). It owns the `webhooks` and `webhook_deliveries` tables and
-reads the `events` outbox that other actors write in their own transactions.
-
-Fan-out. Every `POLL` seconds of trio time the actor compares the store's commit counter
-with the last one it saw (an integer read, no query); when it moved, one indexed read asks
-whether undispatched events exist, and if so one transaction turns them into `pending`
-deliveries (one per active webhook of the organization subscribed to the event) and marks
-them dispatched. A `Wake` tell (sent by features that emit events through this module's
-helpers) skips the wait.
-
-Sending. Deliveries wait in a `FairQueue`: round-robin over organizations, then over the
-organization's webhooks, with at most `PER_WEBHOOK` sends in flight per webhook,
-`PER_ORG` per organization and `MAX_IN_FLIGHT` in all, so a slow receiver only ever holds
-its own organization's slots. Before a POST the delivery is committed `sending`; the POST
-runs in a child task (the actor keeps handling messages) with a `TIMEOUT` second limit and
-reports back with `Sent`; the outcome is committed in the next batch. No retries.
-
-Restart (`load`, also after a crash): `sending` rows become `unknown` and are never
-re-sent (they may have arrived); `pending` rows are queued again. So a restart neither
-loses a pending delivery nor sends one twice. A send still running when the actor crashed
-reports to the new actor, which then records its real outcome over `unknown`.
-
-Test sends (`SendTest`) bypass the queue: the row is written `sending`, the POST starts at
-once, and the outcome goes to the caller's reply channel after it is committed.
+Deliveries themselves are sent by the shared outbox dispatcher
+(service/senders/account_webhooks.py): it reads the `events` outbox that other actors write
+in their own transactions. A test send (`SendTest`) bypasses its fair queue: the row is
+written `sending`, the dispatcher starts the POST at once, and the outcome goes to the
+caller's reply channel after it is committed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
-import math
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-import trio.testing
 
-from service.actors.delivery_queue import FairQueue
 from service.actors.runtime import Actor, Registry, fail
-from service.crash import crashpoint
-from service.errors import ActorGone, NotFound, ServiceError, Unprocessable
+from service.errors import NotFound, ServiceError, Unprocessable
 from service.storage import webhooks as sql
 
 log = logging.getLogger(__name__)
 
 KEY = "delivery"
-TIMEOUT = 10.0          # seconds a receiver gets to answer (spec); tests may patch it
-POLL = 0.1              # seconds between checks of the outbox
-AUTOJUMP_POLL = 60.0    # the same under trio's autojump test clock (see `poll_interval`)
-MAX_IN_FLIGHT = 256     # sends at once, node-wide
-PER_ORG = 16            # sends at once per organization
-PER_WEBHOOK = 2         # sends at once per webhook
 MAX_URL = 2048
 TEST_MESSAGE = "This is a test event from genservice."
 
@@ -102,22 +72,6 @@ def check_events(events: list[str]) -> list[str]:
     return list(dict.fromkeys(events))
 
 
-def poll_interval() -> float:
-    """POLL, except under trio's autojump test clock: there every deadline is a point the
-    clock jumps to, so a 0.1 s poll would turn a long virtual sleep in another feature's test
-    into millions of steps. Deliveries need real sockets, which never run on that clock."""
-    clock = trio.lowlevel.current_clock()
-    if isinstance(clock, trio.testing.MockClock) and clock.autojump_threshold != math.inf:
-        return AUTOJUMP_POLL
-    return POLL
-
-
-def sign(secret: str, body: bytes) -> str:
-    """The X-Service-Signature value: sha256=<hex HMAC-SHA256 of the raw body, keyed with the
-    secret's UTF-8 bytes>."""
-    return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-
-
 def new_secret() -> str:
     return "whsec_" + secrets.token_hex(32)
 
@@ -158,24 +112,6 @@ class RotateNodeKey:
     `{key_id, resealed}`."""
 
 
-@dataclass
-class Wake:
-    """New events were committed: fan out now instead of at the next poll."""
-
-
-@dataclass
-class Unsent:
-    """The node's sender was closed (shutdown) before this delivery could go: back to pending."""
-    delivery_id: str
-
-
-@dataclass
-class Sent:
-    delivery_id: str
-    outcome: Any  # service.net.client.Outcome
-    reply: Any = None
-
-
 # -- the actor -----------------------------------------------------------------------------------------
 class DeliveryActor(Actor):
     def __init__(self, registry: "DeliveryRegistry") -> None:
@@ -183,91 +119,15 @@ class DeliveryActor(Actor):
         self.node = registry.node
         self.store = registry.node.store
         self.clock = registry.node.clock
-        self.queue = FairQueue(MAX_IN_FLIGHT, PER_ORG, PER_WEBHOOK)
-        self.seen_writes = -1
-        self.next_poll = 0.0
-
-    async def load(self) -> None:
-        now = self.clock.iso_now()
-        pending = await self.store.write(lambda conn: sql.recover(conn, now))
-        for d in pending:
-            self.queue.push(d["organization_id"], d["webhook_id"], d["id"])
-        await self._fan_out()
-        await self._pump()
-        self.next_poll = self.clock.now() + poll_interval()
-
-    def next_deadline(self) -> float | None:
-        return self.next_poll
-
-    async def on_deadline(self) -> None:
-        self.next_poll = self.clock.now() + poll_interval()
-        writes = self.store.writes
-        if writes != self.seen_writes:
-            self.seen_writes = writes
-            if sql.has_undispatched(self.store):
-                await self._fan_out()
-                await self._pump()
 
     async def handle_batch(self, msgs: list[Any]) -> list[Any]:
         replies: list[Any] = [None] * len(msgs)
-        sent = [m for m in msgs if isinstance(m, Sent)]
-        if sent:
-            await self._record(sent)
-        wake = False
         for i, m in enumerate(msgs):
-            if isinstance(m, Sent):
-                continue
-            if isinstance(m, Wake):
-                wake = True
-                continue
-            if isinstance(m, Unsent):
-                await self.store.write(lambda conn, i=m.delivery_id: sql.unsend(conn, i))
-                continue
             try:
                 replies[i] = await getattr(self, "on_" + type(m).__name__)(m)
             except ServiceError as e:
                 replies[i] = fail(e)
-        if wake:
-            await self._fan_out()
-        await self._pump()
         return replies
-
-    # -- fan-out and sending ----------------------------------------------------------------------
-    async def _fan_out(self) -> None:
-        while True:
-            now = self.clock.iso_now()
-            self.seen_writes = self.store.writes
-            n_events, new = await self.store.write(lambda conn: sql.fan_out(conn, now))
-            for d in new:
-                self.queue.push(d["organization_id"], d["webhook_id"], d["id"])
-            if n_events < sql.FAN_OUT_BATCH:
-                return
-
-    async def _pump(self) -> None:
-        while not self.registry.stopping:
-            ids = self.queue.take()
-            if not ids:
-                return
-            now = self.clock.iso_now()
-            send, dropped = await self.store.write(lambda conn: sql.start_sending(conn, ids, now))
-            for delivery_id in dropped:
-                self.queue.done(delivery_id)
-            if send:
-                crashpoint("delivery_sending")  # rows committed `sending`, POSTs not yet sent
-            for row in send:
-                self.registry.spawn(self.registry.send, row, None)
-
-    async def _record(self, sent: list[Sent]) -> None:
-        now = self.clock.iso_now()
-        outcomes = [(m.delivery_id, now, m.outcome) for m in sent]
-        await self.store.write(lambda conn: sql.record_outcomes(conn, outcomes))
-        for m in sent:
-            self.queue.done(m.delivery_id)
-            if m.reply is not None:
-                try:
-                    m.reply.send_nowait(m.outcome)
-                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
 
     # -- webhooks -----------------------------------------------------------------------------------
     async def on_CreateWebhook(self, m: CreateWebhook) -> dict:
@@ -342,7 +202,7 @@ class DeliveryActor(Actor):
         hook = await self.store.write(tx)
         row = {"id": delivery_id, "organization_id": m.org_id, "webhook_id": m.webhook_id,
                "event": "webhook.test", "body": body, "url": hook["url"], "secret": hook["secret"]}
-        self.registry.spawn(self.registry.send, row, m.reply)
+        self.node.account_webhooks.start(row, lambda outcome: _answer(m.reply, outcome))
         return {"event": "webhook.test", "data": data, "delivery_id": delivery_id, "url": hook["url"]}
 
 
@@ -350,56 +210,23 @@ def _not_found() -> NotFound:
     return NotFound("Webhook not found.", code="webhook.not_found")
 
 
+def _answer(reply: Any, outcome: Any) -> None:
+    """The test send's outcome to the waiting request, if it still waits (a POST refused at
+    shutdown has no outcome: the request's own time limit answers)."""
+    if isinstance(outcome, str):
+        return
+    try:
+        reply.send_nowait(outcome)
+    except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
 class DeliveryRegistry(Registry):
-    """The registry of the one delivery actor; its nursery also hosts the send tasks."""
+    """The registry of the one delivery actor."""
 
     def __init__(self, node) -> None:
         self.node = node
-        self.stopping = False
         super().__init__("delivery", lambda key: DeliveryActor(self), node.clock)
-
-    def spawn(self, fn, *args) -> None:
-        if self._nursery is None:
-            raise RuntimeError("delivery registry is not running")
-        self._nursery.start_soon(fn, *args)
-
-    def wake(self) -> None:
-        """Tell the actor that events were committed (cheap; safe from any actor, never raises:
-        the next poll of the outbox finds the events anyway)."""
-        try:
-            self.tell(KEY, Wake())
-        except (ActorGone, RuntimeError):  # not running yet, or shutting down
-            pass
-
-    async def start_actor(self) -> None:
-        """Recovery step: start the actor now (its `load` re-queues pending deliveries)."""
-        self.wake()
-
-    async def stop_sending(self) -> None:
-        """Closer: the node is shutting down; start no more sends (pending ones stay pending)."""
-        self.stopping = True
 
     async def ask_actor(self, msg: Any, timeout: float = 10.0) -> Any:
         return await self.ask(KEY, msg, timeout)
-
-    async def send(self, row: dict, reply) -> None:
-        """One POST of the exact stored body bytes, signed; reports `Sent` to the actor."""
-        from service.net.client import Outcome
-
-        body = row["body"].encode("utf-8")
-        headers = {
-            "Content-Type": "application/json",
-            "X-Service-Signature": sign(self.node.node_key.open(row["secret"]), body),
-            "X-Service-Delivery": row["id"],
-            "X-Service-Event": row["event"],
-        }
-        sender = self.node.sender
-        try:
-            outcome = await sender.post(row["url"], body, headers, timeout=TIMEOUT)
-        except Exception:  # noqa: BLE001 - a bug in one send must not stop the others
-            if self.stopping or getattr(sender, "_closed", False):
-                self.tell(KEY, Unsent(row["id"]))  # shutting down: it goes out after the restart
-                return
-            log.exception("webhook delivery %s failed unexpectedly", row["id"])
-            outcome = Outcome(False, None, "internal error while sending", "connection", 0)
-        self.tell(KEY, Sent(row["id"], outcome, reply))

@@ -63,8 +63,8 @@ class JobEffects:
         step.facts["hook_state"] = "waiting" if handle is not None else "pending"
 
     async def _release_waiting_webhook(self) -> None:
-        if await self.gen.store.write(lambda c: sql.release_waiting_webhook(c, self.job_id)):
-            self.gen.webhooks.wake()
+        """The row becomes `pending`; the store wakes the job-webhook dispatcher after the commit."""
+        await self.gen.store.write(lambda c: sql.release_waiting_webhook(c, self.job_id))
 
     async def _settle(self) -> None:
         """Capture (completed) or release (any other final status) the hold, once."""

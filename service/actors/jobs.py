@@ -354,8 +354,6 @@ class JobActor(JobEffects, Actor):
                 max(0.0, gen.clock.now() - parse_iso(job["started_at"])))
         await after(step)  # the hold's capture or release
         crashpoint("final_committed")  # final status and capture/release committed, webhook not sent
-        if hook is not None and hook["state"] == "pending":
-            gen.webhooks.wake()
         for notify in gen.jobs.watchers.pop(self.job_id, []):
             self._notify(notify, status)
 

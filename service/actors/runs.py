@@ -1,6 +1,7 @@
 """Product runs: one actor per run (machines.RUN / machines.STEP; registry `node.runs`, key =
 run id). The facade routes call is `Products` (service/actors/products.py); the messages are in
-service/actors/run_messages.py, op steps in service/actors/run_ops.py.
+service/actors/run_messages.py, op steps in service/actors/run_ops.py, effects in
+service/actors/run_effects.py; what is left here is the run's own state machine.
 
 The run (machines.RUN / machines.STEP)
 ======================================

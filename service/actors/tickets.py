@@ -14,7 +14,7 @@ The actor stops when its mailbox is empty (`done`); the registry spawns it again
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from service import machines
 from service.actors.runtime import Actor
@@ -114,16 +114,13 @@ def _add_reply(conn, t: dict, new: str, now: str, **reply) -> None:
 
 
 class TicketsActor(Actor):
-    def __init__(self, store: Store, clock: Clock, wake: Callable[[], None]) -> None:
+    def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
-        self.wake = wake
 
     async def handle(self, msg: Any) -> Any:
         self.done = True  # nothing kept in memory: stop once the mailbox is empty
-        out = await getattr(self, "on_" + type(msg).__name__)(msg)
-        self.wake()
-        return out
+        return await getattr(self, "on_" + type(msg).__name__)(msg)
 
     async def on_OpenTicket(self, m: OpenTicket) -> dict:
         subject = _text(m.subject_line, "subject_line", MAX_SUBJECT)

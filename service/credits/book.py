@@ -11,6 +11,9 @@ The balance actor holds one book and drives it one batch at a time: `begin` open
 rows, `notices`, `settled`, the optional `trace`), and the actor turns that into one write,
 commits it and replies. Lot and ledger ids come from `new_id` and expiry timestamps from
 `expiry` (given by the actor), so tests can drive the book with plain functions.
+
+(A little over 400 lines on purpose: every rule reads and changes the same lots, holds and
+staged rows; cut in two, each half would reach into the other's state.)
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 shared outbox dispatcher (service/outbox.py) that also sends job webhooks.
 
 Rows are written by the change that causes them, in its transaction
-(service.storage.mail.enqueue), which wakes the dispatcher (no polling: between wakes it
-sleeps until the earliest retry is due); a row is committed `sending` before the SMTP
+(service.storage.mail.enqueue); the store wakes the dispatcher after that commit (no polling:
+between wakes it sleeps until the earliest retry is due); a row is committed `sending` before the SMTP
 conversation starts; the outcome is committed after.
 
 Retries: a temporary failure (4xx answer, connection refused or dropped, timeout, TLS
@@ -65,6 +65,7 @@ class MailSource:
     name = "mail"
     crashpoint = "mail_sending"
     concurrency = CONCURRENCY
+    watch: tuple[str, str, str | int] = ("emails", "state", "pending")
 
     def __init__(self, store: Store, clock: Clock, settings: Settings, node_key: NodeKey) -> None:
         self.store = store
@@ -77,16 +78,16 @@ class MailSource:
     def paused(self) -> bool:
         return False
 
-    def recover(self, conn, now_iso: str) -> str | None:
-        unknown = sql.recover(conn, now_iso)
+    async def recover(self, store: Store, now_iso: str) -> str | None:
+        unknown = await store.write(lambda conn: sql.recover(conn, now_iso))
         if unknown:
             log.warning("mail: %d mails were being sent at the last stop; recorded unknown, not resent", unknown)
         if self.smtp is None:
             return "GENSERVICE_SMTP_HOST is not set; mails are written to the log, not sent"
         return None
 
-    def claim(self, conn, now: float, now_iso: str, limit: int) -> list[dict]:
-        return sql.claim_due(conn, now, limit)
+    async def claim(self, store: Store, now: float, now_iso: str, limit: int) -> list[dict]:
+        return await store.write(lambda conn: sql.claim_due(conn, now, limit))
 
     def next_due(self) -> float | None:
         return sql.next_due(self.store)
@@ -111,23 +112,24 @@ class MailSource:
         log.error("mail %s: sender failed", row["id"], exc_info=error)
         return smtp.Permanent(f"internal error: {type(error).__name__}")
 
-    def record(self, conn, row: dict, outcome: smtp.SendFailure | None, now: float, now_iso: str) -> None:
+    async def record(self, store: Store, row: dict, outcome: smtp.SendFailure | None, now: float,
+                     now_iso: str) -> None:
         if outcome is None:
-            sql.mark_sent(conn, row["id"], now_iso)
+            await store.write(lambda conn: sql.mark_sent(conn, row["id"], now_iso))
         elif outcome.temporary and row["attempts"] < MAX_ATTEMPTS:
             at = now + backoff(row["attempts"])
             log.info("mail %s to %s: attempt %d failed (%s); next try in %d s", row["id"], row["to_address"],
                      row["attempts"], outcome, at - now)
-            sql.mark_retry(conn, row["id"], at, str(outcome))
+            await store.write(lambda conn: sql.mark_retry(conn, row["id"], at, str(outcome)))
         else:
             error = str(outcome) if not outcome.temporary else f"gave up after {row['attempts']} attempts: {outcome}"
             log.warning("mail %s to %s failed: %s", row["id"], row["to_address"], error)
-            sql.mark_failed(conn, row["id"], now_iso, error)
+            await store.write(lambda conn: sql.mark_failed(conn, row["id"], now_iso, error))
 
 
 class MailOutbox(Dispatcher):
     """The dispatcher of the mail outbox, and what writers of mails need: `seal` for a mail's
-    link and `base_url` for building it. Writes wake it through service.storage.mail."""
+    link and `base_url` for building it. The store wakes it after a commit that queued mail."""
 
     def __init__(self, store: Store, clock: Clock, settings: Settings, node_key: NodeKey) -> None:
         self.mail = MailSource(store, clock, settings, node_key)
@@ -143,10 +145,3 @@ class MailOutbox(Dispatcher):
 
     def seal(self, link: str) -> str:
         return self.node_key.seal(link)
-
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        sql.on_enqueue(self.store.conn, self.wake)
-        try:
-            await super().run(task_status=task_status)
-        finally:
-            sql.on_enqueue(self.store.conn, None)

@@ -3,7 +3,8 @@
 A job actor writes the `job_webhooks` row in the same transaction as the job's final
 status (state `pending`, or `waiting` for a job canceled while rendering until its render
 has ended, or `skipped` when the URL is not https: an `http://` URL is accepted at submit
-and never called) and then calls `wake()`.
+and never called). The store wakes the dispatcher after the commit that made a row
+`pending`.
 
 The shared outbox dispatcher (service/outbox.py) drives it: it marks a row `sending`
 (committed) before the POST, then records the outcome:
@@ -46,6 +47,7 @@ class JobWebhookSource:
     name = "job webhooks"
     crashpoint = "job_webhook_sending"
     concurrency = CONCURRENCY
+    watch: tuple[str, str, str | int] = ("job_webhooks", "state", "pending")
 
     def __init__(self, sender: Callable[[], Any]) -> None:
         self._sender = sender  # returns the node's net.client.Sender (node.sender)
@@ -53,17 +55,17 @@ class JobWebhookSource:
     def paused(self) -> bool:
         return bool(getattr(self._sender(), "_closed", False))
 
-    def recover(self, conn, now_iso: str) -> str | None:
-        unknown, released = sql.recover_webhooks(conn, now_iso)
+    async def recover(self, store: Store, now_iso: str) -> str | None:
+        unknown, released = await store.write(lambda conn: sql.recover_webhooks(conn, now_iso))
         if unknown or released:
             return f"{unknown} in flight at stop recorded unknown, {released} released"
         return None
 
-    def claim(self, conn, now: float, now_iso: str, limit: int) -> list[dict]:
-        return sql.claim_webhooks(conn, now_iso, limit)
+    async def claim(self, store: Store, now: float, now_iso: str, limit: int) -> list[dict]:
+        return await store.write(lambda conn: sql.claim_webhooks(conn, now_iso, limit))
 
     def next_due(self) -> float | None:
-        return None  # no retries: every row is due when written, and its writer wakes us
+        return None  # no retries: every row is due when written, and the store wakes us
 
     async def deliver(self, row: dict) -> Any:
         outcome = await self._sender().post(
@@ -77,13 +79,13 @@ class JobWebhookSource:
         log.error("job webhook %s: sender failed", row["id"], exc_info=error)
         return {"state": "failed", "error": f"internal error: {type(error).__name__}", "error_class": "internal"}
 
-    def record(self, conn, row: dict, outcome: Any, now: float, now_iso: str) -> None:
+    async def record(self, store: Store, row: dict, outcome: Any, now: float, now_iso: str) -> None:
         fields = {"state": "pending", "sent_at": None} if outcome == UNSENT else outcome
-        sql.update_webhook(conn, row["id"], fields)
+        await store.write(lambda conn: sql.update_webhook(conn, row["id"], fields))
 
 
 class JobWebhooks(Dispatcher):
-    """`wake()` after committing a pending row; `recover()` once at start; `run` as a task."""
+    """`recover()` once at start; `run` as a task (the store wakes it)."""
 
     def __init__(self, store: Store, clock: Clock, sender: Callable[[], Any]) -> None:
         super().__init__(store, clock, JobWebhookSource(sender))

@@ -18,11 +18,17 @@ thread as idle time.
 
 Readers: one read-only connection used from the trio thread; queries are short and
 indexed, and WAL lets them run while the writer commits.
+
+Outboxes (`watch`): a table's dispatcher is called after each COMMIT whose batch put a
+row into the due state (a TEMP trigger on the writer connection notes the table while the
+batch runs), so a writer never has to wake a dispatcher itself and nothing polls. A write
+rolled back to its savepoint may leave the note: that costs one empty look, never a miss.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -85,6 +91,43 @@ class Store:
         self._stopped = False
         self.commit_ewma = 0.0  # seconds, moving average of batch commit time
         self._queued = 0        # writes submitted to the writer task and not yet committed
+        self._watchers: dict[str, list[Callable[[], None]]] = {}  # table -> called after a commit
+        self._written: set[str] = set()  # watched tables that got a due row in this batch
+        self.conn.create_function("genservice_due", 1, self._written.add)
+
+    # -- outbox watches ------------------------------------------------------
+    async def watch(self, table: str, column: str, due: str | int,
+                    callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` after every COMMIT that inserted a row of `table` with `column` =
+        `due`, or updated one to it (one due state per table: the first watch sets it). It
+        runs in the committing thread (the writer's worker or the trio thread), so it must be
+        thread-safe and quick. The triggers are made by a write of their own, never beside
+        a batch in flight. Returns the un-watch."""
+        for name in (table, column):
+            if not re.fullmatch(r"[a-z_]+", name):
+                raise ValueError(f"not a plain SQL name: {name!r}")
+        value = repr(due) if isinstance(due, int) else "'" + due.replace("'", "''") + "'"
+
+        def triggers(conn: sqlite3.Connection) -> None:
+            conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS genservice_{table}_insert AFTER INSERT "
+                         f"ON main.{table} WHEN NEW.{column} = {value} "
+                         f"BEGIN SELECT genservice_due('{table}'); END")
+            conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS genservice_{table}_update AFTER UPDATE "
+                         f"OF {column} ON main.{table} WHEN NEW.{column} = {value} AND "
+                         f"OLD.{column} IS NOT {value} BEGIN SELECT genservice_due('{table}'); END")
+
+        if table not in self._watchers:
+            await self.write(triggers)
+        callbacks = self._watchers.setdefault(table, [])
+        callbacks.append(callback)
+        return lambda: callbacks.remove(callback) if callback in callbacks else None
+
+    def _after_commit(self) -> None:
+        written = self._written.copy()
+        self._written.clear()
+        for table in written:
+            for callback in list(self._watchers.get(table, ())):
+                callback()
 
     # -- reads ---------------------------------------------------------------
     def all(self, sql: str, params: tuple | list | dict = ()) -> list[dict]:
@@ -193,6 +236,7 @@ class Store:
         started = time.perf_counter()
         conn = self.conn
         try:
+            self._written.clear()
             conn.execute("BEGIN IMMEDIATE")
             if len(batch) == 1:  # a lone write needs no savepoint: its failure rolls back all
                 item = batch[0]
@@ -200,6 +244,7 @@ class Store:
                     item.result = item.fn(conn)
                 except BaseException as e:  # noqa: BLE001 - delivered to the caller
                     conn.execute("ROLLBACK")
+                    self._written.clear()
                     item.error = e
                 else:
                     conn.execute("COMMIT")
@@ -214,6 +259,7 @@ class Store:
                     conn.execute("RELEASE w")
                 conn.execute("COMMIT")
         except sqlite3.Error as e:
+            self._written.clear()
             log.exception("batch commit failed")
             try:
                 conn.execute("ROLLBACK")
@@ -226,6 +272,8 @@ class Store:
                 self.broken = e
         self.batches += 1
         self.writes += len(batch)
+        if self._written:
+            self._after_commit()
         self.commit_ewma += (time.perf_counter() - started - self.commit_ewma) * 0.1
 
     def close(self) -> None:

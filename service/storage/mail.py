@@ -1,10 +1,7 @@
 """SQL of the mail outbox (`emails`) and of one-time mail links (`mail_tokens`).
 
-`enqueue` runs in the caller's transaction, beside the change that causes the mail. A
-dispatcher registers a waker for the writer connection (`on_enqueue`): `enqueue` calls it
-inside that transaction, and the dispatcher's next read of the outbox is itself a write,
-queued behind the batch that holds the new row, so it always sees the row once committed
-(a rolled-back row costs one empty look). No polling.
+`enqueue` runs in the caller's transaction, beside the change that causes the mail; the
+store wakes the dispatcher after that commit (`Store.watch` on a `pending` row). No polling.
 
 States: `pending` (due at `next_attempt_at`) -> `sending` (claimed, committed before the
 SMTP conversation) -> `sent` | `pending` again (temporary failure, later) | `failed`
@@ -15,20 +12,8 @@ gone, so it is never sent again).
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
 
 from service.storage.rows import new_id, one
-
-_wakers: dict[int, Callable[[], None]] = {}
-
-
-def on_enqueue(conn, waker: Callable[[], None] | None) -> None:
-    """Call `waker` whenever a mail is queued on `conn` (None: stop)."""
-    if waker is None:
-        _wakers.pop(id(conn), None)
-    else:
-        _wakers[id(conn)] = waker
-
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
@@ -42,9 +27,6 @@ def enqueue(conn, org_id: str | None, to: str, kind: str, subject: str, text: st
     conn.execute("INSERT INTO emails (id, organization_id, to_address, subject, body, created_at, kind, html, "
                  "link) VALUES (?,?,?,?,?,?,?,?,?)",
                  (mail_id, org_id or "", to, subject, text, now_iso, kind, html, link))
-    waker = _wakers.get(id(conn))
-    if waker is not None:
-        waker()
     return mail_id
 
 

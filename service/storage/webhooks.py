@@ -164,7 +164,7 @@ def insert_test_delivery(conn, row: dict) -> None:
 
 def record_outcomes(conn, outcomes: list[tuple[str, str, Any]]) -> None:
     """(delivery id, completed_at iso, Outcome). A late outcome also overwrites `unknown`
-    (the actor restarted while the send was still running in the node)."""
+    (the dispatcher restarted in place while the send was still running)."""
     conn.executemany(
         "UPDATE webhook_deliveries SET status = ?, completed_at = ?, status_code = ?, error = ?, "
         "error_class = ?, duration_ms = ? WHERE id = ? AND status IN ('sending', 'unknown')",

@@ -9,6 +9,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.actors import delivery
+from service.senders import account_webhooks
 from service.errors import ApiError, NotFound
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -127,10 +128,10 @@ async def send_test(webhook_id: str):
         except ApiError as e:
             return hook_page(webhook_id, e.status, error=e.message)
         outcome = None
-        with trio.move_on_after(delivery.TIMEOUT + 5):
+        with trio.move_on_after(account_webhooks.TIMEOUT + 5):
             outcome = await recv.receive()
     if outcome is None:
-        result = {"is_delivered": False, "status_code": None, "error": f"timed out after {delivery.TIMEOUT:g} s",
+        result = {"is_delivered": False, "status_code": None, "error": f"timed out after {account_webhooks.TIMEOUT:g} s",
                   "duration_ms": None}
     else:
         result = {"is_delivered": outcome.is_delivered, "status_code": outcome.status_code,

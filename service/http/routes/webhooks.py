@@ -14,6 +14,7 @@ from quart import Blueprint
 from werkzeug.routing import BaseConverter
 
 from service.actors import delivery
+from service.senders import account_webhooks
 from service.errors import NotFound
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Query, body, clamp, query
@@ -145,11 +146,11 @@ async def test_webhook(webhook_id: str):
     async with recv:
         sent = await node().webhook_delivery.send_test(principal().org_id, webhook_id, send)
         outcome = None
-        with trio.move_on_after(delivery.TIMEOUT + 5):
+        with trio.move_on_after(account_webhooks.TIMEOUT + 5):
             outcome = await recv.receive()
     if outcome is None:  # the sender always returns within its limit; this is a safety net
         result = {"is_delivered": False, "status_code": None,
-                  "error": f"timed out after {delivery.TIMEOUT:g} s", "duration_ms": None}
+                  "error": f"timed out after {account_webhooks.TIMEOUT:g} s", "duration_ms": None}
     else:
         result = {"is_delivered": outcome.is_delivered, "status_code": outcome.status_code,
                   "error": outcome.error, "duration_ms": outcome.duration_ms}

@@ -1,6 +1,7 @@
-"""The fair send queue of the delivery actor (service/actors/delivery.py): round-robin over
-organizations, then over an organization's webhooks, within per-webhook, per-organization
-and node-wide caps. Plain memory, no task; the actor calls it from its handlers."""
+"""The fair send queue of account webhooks (service/senders/account_webhooks.py): round-robin
+over organizations, then over an organization's webhooks, within per-webhook,
+per-organization and node-wide caps. Plain memory, no task; the source calls it from the
+trio thread only."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections import deque
 class FairQueue:
     """Queued deliveries per organization and webhook, handed out fairly within the caps.
 
-    `take()` returns items to start now; `done(item_id)` frees the item's slots. Unknown ids
-    are ignored (a send started by a previous incarnation of the actor)."""
+    `take(limit)` returns items to start now; `done(item_id)` frees the item's slots. Unknown
+    ids are ignored (a test send, or a send started before an in-place restart)."""
 
     def __init__(self, total: int, per_org: int, per_webhook: int) -> None:
         self.total, self.per_org, self.per_webhook = total, per_org, per_webhook
@@ -57,13 +58,14 @@ class FairQueue:
             return item
         return None
 
-    def take(self) -> list[str]:
+    def take(self, limit: int | None = None) -> list[str]:
         out: list[str] = []
         progress = True
-        while progress and self.org_rr and len(self.in_flight) < self.total:
+        cap = self.total if limit is None else min(self.total, len(self.in_flight) + limit)
+        while progress and self.org_rr and len(self.in_flight) < cap:
             progress = False
             for _ in range(len(self.org_rr)):
-                if len(self.in_flight) >= self.total:
+                if len(self.in_flight) >= cap:
                     break
                 org = self.org_rr[0]
                 self.org_rr.rotate(-1)
