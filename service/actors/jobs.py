@@ -14,8 +14,10 @@ Job lifecycle (machines.JOB)
   reports `RenderDone` back as a message, so Cancel is handled at once.
 - Completion: output files are hashed (worker thread), placed content-addressed under
   DATA_DIR/assets/, then one transaction writes the asset rows, the final status,
-  `credits.actual`, `finished_at` and the job-webhook outbox row; then the hold is
-  captured (completed) or released (failed, nsfw, canceled) and `hold_settled` recorded.
+  `credits.actual`, `finished_at` and the job-webhook outbox row (`waiting`); then the hold
+  is captured (completed) or released (failed, nsfw, canceled) and `hold_settled` recorded,
+  and only then is the webhook row made `pending` (due), so a receiver that reads the
+  balance on the webhook sees the hold settled.
   A settle that fails is retried every few seconds and again at the next start.
 - Cancel: queued -> canceled (hold released, no webhook); rendering -> canceled at once
   (hold released; the render task is cancelled and its output discarded; the webhook row
@@ -329,6 +331,7 @@ class JobActor(JobEffects, Actor):
         ]
         status = views.status_object(final, assets, gen.base_url)
         hook = None
+        hook_due_after_settle = False
         url = job["webhook_url"]
         if url and "hook_state" in step.facts:
             state = "skipped" if not url.lower().startswith("https://") else step.facts["hook_state"]
@@ -336,6 +339,8 @@ class JobActor(JobEffects, Actor):
                     "body": json.dumps(status, separators=(",", ":")), "state": state, "created_at": now}
             if state == "skipped":
                 hook.update(error="not an https URL; job webhooks only call https", error_class="insecure_url")
+            elif state == "pending":  # due once the hold is settled (below)
+                hook["state"], hook_due_after_settle = "waiting", True
 
         def tx(conn):
             sql.update_job(conn, self.job_id, fields)
@@ -353,7 +358,9 @@ class JobActor(JobEffects, Actor):
             metrics.render.labels(job["model"], job["backend"]).observe(
                 max(0.0, gen.clock.now() - parse_iso(job["started_at"])))
         await after(step)  # the hold's capture or release
-        crashpoint("final_committed")  # final status and capture/release committed, webhook not sent
+        crashpoint("final_committed")  # final status and capture/release committed, webhook not due yet
+        if hook_due_after_settle:  # the store wakes the job-webhook dispatcher after this commit
+            await gen.store.write(lambda c: sql.release_waiting_webhook(c, self.job_id))
         for notify in gen.jobs.watchers.pop(self.job_id, []):
             self._notify(notify, status)
 

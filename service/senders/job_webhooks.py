@@ -1,10 +1,10 @@
 """Job webhooks: one POST of the final status object per job, from the outbox table.
 
 A job actor writes the `job_webhooks` row in the same transaction as the job's final
-status (state `pending`, or `waiting` for a job canceled while rendering until its render
-has ended, or `skipped` when the URL is not https: an `http://` URL is accepted at submit
-and never called). The store wakes the dispatcher after the commit that made a row
-`pending`.
+status, in state `waiting` (or `skipped` when the URL is not https: an `http://` URL is
+accepted at submit and never called). It makes the row `pending` once the job's hold is
+settled, or for a job canceled while rendering once its render has ended. The store wakes
+the dispatcher after the commit that made a row `pending`.
 
 The shared outbox dispatcher (service/outbox.py) drives it: it marks a row `sending`
 (committed) before the POST, then records the outcome:
