@@ -12,13 +12,15 @@ from service import crash
 
 
 def test_unknown_point_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown crash point 'nope'; known: "):
         crash.configure("nope", True)
 
 
 def test_inactive_outside_test_mode():
     crash.configure("hold_committed:1", False)
-    crash.crashpoint("hold_committed")  # nothing happens
+    assert crash._target is None  # not armed
+    crash.crashpoint("hold_committed")  # nothing happens: this process goes on
+    assert crash._target is None
 
 
 def test_nth_pass_exits_137():

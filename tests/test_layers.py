@@ -112,3 +112,20 @@ def test_production_code_never_detects_a_test_clock():
         if "trio.testing" in imports_of(path) or names & {"MockClock", "autojump_threshold", "current_clock"}:
             found.append(str(path.relative_to(SERVICE.parent)))
     assert found == []
+
+
+SQL_START = ("SELECT ", "INSERT ", "UPDATE ", "DELETE ", "CREATE ", "ALTER ", "DROP ", "PRAGMA ")
+
+
+def test_no_sql_outside_storage():
+    """SQL is written in service/storage/ only (the store's own pragmas and triggers too):
+    any other package calls a named function there."""
+    found = []
+    for path in sorted(SERVICE.rglob("*.py")):
+        if path.parent.name == "storage":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.lstrip().startswith(SQL_START):
+                found.append(f"{path.relative_to(SERVICE.parent)}:{node.lineno}")
+    assert found == []

@@ -86,7 +86,7 @@ class AccountsActor(PeopleHandlers, Actor):
         now = self.clock.iso_now()
 
         def tx(conn):
-            org = conn.execute("SELECT name, approved_at FROM organizations WHERE id = ?", (m.org_id,)).fetchone()
+            org = sql.get_org(conn, m.org_id)
             if org is None:
                 raise NotFound("Organization not found.")
             approved_at = sql.approve_org(conn, m.org_id, now)
@@ -173,8 +173,9 @@ class AccountsActor(PeopleHandlers, Actor):
 
     def _invitation_mail(self, conn, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
         """The invitation mail with its link (a resend mails the new link; the old one is dead)."""
-        name = conn.execute("SELECT name FROM organizations WHERE id = ?", (org_id,)).fetchone()["name"]
-        self.queue_mail(conn, org_id, email, messages.invitation(name, role, int(INVITE_VALID // 86400)), now_iso,
+        org = sql.get_org(conn, org_id)
+        assert org is not None  # the caller's transaction has found the organization
+        self.queue_mail(conn, org_id, email, messages.invitation(org["name"], role, int(INVITE_VALID // 86400)), now_iso,
                         f"{self.base_url}/invitations/accept?token={token}")
 
     async def on_Invite(self, m: Invite) -> dict:
@@ -186,9 +187,9 @@ class AccountsActor(PeopleHandlers, Actor):
 
         def tx(conn):
             _require_org(conn, m.org_id)
-            conn.execute("INSERT INTO invitations (id, organization_id, member_id, email, role, token_hash, "
-                         "created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
-                         (invitation_id, m.org_id, member_id, m.email, m.role, digest, now_iso, expires))
+            sql.insert_invitation(conn, dict(id=invitation_id, organization_id=m.org_id, member_id=member_id,
+                                             email=m.email, role=m.role, token_hash=digest, created_at=now_iso,
+                                             expires_at=expires))
             emit(conn, m.org_id, "member.invited", {"member_id": member_id, "member_email": m.email,
                                                     "role": m.role}, now_iso)
             self._invitation_mail(conn, m.org_id, m.email, m.role, token, now_iso)
@@ -203,12 +204,10 @@ class AccountsActor(PeopleHandlers, Actor):
         token, digest, expires = self._new_link(now)
 
         def tx(conn):
-            inv = conn.execute("SELECT * FROM invitations WHERE id = ? AND organization_id = ? "
-                               "AND accepted_at IS NULL", (m.invitation_id, m.org_id)).fetchone()
-            if inv is None:
+            inv = sql.get_invitation(conn, m.org_id, m.invitation_id)
+            if inv is None or inv["accepted_at"] is not None:
                 raise NotFound("Invitation not found.")
-            conn.execute("UPDATE invitations SET token_hash = ?, expires_at = ? WHERE id = ?",
-                         (digest, expires, inv["id"]))
+            sql.set_invitation_link(conn, inv["id"], digest, expires)
             emit(conn, m.org_id, "member.invited", {"member_id": inv["member_id"], "member_email": inv["email"],
                                                     "role": inv["role"]}, now_iso)
             self._invitation_mail(conn, m.org_id, inv["email"], inv["role"], token, now_iso)
@@ -224,12 +223,12 @@ class AccountsActor(PeopleHandlers, Actor):
         key = new_key()
 
         def tx(conn):
-            inv = conn.execute("SELECT * FROM invitations WHERE token_hash = ?", (digest,)).fetchone()
+            inv = sql.invitation_by_token(conn, digest)
             if inv is None or inv["accepted_at"] is not None or inv["expires_at"] <= now_iso:
                 raise NotFound(INVALID_INVITE)
             if m.identity is not None and (m.identity.email or "").lower() != inv["email"].lower():
                 raise Forbidden(INVITE_EMAIL_MISMATCH)
-            conn.execute("UPDATE invitations SET accepted_at = ? WHERE id = ?", (now_iso, inv["id"]))
+            sql.accept_invitation(conn, inv["id"], now_iso)
             sql.insert_user(conn, inv["member_id"], inv["organization_id"], inv["email"], inv["role"], now_iso)
             self._insert_key(conn, inv["organization_id"], inv["member_id"], key, "Default key", None, None,
                              now_iso)
@@ -294,8 +293,7 @@ class AccountsActor(PeopleHandlers, Actor):
         now = self.clock.iso_now()
 
         def tx(conn):
-            row = conn.execute("SELECT * FROM api_keys WHERE id = ? AND organization_id = ?",
-                               (m.key_id, m.org_id)).fetchone()
+            row = sql.key_row(conn, m.org_id, m.key_id)
             if row is None:
                 raise NotFound("API key not found.", code="api_key.not_found")
             if row["revoked_at"] is None:
@@ -377,6 +375,6 @@ def _check_role(role: str) -> None:
 
 
 def _require_org(conn, org_id: str) -> None:
-    if conn.execute("SELECT 1 FROM organizations WHERE id = ?", (org_id,)).fetchone() is None:
+    if sql.get_org(conn, org_id) is None:
         raise NotFound("Organization not found.")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from service.errors import Conflict, Forbidden
 from service.roles import within
+from service.storage import accounts as accounts_sql
 from service.storage import sessions as sessions_sql
 
 IDENTITY_TAKEN = "This identity provider account is already linked to another person."
@@ -32,9 +33,7 @@ def check_caller(caller_role: str | None, current: str, new: str | None) -> None
 
 
 def not_last_owner(conn, org_id: str, verb: str) -> None:
-    n = conn.execute("SELECT count(*) AS n FROM users WHERE organization_id = ? AND role = 'owner' "
-                     "AND is_active = 1", (org_id,)).fetchone()["n"]
-    if n <= 1:
+    if accounts_sql.active_owners(conn, org_id) <= 1:
         raise Conflict(f"The last owner cannot be {verb}.")
 
 

@@ -98,14 +98,7 @@ class Products:
         ids: list[str] = []
         for r in runs:
             ids.extend(run_views.asset_ids_of(r, steps[r["id"]]))
-        assets: dict[str, dict] = {}
-        if ids:
-            for start in range(0, len(ids), 500):
-                part = ids[start:start + 500]
-                marks = ", ".join("?" * len(part))
-                for row in self.store.all(f"SELECT {gen_sql.ASSET_COLUMNS} FROM assets WHERE id IN ({marks})",
-                                          part):
-                    assets[row["id"]] = row
+        assets = {row["id"]: row for row in gen_sql.assets_by_ids(self.store, ids)}
         return [run_views.run_view(r, steps[r["id"]], assets, self.base_url) for r in runs]
 
     def get(self, org_id: str, run_id: str) -> dict:

@@ -50,10 +50,57 @@ def deactivate_user(conn, user_id: str, now: str) -> None:
     conn.execute("UPDATE users SET is_active = 0, removed_at = ? WHERE id = ?", (now, user_id))
 
 
+def get_org(conn_or_store, org_id: str) -> dict | None:
+    return one(conn_or_store, "SELECT id, name, created_at, approved_at FROM organizations WHERE id = ?", (org_id,))
+
+
+def active_owners(conn, org_id: str) -> int:
+    return conn.execute("SELECT count(*) AS n FROM users WHERE organization_id = ? AND role = 'owner' "
+                        "AND is_active = 1", (org_id,)).fetchone()["n"]
+
+
+def active_members(store, org_id: str) -> list[dict]:
+    return store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? "
+                     "AND is_active = 1 ORDER BY created_at, id", (org_id,))
+
+
+def membership(store, user_id: str) -> dict | None:
+    """{organization_id, is_active} of a user, whatever the organization."""
+    return store.one("SELECT organization_id, is_active FROM users WHERE id = ?", (user_id,))
+
+
 def owner_email(conn, org_id: str) -> str | None:
     row = conn.execute("SELECT email FROM users WHERE organization_id = ? AND role = 'owner' "
                        "AND is_active = 1 ORDER BY created_at LIMIT 1", (org_id,)).fetchone()
     return row["email"] if row else None
+
+
+# -- invitations ---------------------------------------------------------------------------
+def insert_invitation(conn, row: dict) -> None:
+    insert(conn, "invitations", row)
+
+
+def get_invitation(conn_or_store, org_id: str, invitation_id: str) -> dict | None:
+    return one(conn_or_store, "SELECT * FROM invitations WHERE id = ? AND organization_id = ?",
+               (invitation_id, org_id))
+
+
+def invitation_by_token(conn, token_hash: str) -> dict | None:
+    return one(conn, "SELECT * FROM invitations WHERE token_hash = ?", (token_hash,))
+
+
+def set_invitation_link(conn, invitation_id: str, token_hash: str, expires_at: str) -> None:
+    conn.execute("UPDATE invitations SET token_hash = ?, expires_at = ? WHERE id = ?",
+                 (token_hash, expires_at, invitation_id))
+
+
+def accept_invitation(conn, invitation_id: str, now: str) -> None:
+    conn.execute("UPDATE invitations SET accepted_at = ? WHERE id = ?", (now, invitation_id))
+
+
+def pending_invitations(store, org_id: str) -> list[dict]:
+    return store.all("SELECT id, email, role, created_at, expires_at FROM invitations WHERE organization_id = ? "
+                     "AND accepted_at IS NULL ORDER BY created_at DESC", (org_id,))
 
 
 # -- API keys ------------------------------------------------------------------------------
@@ -64,6 +111,11 @@ def insert_key(conn, row: dict) -> None:
 def get_key(conn_or_store, org_id: str, key_id: str) -> dict | None:
     sql = f"SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ? AND organization_id = ? AND revoked_at IS NULL"
     return one(conn_or_store, sql, (key_id, org_id))
+
+
+def key_row(conn, org_id: str, key_id: str) -> dict | None:
+    """The whole row, revoked or not."""
+    return one(conn, "SELECT * FROM api_keys WHERE id = ? AND organization_id = ?", (key_id, org_id))
 
 
 def list_keys(store, org_id: str) -> list[dict]:

@@ -184,6 +184,11 @@ def org_ids_due(store, now: float) -> list[str]:
     return [r["organization_id"] for r in rows]
 
 
+def hold_status_of_job(store, job_id: str) -> str | None:
+    row = store.one("SELECT status FROM credit_holds WHERE job_id = ?", (job_id,))
+    return None if row is None else row["status"]
+
+
 def org_exists(store, org_id: str) -> bool:
     return store.one("SELECT 1 AS x FROM organizations WHERE id = ?", (org_id,)) is not None
 

@@ -22,14 +22,14 @@ from service.http.auth import node, principal
 from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie, throttle
 from service.http.pages import PageError, render
 from service.roles import ROLE_NAMES, allows
+from service.storage import accounts as accounts_sql
 from service.storage import sessions as sessions_sql
 
 bp = Blueprint("account", __name__)
 
 
 def members(org_id: str) -> list[dict]:
-    return node().store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? "
-                            "AND is_active = 1 ORDER BY created_at, id", (org_id,))
+    return accounts_sql.active_members(node().store, org_id)
 
 
 @bp.get("/account")

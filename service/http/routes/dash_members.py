@@ -16,16 +16,15 @@ from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
 from service.roles import ROLE_NAMES, within
+from service.storage import accounts as accounts_sql
 
 bp = Blueprint("dash_members", __name__)
 
 
 def members_page(status: int = 200, **ctx):
     svc, p = node(), principal()
-    members = svc.store.all("SELECT id, email, role, created_at FROM users WHERE organization_id = ? "
-                            "AND is_active = 1 ORDER BY created_at, id", (p.org_id,))
-    pending = svc.store.all("SELECT id, email, role, created_at, expires_at FROM invitations WHERE organization_id = ? "
-                            "AND accepted_at IS NULL ORDER BY created_at DESC", (p.org_id,))
+    members = accounts_sql.active_members(svc.store, p.org_id)
+    pending = accounts_sql.pending_invitations(svc.store, p.org_id)
     grantable = [r for r in ROLE_NAMES if within(r, p.role)]
     return show("members.html", status, title="Members", members=members, pending=pending, grantable=grantable,
                 me=p.user_id, now=svc.clock.iso_now(), **ctx)
@@ -65,7 +64,7 @@ async def invite():
 @csrf_protected
 async def resend(invitation_id: str):
     p = principal()
-    row = node().store.one("SELECT role FROM invitations WHERE id = ? AND organization_id = ?", (invitation_id, p.org_id))
+    row = accounts_sql.get_invitation(node().store, p.org_id, invitation_id)
     if row is not None and not within(row["role"], p.role):
         return members_page(403, error="You cannot grant a broader role than your own.")
     try:

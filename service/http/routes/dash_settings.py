@@ -10,14 +10,14 @@ from service.errors import ApiError
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
+from service.storage import accounts as accounts_sql
 
 bp = Blueprint("dash_settings", __name__)
 
 
 def settings_page(status: int = 200, **ctx):
     svc = node()
-    org = svc.store.one("SELECT id, name, created_at, approved_at FROM organizations WHERE id = ?",
-                        (principal().org_id,))
+    org = accounts_sql.get_org(svc.store, principal().org_id)
     return show("settings.html", status, title="Organization settings", org=org,
                 signup=svc.settings.signup, **ctx)
 

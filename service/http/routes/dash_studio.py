@@ -23,6 +23,7 @@ from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import current_project, show, session_still_allowed, signed
 from service.machines import JOB
+from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
 from service.http.topics import job_stream, respond
 
@@ -144,7 +145,7 @@ def job_view(status: dict) -> dict:
     released, the settings it ran with, its timings and a link to run them again."""
     store = node().store
     outputs = [{**o, "link": signed(o["id"])} for o in status["outputs"]]
-    hold = store.one("SELECT status FROM credit_holds WHERE job_id = ?", (status["request_id"],)) \
+    hold = billing_sql.hold_status_of_job(store, status["request_id"]) \
         if status["status"] in ("failed", "canceled", "nsfw") else None
     row = gen_sql.get_job(store, status["request_id"]) or {}
     params = json.loads(row.get("params") or "{}")
@@ -157,7 +158,7 @@ def job_view(status: dict) -> dict:
             again["input_" + slot] = ids[0]
     # a job that ends failed, canceled or flagged never captures its hold: the actor releases
     # it right after the final status (it may still read "held" for a moment)
-    released = hold is not None and hold["status"] != "captured"
+    released = hold is not None and hold != "captured"
     return {**status, "outputs": outputs, "released": released,
             "final": status["status"] in JOB.final, "prompt": row.get("prompt"), "params": params,
             "started_at": row.get("started_at"), "again": "/studio?" + urlencode(again)}

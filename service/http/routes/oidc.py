@@ -31,6 +31,7 @@ from service.http.browser import (SESSION_COOKIE, csrf_protected, current_sessio
                                   set_cookie)
 from service.http.pages import PageError
 from service.net.oidc import OidcError, OidcProvider, pkce_verifier
+from service.storage import accounts as accounts_sql
 from service.storage import sessions as sql
 from service.storage.logins import email_taken
 
@@ -133,7 +134,7 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
             refuse(e.status, e.message)
         return out["user_id"], out["organization_id"]
     if flow["link_user_id"] is not None:
-        row = svc.store.one("SELECT organization_id, is_active FROM users WHERE id = ?", (flow["link_user_id"],))
+        row = accounts_sql.membership(svc.store, flow["link_user_id"])
         if row is None or not row["is_active"]:
             refuse(403, "Your membership of this organization has ended.")
         try:
