@@ -31,7 +31,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from .hosting import picture, running
+from .hosting import picture, require_token, running
 
 
 class Peer:
@@ -83,15 +83,8 @@ def _json(status: int, body: dict) -> Response:
 def create_app(peer: Peer) -> QuartTrio:
     app = QuartTrio(__name__)
 
-    @app.before_request
-    async def auth():
-        if request.path.startswith("/files/"):
-            return None
-        given = request.headers.get("Authorization", "")
-        peer.auth_seen.append(given)
-        if given != f"Key {peer.token}":
-            return _json(401, {"detail": "No user found for Key ID and Secret"})
-        return None
+    require_token(app, peer, f"Key {peer.token}", "/files/",
+                  lambda: _json(401, {"detail": "No user found for Key ID and Secret"}))
 
     def find(slug: str, rid: str) -> dict | None:
         r = peer.requests.get(rid)

@@ -12,6 +12,21 @@ from hypercorn.trio import serve
 from PIL import Image, ImageDraw
 
 
+def require_token(app, peer, expected: str, open_prefix: str, refuse) -> None:
+    """Refuse every request but those under `open_prefix` (output files) whose Authorization
+    header is not `expected`, with `refuse()` (the hosted API's own 401); every header given
+    is kept in `peer.auth_seen` for the tests on secrets."""
+    from quart import request
+
+    @app.before_request
+    async def auth():
+        if request.path.startswith(open_prefix):
+            return None
+        given = request.headers.get("Authorization", "")
+        peer.auth_seen.append(given)
+        return None if given == expected else refuse()
+
+
 @asynccontextmanager
 async def serving(app, host: str = "127.0.0.1", port: int = 0):
     """Yields the base URL (`http://127.0.0.1:PORT`) while the app is served."""

@@ -39,7 +39,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from .hosting import picture, running
+from .hosting import picture, require_token, running
 
 MODELS = {"acme/pictures": "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"}
 
@@ -124,15 +124,8 @@ def _problem(status: int, title: str, detail: str) -> Response:
 def create_app(peer: Peer) -> QuartTrio:
     app = QuartTrio(__name__)
 
-    @app.before_request
-    async def auth():
-        if request.path.startswith("/delivery/"):
-            return None
-        given = request.headers.get("Authorization", "")
-        peer.auth_seen.append(given)
-        if given != f"Bearer {peer.token}":
-            return _problem(401, "Unauthenticated", "You did not pass a valid authentication token")
-        return None
+    require_token(app, peer, f"Bearer {peer.token}", "/delivery/",
+                  lambda: _problem(401, "Unauthenticated", "You did not pass a valid authentication token"))
 
     @app.get("/v1/webhooks/default/secret")
     async def secret():
