@@ -79,6 +79,7 @@ class Dispatcher:
         self._inflight: set[str] = set()
         self.sent = 0      # outcomes recorded
         self.restarts = 0  # in-place restarts after a failed claim
+        self.looks = 0     # times the dispatcher looked for due rows (each wake-up, each free slot)
 
     def wake(self) -> None:
         """A row may be due: look now. Safe from any thread (the store calls it after a
@@ -100,6 +101,10 @@ class Dispatcher:
             log.info("%s: %s", self.source.name, line)
         self._ready.set()
         self.wake()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
 
     def start(self, row: dict, then: Callable[[Any], None] | None = None) -> None:
         """Deliver a row its writer has already committed in flight (a webhook test send),
@@ -142,6 +147,7 @@ class Dispatcher:
         assert self._nursery is not None
         while True:
             self._wake = trio.Event()
+            self.looks += 1
             free = src.concurrency - len(self._inflight)
             rows: list[dict] = []
             if free > 0 and not src.paused():

@@ -179,6 +179,30 @@ async def wait_for_run(node, key, run_id, pred, timeout=60) -> dict:
             await trio.sleep(0.02)
 
 
+async def until(check, timeout: float = 10.0) -> None:
+    """Wait for a condition of the node's state (read every 10 ms), not for a fixed time."""
+    with trio.fail_after(timeout):
+        while not check():
+            await trio.sleep(0.01)
+
+
+async def outboxes_settled(node, timeout: float = 10.0) -> None:
+    """Wait until the node's outboxes have nothing left to do now: every event fanned out,
+    every account and job webhook final, no mail being sent, nothing in flight. Webhooks are
+    never retried, so what a test then finds absent stays absent: no fixed wait is needed."""
+    parts, store = node.parts, node.store
+    dispatchers = (parts.account_webhooks, parts.generation.webhooks, parts.mail)
+
+    def settled() -> bool:
+        return (all(d.in_flight == 0 for d in dispatchers)
+                and store.scalar("SELECT count(*) FROM events WHERE dispatched = 0") == 0
+                and store.scalar("SELECT count(*) FROM webhook_deliveries WHERE status IN ('pending', 'sending')") == 0
+                and store.scalar("SELECT count(*) FROM job_webhooks WHERE state IN ('waiting', 'pending', 'sending')") == 0
+                and store.scalar("SELECT count(*) FROM emails WHERE state = 'sending'") == 0)
+
+    await until(settled, timeout)
+
+
 async def j(r):
     """A test-client response's JSON body."""
     return await r.get_json()

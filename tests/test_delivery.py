@@ -21,7 +21,7 @@ from service.senders import account_webhooks
 from service.roles import ROLE_IDS
 from service.storage.events import emit
 from test_webhooks_receiver import receiver, running_node
-from conftest import j
+from conftest import j, outboxes_settled, until
 
 KEY_FIELDS = {"key_id", "name", "key_prefix", "user_id", "role_id", "expires_at", "organization_id"}
 MEMBER_FIELDS = {"member_id", "member_email", "role", "organization_id"}
@@ -43,11 +43,6 @@ async def make_hook(node, key, url, events, **extra) -> dict:
     r = await node.call("POST", "/v1/webhooks", key, json={"url": url, "events": events} | extra)
     assert r.status_code == 201, await r.get_data(as_text=True)
     return (await j(r))["webhook"]
-
-
-async def quiet(seconds: float = 0.6) -> None:
-    """Long enough for three polls of the outbox and a local send."""
-    await trio.sleep(seconds)
 
 
 def statuses(node, webhook_id: str) -> list[dict]:
@@ -121,7 +116,7 @@ async def test_api_key_events_carry_the_spec_fields(tmp_path):
         await rx.wait_for(3)
         await node.call("PATCH", f"/v1/api-keys/{plain['id']}", key, json={"is_active": False})
         await node.call("DELETE", f"/v1/api-keys/{k['id']}", key)
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.hits) == 3
         third = verify(rx.hits[2], hook["secret"])
         assert third["data"] == {"key_id": plain["id"], "name": "plain", "key_prefix": plain["key"][:12],
@@ -162,7 +157,7 @@ async def test_events_only_reach_their_own_organization(tmp_path):
         await make_hook(node, b["api_key"], rx.url("/ok?org=b"), ["member.joined"])
         await node.add_member(a["organization_id"], "member", "x@a.test")
         [hit] = await rx.wait_for(1)
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.hits) == 1 and hit.json["data"]["organization_id"] == a["organization_id"]
 
 
@@ -178,7 +173,7 @@ async def test_paused_and_unsubscribed_webhooks_receive_nothing(tmp_path):
         assert (await j(r))["webhook"]["is_active"] is False
         await node.add_member(org["organization_id"], "member")
         await rx.wait_for(1)
-        await quiet()
+        await outboxes_settled(node)
         assert [(h.target, h.json["event"]) for h in rx.hits] == [("/ok?h=sentinel", "member.joined")]
         assert statuses(node, paused["id"]) == [] and statuses(node, other["id"]) == []
         # resumed: receives the next event; a deleted webhook receives nothing
@@ -186,7 +181,7 @@ async def test_paused_and_unsubscribed_webhooks_receive_nothing(tmp_path):
         await node.call("DELETE", f"/v1/webhooks/{sentinel['id']}", key)
         await node.add_member(org["organization_id"], "admin")
         await rx.wait_for(2)
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.hits) == 2
         assert rx.hits[1].json["data"]["role"] == "admin"
         assert [s["status"] for s in statuses(node, paused["id"])] == ["delivered"]
@@ -202,10 +197,10 @@ async def test_a_webhook_paused_before_its_send_is_skipped(tmp_path, monkeypatch
         for i in range(3):
             await node.call("POST", "/v1/api-keys", key, json={"name": f"k{i}"})
         await rx.wait_for(1)
-        await quiet(0.3)
+        await until(lambda: [s["status"] for s in statuses(node, hook["id"])] == ["sending", "pending", "pending"])
         await node.call("PATCH", f"/v1/webhooks/{hook['id']}", key, json={"is_active": False})
         rx.release("g")
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.hits) == 1
         assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered", "skipped", "skipped"]
 
@@ -217,7 +212,7 @@ async def test_no_retry_after_a_500(tmp_path):
         hook = await make_hook(node, org["api_key"], rx.url("/status/500"), ["member.joined"])
         await node.add_member(org["organization_id"], "member")
         await rx.wait_for(1)
-        await quiet(1.0)
+        await outboxes_settled(node)
         assert len(rx.hits) == 1
         [d] = statuses(node, hook["id"])
         assert (d["status"], d["status_code"], d["error"], d["error_class"]) == (
@@ -231,7 +226,7 @@ async def test_no_retry_after_a_timeout(tmp_path, monkeypatch):
         hook = await make_hook(node, org["api_key"], rx.url("/hang"), ["member.joined"])
         await node.add_member(org["organization_id"], "member")
         await rx.wait_for(1)
-        await quiet(1.5)
+        await outboxes_settled(node)
         assert len(rx.hits) == 1
         [d] = statuses(node, hook["id"])
         assert (d["status"], d["status_code"], d["error_class"]) == ("failed", None, "timeout")
@@ -249,7 +244,7 @@ async def test_connection_error_is_recorded_not_retried(tmp_path):
         with trio.fail_after(5):
             while not statuses(node, hook["id"]) or statuses(node, hook["id"])[0]["status"] != "failed":
                 await trio.sleep(0.05)
-        await quiet()
+        await outboxes_settled(node)
         [d] = statuses(node, hook["id"])
         assert (d["status_code"], d["error_class"]) == (None, "connection")
 
@@ -292,7 +287,7 @@ async def test_test_endpoint_success_fields_and_signature(tmp_path):
                                 "sent_at": body["data"]["sent_at"], "organization_id": org["organization_id"]}
         assert body["data"]["sent_at"].endswith("Z") and b["data"] == body["data"]
         assert rx.hits[0].headers["x-service-delivery"] == d["id"]
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.hits) == 1 and statuses(node, bystander["id"]) == []
         log = (await j(await node.call("GET", f"/v1/webhooks/{hook['id']}/deliveries", key)))["deliveries"]
         assert [(x["event"], x["status"], x["status_code"]) for x in log] == [("webhook.test", "delivered", 200)]
@@ -336,7 +331,7 @@ async def test_delivery_log_is_newest_first_with_limit(tmp_path):
         await rx.wait_for(1)
         await node.op("DELETE", f"/organizations/{org['organization_id']}/members/{m['user_id']}")
         await rx.wait_for(2)
-        await quiet(0.3)
+        await outboxes_settled(node)
         r = await node.call("GET", f"/v1/webhooks/{hook['id']}/deliveries", key)
         log = (await j(r))["deliveries"]
         assert [x["event"] for x in log] == ["member.removed", "member.joined"]
@@ -367,7 +362,7 @@ async def test_a_slow_organization_does_not_delay_another(tmp_path):
         assert len(rx.seen("/gate/slow")) == account_webhooks.PER_ORG  # capped per organization
         rx.release("slow")
         hits = await rx.wait_for(50, "/gate/slow", timeout=10)
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.seen("/gate/slow")) == 50
         assert len({h.headers["x-service-delivery"] for h in hits}) == 50
 
@@ -406,7 +401,7 @@ async def test_restart_sends_pending_once_and_records_sending_unknown(tmp_path, 
             for i in range(3):
                 await node.call("POST", "/v1/api-keys", key, json={"name": f"k{i}"})
             await rx.wait_for(1)
-            await quiet(0.3)
+            await until(lambda: len(statuses(node, hook["id"])) == 3)
             before = statuses(node, hook["id"])
             assert [s["status"] for s in before] == ["sending", "pending", "pending"]
         # node down: one more event lands in the outbox (as another writer would leave it)
@@ -417,7 +412,7 @@ async def test_restart_sends_pending_once_and_records_sending_unknown(tmp_path, 
         rx.release("g")
         async with running_node(tmp_path, rx) as node:
             hits = await rx.wait_for(4)
-            await quiet()
+            await outboxes_settled(node)
             after = statuses(node, hook["id"])
         assert len(rx.hits) == 4
         sent_ids = [h.headers["x-service-delivery"] for h in rx.hits]
@@ -438,9 +433,9 @@ async def test_restart_after_everything_was_sent_sends_nothing(tmp_path):
             await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
             await node.add_member(org["organization_id"], "member")
             await rx.wait_for(1)
-            await quiet(0.3)
+            await outboxes_settled(node)
         async with running_node(tmp_path, rx) as node:
-            await quiet()
+            await outboxes_settled(node)
         assert len(rx.hits) == 1
 
 
@@ -471,7 +466,7 @@ async def test_billing_credits_low_carries_the_spec_fields(tmp_path):
         assert data["organization_id"] == org["organization_id"]
         assert isinstance(data["available"], str) and isinstance(data["threshold"], str)
         assert (Decimal(data["available"]), Decimal(data["threshold"])) == (Decimal(200), Decimal(500))
-        await quiet()
+        await outboxes_settled(node)
         assert len(rx.hits) == 1  # once per crossing
 
 
@@ -481,13 +476,15 @@ async def test_events_during_shutdown_stay_pending_for_the_next_start(tmp_path):
             org = await node.create_org()
             hook = await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
             await node.parts.aclose()  # what serve() does once HTTP has drained
+            d = node.parts.account_webhooks
+            looks = d.looks
             await node.add_member(org["organization_id"], "member")
-            await quiet()
+            await until(lambda: d.looks > looks)  # the commit woke the dispatcher; closed, it sent nothing
             assert rx.hits == []
             assert [s["status"] for s in statuses(node, hook["id"])] in ([], ["pending"])
         async with running_node(tmp_path, rx) as node:
             [hit] = await rx.wait_for(1)
-            await quiet()
+            await outboxes_settled(node)
             assert len(rx.hits) == 1 and hit.json["event"] == "member.joined"
             assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]
 
@@ -510,7 +507,7 @@ async def test_a_failed_claim_restarts_the_dispatcher_which_still_sends(tmp_path
         hook = await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
         await node.add_member(org["organization_id"], "member")
         [hit] = await rx.wait_for(1)
-        await quiet()
+        await outboxes_settled(node)
         assert crashes and node.parts.account_webhooks.restarts == 1
         assert len(rx.hits) == 1
         assert [s["status"] for s in statuses(node, hook["id"])] == ["delivered"]

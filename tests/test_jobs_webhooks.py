@@ -10,6 +10,7 @@ import json
 import pytest
 import trio
 
+from conftest import outboxes_settled
 from faultserver import fault_server
 from service.storage import generation as gsql
 from test_generation_support import running_node, status, submit, wait_status
@@ -110,7 +111,7 @@ async def test_non_2xx_is_not_retried(env):
     row = await wait_hook_state(node, rid)
     assert (row["state"], row["status_code"], row["error"], row["error_class"]) == (
         "failed", 500, "500 Internal Server Error", "non_2xx")
-    await trio.sleep(0.2)
+    await outboxes_settled(node)
     assert len(fs.seen("/status/500")) == 1
 
 

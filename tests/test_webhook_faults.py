@@ -35,7 +35,7 @@ from service.clock import parse_iso
 from service.net.client import Sender
 from service.storage import generation as gsql
 from test_generation_support import running_node, submit, wait_status
-from conftest import j
+from conftest import j, outboxes_settled
 
 REAL_LIMIT = 10.0
 BOUND = 10.5  # seconds a delivery may take at the real limit
@@ -152,7 +152,7 @@ async def test_every_fault_class_ends_within_the_bound_and_is_not_retried(faults
         got = await wait_deliveries_final(node, hooks, timeout=BOUND + 5)
         all_final = trio.current_time() - triggered
         rows = await wait_job_hooks_final(node, jobs, timeout=BOUND + 20)
-        await trio.sleep(1.0)  # time for a retry, if there were one
+        await outboxes_settled(node)  # nothing left to send: a retry, if there were one, would be pending
 
         report = []
         for name, (url, status, code, error_class, waits) in table.items():
