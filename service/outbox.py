@@ -16,7 +16,8 @@ The rules every outbox follows:
 - While the source is `paused()` (its sender closed for shutdown) nothing is claimed; the
   rows stay due for the next start.
 - A claim that raises (a disk error) restarts the dispatcher in place: it is logged, counted
-  in `restarts`, the source recovers again after a short pause, and sending goes on. Sends
+  in `restarts`, the source recovers again after a pause (longer while failures repeat, up
+  to 5 s; a recovery that fails too is retried the same way), and sending goes on. Sends
   still running meanwhile record their real outcome over the `unknown` of that recovery.
 """
 
@@ -79,6 +80,7 @@ class Dispatcher:
         self._inflight: set[str] = set()
         self.sent = 0      # outcomes recorded
         self.restarts = 0  # in-place restarts after a failed claim
+        self._failures = 0  # failed claims (or recoveries) in a row
         self.looks = 0     # times the dispatcher looked for due rows (each wake-up, each free slot)
 
     def wake(self) -> None:
@@ -131,16 +133,16 @@ class Dispatcher:
             unwatch()
 
     async def _supervise(self) -> None:
-        failures = 0
         while True:
             try:
+                if self._failures:
+                    await self.recover()
                 await self._loop()
             except Exception:  # noqa: BLE001 - a failed claim must not stop the node's sending
                 self.restarts += 1
                 log.exception("%s: claim failed; restarting (restart %d)", self.source.name, self.restarts)
-                await trio.sleep(RESTART_PAUSE[min(failures, len(RESTART_PAUSE) - 1)])
-                failures += 1
-                await self.recover()
+                await trio.sleep(RESTART_PAUSE[min(self._failures, len(RESTART_PAUSE) - 1)])
+                self._failures += 1
 
     async def _loop(self) -> None:
         src = self.source
@@ -152,6 +154,7 @@ class Dispatcher:
             rows: list[dict] = []
             if free > 0 and not src.paused():
                 rows = await src.claim(self.store, self.clock.now(), self.clock.iso_now(), free)
+                self._failures = 0  # a claim went through: the next failure pauses briefly again
             if rows:
                 crashpoint(src.crashpoint)  # rows committed in flight, nothing sent yet
             for row in rows:
