@@ -67,6 +67,17 @@ async def start_node(nursery: trio.Nursery, tmp_path: Path, *, inline: bool = Tr
     return node
 
 
+@pytest.fixture
+def cheap_hashes(monkeypatch):
+    """argon2's cheapest profile, for modules that log in many times (bench/login.py measures
+    the real one): `pytestmark = pytest.mark.usefixtures("cheap_hashes")`."""
+    import argon2
+
+    from service import passwords
+    monkeypatch.setattr(passwords, "HASHER", argon2.PasswordHasher.from_parameters(argon2.profiles.CHEAPEST))
+    monkeypatch.setattr(passwords, "_DUMMY", [])
+
+
 async def run_parts(nursery: trio.Nursery, services) -> tuple[trio.CancelScope, trio.Event]:
     """Start the node's actors in a scope of their own: cancel it to stop them (before the
     store closes); the event is set once they have stopped."""

@@ -16,11 +16,7 @@ HTML = {"Accept": "text/html,application/xhtml+xml"}
 FORGED = "This form was not sent from this site, or the page was open too long."
 
 
-@pytest.fixture(autouse=True)
-def cheap_hashes(monkeypatch):
-    import argon2
-    monkeypatch.setattr(passwords, "HASHER", argon2.PasswordHasher.from_parameters(argon2.profiles.CHEAPEST))
-    monkeypatch.setattr(passwords, "_DUMMY", [])
+pytestmark = pytest.mark.usefixtures("cheap_hashes")
 
 
 async def logged_in(node, role: str = "owner", email: str = "owner@acme.test") -> dict:

@@ -17,12 +17,7 @@ PW = "correct horse battery"
 BAD = "Email or password is incorrect."
 
 
-@pytest.fixture(autouse=True)
-def cheap_hashes(monkeypatch):
-    """Tests hash with argon2's cheapest profile (bench/login.py measures the real one)."""
-    import argon2
-    monkeypatch.setattr(passwords, "HASHER", argon2.PasswordHasher.from_parameters(argon2.profiles.CHEAPEST))
-    monkeypatch.setattr(passwords, "_DUMMY", [])
+pytestmark = pytest.mark.usefixtures("cheap_hashes")
 
 
 async def with_password(node, email="owner@acme.test", pw=PW) -> dict:

@@ -16,7 +16,7 @@ from service.http.app import create_app
 from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
-from tests.conftest import OPERATOR, Node, stop_node
+from tests.conftest import OPERATOR, Node, run_parts, stop_node
 from tests.pages import csrf, page
 
 KEY = "testid"
@@ -31,21 +31,8 @@ async def oidc_node(nursery, tmp_path, oidc_issuer):
     apply_all(settings.db_path)
     store = Store(settings.db_path, inline=True)
     parts = build(settings, store, Clock())
-    import trio
-    stopped = trio.Event()
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED):
-        try:
-            with trio.CancelScope() as scope:
-                async with trio.open_nursery() as inner:
-                    await parts.start(inner)
-                    task_status.started(scope)
-        finally:
-            stopped.set()
-
     n = Node(parts, create_app(parts))
-    n.scope = await nursery.start(run)
-    n.stopped = stopped
+    n.scope, n.stopped = await run_parts(nursery, parts)
     n.issuer = oidc_issuer
     yield n
     await stop_node(n)

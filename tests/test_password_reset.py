@@ -17,11 +17,7 @@ PW = "a brand new passphrase"
 RESET = "http://testserver/reset-password?token="
 
 
-@pytest.fixture(autouse=True)
-def cheap_hashes(monkeypatch):
-    import argon2
-    monkeypatch.setattr(passwords, "HASHER", argon2.PasswordHasher.from_parameters(argon2.profiles.CHEAPEST))
-    monkeypatch.setattr(passwords, "_DUMMY", [])
+pytestmark = pytest.mark.usefixtures("cheap_hashes")
 
 
 async def forgot(client, email):

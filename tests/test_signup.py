@@ -18,12 +18,7 @@ from tests.pages import csrf, page
 PW = "a long sign-up passphrase"
 
 
-@pytest.fixture(autouse=True)
-def cheap_hashes(monkeypatch):
-    """argon2's cheapest profile in tests (bench/login.py measures the real one)."""
-    import argon2
-    monkeypatch.setattr(passwords, "HASHER", argon2.PasswordHasher.from_parameters(argon2.profiles.CHEAPEST))
-    monkeypatch.setattr(passwords, "_DUMMY", [])
+pytestmark = pytest.mark.usefixtures("cheap_hashes")
 
 
 async def sign_up(client, email, password=PW, organization="Lab One"):

@@ -30,6 +30,8 @@ from __future__ import annotations
 import hashlib
 import uuid
 from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import BinaryIO
 
 import trio
@@ -185,28 +187,23 @@ async def receive(boundary: str, temp: Path) -> Received:
     """Read the whole body, parsing what can be parsed; raises TooLarge past 51 MiB."""
     got = Received(temp)
     decoder = MultipartDecoder(boundary.encode("latin-1"), MAX_BUFFERED, max_parts=MAX_PARTS)
-    total = 0
     try:
-        async for chunk in request.body:
-            total += len(chunk)
-            if total > UPLOAD_BODY_LIMIT:
-                raise TooLarge()
-            if got.malformed or got.complete:
-                continue  # keep draining
-            try:
-                for start in range(0, len(chunk), SLICE):
-                    decoder.receive_data(chunk[start:start + SLICE])
-                    await got.feed(decoder)
-            except (ValueError, RequestEntityTooLarge):  # malformed, or too many parts
-                got.malformed = True
+        async with aclosing(_body()) as body:
+            async for chunk in body:
+                if got.malformed or got.complete:
+                    continue  # keep draining
+                try:
+                    for start in range(0, len(chunk), SLICE):
+                        decoder.receive_data(chunk[start:start + SLICE])
+                        await got.feed(decoder)
+                except (ValueError, RequestEntityTooLarge):  # malformed, or too many parts
+                    got.malformed = True
         if not got.malformed and not got.complete:
             try:
                 decoder.receive_data(None)
                 await got.feed(decoder)
             except (ValueError, RequestEntityTooLarge):
                 got.malformed = True
-    except RequestEntityTooLarge:
-        raise TooLarge() from None
     finally:
         got.close()
     g.upload_body_read = True
@@ -215,15 +212,23 @@ async def receive(boundary: str, temp: Path) -> Received:
     return got
 
 
-async def _drain() -> None:
+async def _body() -> AsyncIterator[bytes]:
+    """The request body's chunks; TooLarge past 51 MiB (counted here, or Quart's own limit)."""
     total = 0
     try:
         async for chunk in request.body:
             total += len(chunk)
             if total > UPLOAD_BODY_LIMIT:
                 raise TooLarge()
+            yield chunk
     except RequestEntityTooLarge:
         raise TooLarge() from None
+
+
+async def _drain() -> None:
+    async with aclosing(_body()) as body:
+        async for _chunk in body:
+            pass
     g.upload_body_read = True
 
 
