@@ -58,7 +58,6 @@ class AccountsActor(PeopleHandlers, Actor):
         self.clock = clock
         self.mail = mail  # service.mail.outbox.MailOutbox: seals mail links, knows the base URL
         self.touched: dict[str, float] = {}
-        self.pending_touches: dict[str, str] = {}
 
     async def handle(self, msg: Any) -> Any:
         return await getattr(self, "on_" + type(msg).__name__)(msg)

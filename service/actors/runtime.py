@@ -446,8 +446,3 @@ class Registry(Generic[A]):
                 continue
             for env, value in zip(batch, replies):
                 env.answer(value)
-
-
-async def start_registry(nursery: trio.Nursery, registry: Registry) -> Registry:
-    await nursery.start(registry.run)
-    return registry

@@ -5,8 +5,7 @@ is stored, and any session the browser already had is deleted in the same write,
 always rotates the cookie. Expiry is on the service clock: a session ends `IDLE` seconds
 after its last recorded activity (recorded at most once a minute) or `ABSOLUTE` seconds
 after login, whichever comes first. Sessions also end at logout, and inside the transaction
-of a member removal, a password change or an organization deactivation
-(`storage.sessions.delete_for_user` / `delete_for_org`).
+of a member removal or a password change (see `service/storage/sessions.py`).
 
 A sign-in flow with an identity provider lives `FLOW_TTL` seconds and is used once.
 """

@@ -114,9 +114,6 @@ class CreditBook:
         order = self.order
         return order[0].expires_at if order else None
 
-    def knows(self, hold_id: str) -> bool:
-        return hold_id in self.active or hold_id in self.settling or hold_id in self.recent
-
     def remember(self, hold: tuple, keep: int) -> None:
         """`hold` is a plain tuple of `Settled`'s fields (committed: a repeat returns it); the
         `keep` most recent are kept, older repeats are the caller's to read from storage."""

@@ -32,7 +32,6 @@ class Server:
     url: str
     busy: int = 0
     down: bool = False
-    checked: bool = False
 
 
 class Pool:
@@ -49,7 +48,7 @@ class Pool:
     def mark(self, server: Server, down: bool) -> None:
         if server.down != down:
             log.warning("engine server %s of model %s is %s", server.url, self.model_id, "down" if down else "up again")
-        server.down, server.checked = down, True
+        server.down = down
         self._wake()
 
     @asynccontextmanager

@@ -93,8 +93,3 @@ def session_still_allowed(permission: str) -> Callable[[], bool]:
                 and now < row["last_seen_at"] + IDLE and allows(row["role"], permission))
 
     return check
-
-
-def session_email() -> str:
-    s = current_session()
-    return s.email if s else ""

@@ -236,12 +236,6 @@ def lots_available(lots: list[dict]) -> int:
     return available((r["remaining_uc"], r["reserved_uc"]) for r in lots)
 
 
-def available_at(store, org_id: str, now: float) -> int:
-    """An organization's available micro-credits at service time `now`, read from the DB."""
-    with snapshot(store):
-        return max(lots_available(live_lots(store, org_id, now)), 0)
-
-
 def balance(store, org_id: str, now: float) -> dict:
     """The Balance resource, relative to service time `now` (a lot is expired from its
     `expires_at` on, whether or not the actor has written its expiry yet)."""
@@ -298,11 +292,6 @@ def list_holds(store, org_id: str, status: str | None, limit: int) -> list[dict]
         rows = store.all(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE organization_id = ? AND status = ? "
                          "ORDER BY created_at DESC, rowid DESC LIMIT ?", (org_id, status, limit))
     return [hold_view(r) for r in rows]
-
-
-def get_hold(store, org_id: str, hold_id: str) -> dict | None:
-    return store.one(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE organization_id = ? AND id = ?",
-                     (org_id, hold_id))
 
 
 def usage(store, org_id: str, since: str | None) -> list[dict]:

@@ -52,11 +52,6 @@ def list_jobs(store, project_id: str, limit: int) -> list[dict]:
                      "ORDER BY created_at DESC, rowid DESC LIMIT ?", (project_id, limit))
 
 
-def jobs_of_run(store, workflow_run_id: str) -> list[dict]:
-    return store.all(f"SELECT {JOB_COLUMNS} FROM jobs WHERE workflow_run_id = ? ORDER BY rowid",
-                     (workflow_run_id,))
-
-
 def jobs_to_recover(store) -> list[dict]:
     """Open jobs (rendering first, then queued, each oldest first) and final jobs whose hold
     is not settled yet."""
@@ -111,10 +106,6 @@ def assets_of_jobs(store, job_ids: Iterable[str]) -> dict[str, list[dict]]:
     return out
 
 
-def sha_referenced(store, sha256: str) -> bool:
-    return store.one("SELECT 1 AS x FROM assets WHERE sha256 = ? LIMIT 1", (sha256,)) is not None
-
-
 def orphan_holds(store) -> list[dict]:
     """Holds still `held` for a job id that has no job row: the node stopped between placing
     the hold and committing the job (the hold is placed first). Reads the billing table."""
@@ -142,11 +133,6 @@ def release_waiting_webhook(conn: sqlite3.Connection, job_id: str) -> int:
     """The render of a job canceled while rendering has ended: its webhook may go."""
     return conn.execute("UPDATE job_webhooks SET state = 'pending' WHERE job_id = ? AND state = 'waiting'",
                         (job_id,)).rowcount
-
-
-def pending_webhooks(store, limit: int) -> list[dict]:
-    return store.all("SELECT * FROM job_webhooks WHERE state = 'pending' ORDER BY created_at, rowid LIMIT ?",
-                     (limit,))
 
 
 def claim_webhooks(conn: sqlite3.Connection, now_iso: str, limit: int) -> list[dict]:

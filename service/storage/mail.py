@@ -68,16 +68,6 @@ def mark_failed(conn, mail_id: str, now_iso: str, error: str) -> None:
                  (now_iso, error, mail_id))
 
 
-def unclaim(conn, mail_id: str) -> None:
-    """A send that never started (shutdown): pending again, the attempt not counted."""
-    conn.execute("UPDATE emails SET state = 'pending', attempts = attempts - 1 WHERE id = ? AND state = 'sending'",
-                 (mail_id,))
-
-
-def get_mail(store, mail_id: str) -> dict | None:
-    return store.one("SELECT * FROM emails WHERE id = ?", (mail_id,))
-
-
 # -- one-time links -----------------------------------------------------------------------
 def insert_token(conn, token: str, purpose: str, email: str, org_id: str | None, now_iso: str,
                  expires_iso: str) -> None:

@@ -1,9 +1,9 @@
 """SQL of browser sessions, provider sign-in flows and linked identities. Write functions
 take the batch's connection (inside `Store.write`); read functions take the Store.
 
-`delete_for_user` / `delete_for_org` are called inside the transaction of the change that
-ends a person's sessions (member removal, password change, organization deactivation), so
-the session cannot outlive the change even by one request.
+`delete_for_user` (member removal) and `set_password` (password change) are called
+inside the transaction of the change that ends a person's sessions, so the session cannot
+outlive the change even by one request.
 """
 
 from __future__ import annotations
@@ -30,10 +30,6 @@ def delete_for_user(conn, user_id: str) -> None:
     conn.execute("DELETE FROM sessions WHERE user_id = ?", (user_id,))
 
 
-def delete_for_org(conn, org_id: str) -> None:
-    conn.execute("DELETE FROM sessions WHERE organization_id = ?", (org_id,))
-
-
 def delete_expired(conn, now: float, idle: float) -> None:
     conn.execute("DELETE FROM sessions WHERE expires_at <= ? OR last_seen_at <= ?", (now, now - idle))
 
@@ -49,11 +45,6 @@ def session_for_auth(store, token_hash: str) -> dict | None:
         "u.email, u.role, u.is_active AS user_active, o.name AS org_name, o.approved_at, o.unconfirmed "
         "FROM sessions s JOIN users u ON u.id = s.user_id JOIN organizations o ON o.id = s.organization_id "
         "WHERE s.token_hash = ?", (token_hash,))
-
-
-def sessions_of_user(store, user_id: str) -> list[dict]:
-    return store.all("SELECT id, created_at, last_seen_at, expires_at FROM sessions WHERE user_id = ?",
-                     (user_id,))
 
 
 # -- provider sign-in flows ----------------------------------------------------------------

@@ -191,10 +191,3 @@ def recover(conn, now: str) -> list[dict]:
 def list_deliveries(store, webhook_id: str, limit: int) -> list[dict]:
     return store.all(f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook_id = ? "
                      "ORDER BY seq DESC LIMIT ?", (webhook_id, limit))
-
-
-def get_delivery(conn_or_store, delivery_id: str) -> dict | None:
-    return one(conn_or_store, f"SELECT {DELIVERY_COLUMNS}, organization_id FROM webhook_deliveries "
-                "WHERE id = ?", (delivery_id,))
-
-

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from pathlib import Path
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import BinaryIO
 
@@ -212,7 +212,7 @@ async def receive(boundary: str, temp: Path) -> Received:
     return got
 
 
-async def _body() -> AsyncIterator[bytes]:
+async def _body() -> AsyncGenerator[bytes, None]:
     """The request body's chunks; TooLarge past 51 MiB (counted here, or Quart's own limit)."""
     total = 0
     try:
