@@ -54,7 +54,7 @@ TESTS = HERE.parent / "tests"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(TESTS))
 from loadgen import run  # noqa: E402
-from server import create_org, start_server, stop_server  # noqa: E402
+from server import create_org, start_server  # noqa: E402
 
 PRICE = Decimal("0.01")
 GRAPH = {"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
@@ -279,7 +279,7 @@ def main() -> None:
         try:
             out = trio.run(measure, url, op, _data, node.pid, cog.url, comfy, oai, llm, llm_name, levels, args.jobs)
         finally:
-            stop_server(node)
+            node.stop()
     finally:
         for p in procs:
             (p.stop() if hasattr(p, "stop") else os.killpg(p.pid, 9))

@@ -38,7 +38,7 @@ import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server import start_server, stop_server  # noqa: E402
+from server import start_server  # noqa: E402
 
 CATALOG = """
 [[models]]
@@ -217,7 +217,7 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
 async def one_size(n: int, args) -> list[dict]:
     catalog = Path(tempfile.mkdtemp(prefix="genservice-bench-")) / "catalog.toml"
     catalog.write_text(CATALOG)
-    proc, url, token, _data = start_server({"GENSERVICE_CATALOG_FILE": str(catalog)})
+    node, url, token, _data = start_server({"GENSERVICE_CATALOG_FILE": str(catalog)})
     try:
         op = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=url, headers=op, timeout=60) as c:
@@ -227,12 +227,12 @@ async def one_size(n: int, args) -> list[dict]:
                              json={"credits": "100000.00", "reason": "bench"})
             r.raise_for_status()
         setup = Setup(url, org["api_key"])
-        rows = [await run_mode(setup, proc.pid, n, "stream", args.render, args.poll_every)]
+        rows = [await run_mode(setup, node.pid, n, "stream", args.render, args.poll_every)]
         if n <= args.poll_max:
-            rows.append(await run_mode(setup, proc.pid, n, "poll", args.render, args.poll_every))
+            rows.append(await run_mode(setup, node.pid, n, "poll", args.render, args.poll_every))
         return rows
     finally:
-        stop_server(proc)
+        node.stop()
 
 
 def main() -> None:

@@ -18,16 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import signal
 import ssl
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections import deque
 from functools import partial
 from pathlib import Path
 
@@ -35,8 +28,9 @@ import httpx
 import trio
 import trustme
 
+from server import ServeProcess  # tests/serve_process.py (bench/server.py puts tests/ on the path)
+
 OPERATOR = "bench-operator-token"
-SERVER_LOG: deque = deque(maxlen=60)
 
 
 class Receiver:
@@ -86,25 +80,12 @@ class Receiver:
             pass
 
 
-def start_server(data_dir: Path, ca_file: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1",
-           "GENSERVICE_DATA_DIR": str(data_dir), "GENSERVICE_OPERATOR_TOKEN": OPERATOR,
-           "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1", "GENSERVICE_WEBHOOK_CA_FILE": ca_file}
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stderr=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parent.parent)
-    deadline = time.monotonic() + 60
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        m = re.search(r"listening on (http://\S+)", line)
-        if m:  # keep draining the log (the last lines are shown if the bench fails)
-            threading.Thread(target=lambda: SERVER_LOG.extend(proc.stderr), daemon=True).start()
-            return proc, m.group(1).rstrip(",")
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit("server did not start:\n" + "".join(lines))
+def server(tmp: Path, ca_file: str) -> ServeProcess:
+    """Not in test mode, unlike bench/server.py's: it trusts the receiver's CA and may send
+    to loopback."""
+    return ServeProcess(tmp / "data", {"GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1",
+                                       "GENSERVICE_WEBHOOK_CA_FILE": ca_file},
+                        operator_token=OPERATOR, log_dir=tmp, cwd=Path(__file__).resolve().parent.parent)
 
 
 def breakdown(db_path: Path) -> dict:
@@ -214,7 +195,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-webhooks-") as tmp:
         ca_file = str(Path(tmp) / "ca.pem")
         ca.cert_pem.write_to_path(ca_file)
-        proc, base = start_server(Path(tmp) / "data", ca_file)
+        node = server(Path(tmp), ca_file)
+        base = node.start()
         try:
             async def bench():
                 async with trio.open_nursery() as nursery:
@@ -227,15 +209,11 @@ def main() -> None:
             try:
                 result = trio.run(bench)
             except BaseException:
-                print("".join(SERVER_LOG), file=sys.stderr)
+                print(node.log_tail(), file=sys.stderr)
                 raise
             result["breakdown"] = breakdown(Path(tmp) / "data" / "genservice.db")
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            node.stop(timeout=30)
     print(f"{result['events']} events -> {result['healthy_deliveries']}/{result['healthy_deliveries_expected']} "
           f"healthy deliveries ({result['duplicates']} duplicates), slow organization: "
           f"{result['slow_org_deliveries_started']} sends started")

@@ -35,7 +35,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from server import start_server, stop_server  # noqa: E402
+from server import start_server  # noqa: E402
 
 OP = {"Authorization": "Bearer bench-operator"}
 
@@ -80,13 +80,13 @@ def during(fn, url: str, key: str, path: str, every: float = 0.05) -> tuple[list
 def part_backup(args) -> dict:
     data = tempfile.mkdtemp(prefix="genservice-prod-")
     env = {"GENSERVICE_DATA_DIR": data}
-    proc, url, _, _ = start_server(env)
+    node, url, _, _ = start_server(env)
     key = make_org(url, "Backup")
     h = {"Authorization": f"Bearer {key}"}
     rid = httpx.post(url + "/v1/generation/capabilities/image.generate", json={"prompt": "x [[fail:internal]]"},
                      headers=h, timeout=30).json()["request_id"]
     time.sleep(1)
-    stop_server(proc)
+    node.stop()
     db = sqlite3.connect(Path(data) / "genservice.db")
     db.row_factory = sqlite3.Row
     row = dict(db.execute("SELECT * FROM jobs WHERE id = ?", (rid,)).fetchone())
@@ -99,7 +99,7 @@ def part_backup(args) -> dict:
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     seeded_s = time.perf_counter() - started
-    proc, url, _, _ = start_server(env)
+    node, url, _, _ = start_server(env)
     try:
         path = "/v1/generation/requests?limit=50"
         stop = threading.Event()
@@ -117,7 +117,7 @@ def part_backup(args) -> dict:
         lat, (backup_s, out) = during(run_backup, url, key, path)
         assert out.returncode == 0, out.stderr
     finally:
-        stop_server(proc)
+        node.stop()
     target = Path(tempfile.mkdtemp(prefix="genservice-prod-restore-")) / "data"
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "service", "admin", "restore", str(dest)],
@@ -150,7 +150,7 @@ def row_counts(data: str) -> dict[str, int]:
 
 def part_retention(args) -> dict:
     data = tempfile.mkdtemp(prefix="genservice-prod-")
-    proc, url, _, _ = start_server({"GENSERVICE_DATA_DIR": data,
+    node, url, _, _ = start_server({"GENSERVICE_DATA_DIR": data,
                                     "GENSERVICE_RETENTION_DAYS": str(args.retention / 86400)})
     sizes = []
     try:
@@ -174,7 +174,7 @@ def part_retention(args) -> dict:
                     next_sample += 10
                 time.sleep(0.05)
     finally:
-        stop_server(proc)
+        node.stop()
     after = [(t, mb, rows) for t, mb, rows in sizes if t >= args.retention * 1.5]
     half = max(1, len(after) // 2)
     managed = [sum(rows[m] for m in MANAGED) for _, _, rows in after]
@@ -188,7 +188,7 @@ def part_retention(args) -> dict:
 
 
 def part_flood(args) -> dict:
-    proc, url, _, _ = start_server({"GENSERVICE_RATE_LIMIT_PER_KEY": "50", "GENSERVICE_RATE_LIMIT_BURST": "200"})
+    node, url, _, _ = start_server({"GENSERVICE_RATE_LIMIT_PER_KEY": "50", "GENSERVICE_RATE_LIMIT_BURST": "200"})
     try:
         a, b = make_org(url, "Flooder"), make_org(url, "Quiet")
         stop = threading.Event()
@@ -203,7 +203,7 @@ def part_flood(args) -> dict:
         loaded = timed_gets(url, b, "/v1/projects", quiet_stop, 0.1)
         codes = json.loads(flood.communicate(timeout=120)[0].strip().splitlines()[-1])
     finally:
-        stop_server(proc)
+        node.stop()
     fig = {"flood_status_counts": codes, "b_requests": [len(alone), len(loaded)],
            "b_p50_ms_alone": round(statistics.median(alone) * 1000, 2),
            "b_p50_ms_during_flood": round(statistics.median(loaded) * 1000, 2),

@@ -24,7 +24,6 @@ import re
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -35,6 +34,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from serve_process import HARNESS_ENV, ServeProcess
 from service.media.inspect import MAX_PIXELS
 from test_generation_support import UPLOADS, leftovers, local, multipart, upload
 from test_media_samples import fits_bytes, image_bytes, jpeg_with_size, png_header_only, webp_vp8x_header
@@ -526,37 +526,15 @@ class Server:
 @contextmanager
 def real_server(tmp_path: Path, **env_extra: str):
     """A `genservice serve` subprocess on 127.0.0.1:0 (test mode, fresh data dir); its log
-    (stderr) goes to tmp_path/server.log. Stopped with SIGTERM (then SIGKILL) at the end."""
+    goes to tmp_path/serve-N.log. Stopped with SIGTERM (then SIGKILL) at the end."""
     data = tmp_path / "data"
-    log = tmp_path / "server.log"
-    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_DATA_DIR": str(data),
-           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0", "GENSERVICE_OPERATOR_TOKEN": OPERATOR, **env_extra}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out,
-                                start_new_session=True)
-    server = None
-    try:
-        deadline = time.monotonic() + 60
-        url = None
-        while url is None:
-            m = re.search(r"listening on (http://\S+)", log.read_text(errors="replace"))
-            if m:
-                url = m.group(1).rstrip(",")
-            elif proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("server did not start:\n" + log.read_text(errors="replace"))
-            else:
-                time.sleep(0.05)
-        server = Server(proc, url, data, log)
-        yield server
-    finally:
-        if server is not None:
-            server.http.close()
-        proc.terminate()
+    with ServeProcess(data, {**HARNESS_ENV, "GENSERVICE_HOST": "127.0.0.1", **env_extra}, operator_token=OPERATOR,
+                      log_dir=tmp_path, new_session=True) as node:
+        server = Server(node.proc, node.url, data, node.log)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            yield server
+        finally:
+            server.http.close()
 
 
 @pytest.fixture(scope="module")

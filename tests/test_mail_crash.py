@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from test_topups_crash import serve, stop
+from test_topups_crash import serve
 
 OP = {"Authorization": "Bearer crash-test-token"}
 
@@ -28,7 +28,8 @@ def mail_states(data_dir) -> dict:
 
 @pytest.mark.slow
 def test_crash_between_sending_and_smtp_never_sends_twice(tmp_path, smtp):
-    proc, url = serve(tmp_path, GENSERVICE_CRASHPOINT="mail_sending", **smtp_env(smtp))
+    node = serve(tmp_path, "mail_sending", **smtp_env(smtp))
+    url = node.url
     try:
         org = httpx.post(url + "/operator/v1/organizations", headers=OP,
                          json={"name": "Acme", "owner_email": "o@crash.test"}).json()["data"]
@@ -37,12 +38,13 @@ def test_crash_between_sending_and_smtp_never_sends_twice(tmp_path, smtp):
                        json={"email": "lost@crash.test", "role": "member"}, timeout=10)
         except httpx.HTTPError:
             pass  # the process may die before it answers
-        assert proc.wait(timeout=10) == 137
+        assert node.wait_exit(10) == 137
     finally:
-        stop(proc)
+        node.stop()
     assert mail_states(tmp_path) == {"lost@crash.test": "sending"}
 
-    proc, url = serve(tmp_path, **smtp_env(smtp))
+    node = serve(tmp_path, **smtp_env(smtp))
+    url = node.url
     try:
         r = httpx.post(url + f"/operator/v1/organizations/{org['organization_id']}/invitations", headers=OP,
                        json={"email": "after@crash.test", "role": "member"})
@@ -53,5 +55,5 @@ def test_crash_between_sending_and_smtp_never_sends_twice(tmp_path, smtp):
         assert len(smtp.messages("after@crash.test")) == 1
         assert smtp.messages("lost@crash.test") == []
     finally:
-        stop(proc)
+        node.stop()
     assert mail_states(tmp_path) == {"lost@crash.test": "unknown", "after@crash.test": "sent"}

@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -55,6 +54,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from serve_process import HARNESS_ENV, ServeProcess
 from service.http import openapi
 
 pytestmark = pytest.mark.slow
@@ -99,29 +99,12 @@ class Live:
         self.url, self.keys, self.protected, self.log, self.proc = url, keys, protected, log, proc
 
 
-def _start(data: Path, log: Path):
-    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_DATA_DIR": str(data),
-           "GENSERVICE_TEST_MODE": "1", "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0", "GENSERVICE_OPERATOR_TOKEN": OPERATOR}
-    out = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out, cwd=ROOT)
-    out.close()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        m = re.search(r"listening on (http://\S+)", log.read_text())
-        if m:
-            return proc, m.group(1).rstrip(",")
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("server did not start:\n" + log.read_text())
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     base = tmp_path_factory.mktemp("schemathesis")
-    log = base / "server.log"
-    proc, url = _start(base / "data", log)
+    node = ServeProcess(base / "data", {**HARNESS_ENV, "GENSERVICE_HOST": "127.0.0.1"}, operator_token=OPERATOR,
+                        log_dir=base, cwd=ROOT)
+    url = node.start()
     op = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=30)
     try:
         org = op.post("/operator/v1/organizations", json={"name": "Fuzz", "owner_email": "owner@fuzz.test"})
@@ -142,18 +125,13 @@ def live(tmp_path_factory):
         prefixes = {k[:12] for role, k in keys.items() if role != "intruder"}
         protected = [k["id"] for k in r.json()["data"] if k["key_prefix"] in prefixes]
         assert len(protected) == 4
-        yield Live(url, keys, protected, log, proc)
+        yield Live(url, keys, protected, node.log, node.proc)
     finally:
         op.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        node.stop(timeout=30)
         if REPORT_DIR:
             Path(REPORT_DIR).mkdir(parents=True, exist_ok=True)
-            (Path(REPORT_DIR) / "server.log").write_text(log.read_text())
+            (Path(REPORT_DIR) / "server.log").write_text(node.log.read_text())
             (Path(REPORT_DIR) / "summary.json").write_text(json.dumps(RESULTS, indent=2))
 
 

@@ -2,40 +2,26 @@
 `genservice admin`, an authenticated call, and a clean exit on SIGTERM."""
 
 import json
-import os
-import re
 import signal
 import stat
 import subprocess
 import sys
-import threading
-import time
 
 import httpx
 
+from serve_process import ServeProcess
 
-def start(tmp_path):
-    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_DATA_DIR": str(tmp_path / "data"),
-           "GENSERVICE_TEST_MODE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 30
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        m = re.search(r"listening on (http://\S+)", line)
-        if m:  # keep draining the log so the server never blocks on a full pipe
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, m.group(1).rstrip(","), env
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("server did not start:\n" + "".join(lines))
+
+def start(tmp_path) -> ServeProcess:
+    """Test mode and nothing else: no operator token (the node writes its own file)."""
+    node = ServeProcess(tmp_path / "data", {"GENSERVICE_TEST_MODE": "1"}, log_dir=tmp_path, start_timeout=30)
+    node.start()
+    return node
 
 
 def test_serve_admin_and_shutdown(tmp_path):
-    proc, url, env = start(tmp_path)
+    node = start(tmp_path)
+    url, env = node.url, node.environ
     try:
         assert httpx.get(url + "/healthz").json() == {"status": "ok"}
         token_file = tmp_path / "data" / "operator-token"
@@ -62,12 +48,7 @@ def test_serve_admin_and_shutdown(tmp_path):
                 assert r.status_code == 405
                 assert c.get(url + "/healthz", timeout=5).status_code == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=20)
-        finally:
-            proc.kill()
-            proc.stderr.close()
+        code = node.stop()
     assert code == 0
 
 
@@ -77,7 +58,8 @@ def test_open_streams_end_with_a_comment_at_shutdown(tmp_path):
     import socket
     from urllib.parse import urlsplit
 
-    proc, url, env = start(tmp_path)
+    node = start(tmp_path)
+    url, env = node.url, node.environ
     socks = []
     try:
         out = subprocess.run([sys.executable, "-m", "service", "admin", "--url", url, "create-org",
@@ -93,7 +75,7 @@ def test_open_streams_end_with_a_comment_at_shutdown(tmp_path):
             assert head.startswith(b"HTTP/1.1 200")
             socks.append(s)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        node.proc.send_signal(signal.SIGTERM)
     try:
         for s in socks:
             rest = b""
@@ -101,8 +83,7 @@ def test_open_streams_end_with_a_comment_at_shutdown(tmp_path):
                 rest += chunk
             assert b": the node is shutting down" in rest
             s.close()
-        code = proc.wait(timeout=20)
+        code = node.proc.wait(timeout=20)
     finally:
-        proc.kill()
-        proc.stderr.close()
+        node.kill()
     assert code == 0

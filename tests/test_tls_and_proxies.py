@@ -4,19 +4,16 @@ serve`, and the client address behind trusted proxies (GENSERVICE_TRUSTED_PROXIE
 from __future__ import annotations
 
 import os
-import re
-import signal
 import ssl
 import subprocess
 import sys
-import threading
-import time
 
 import httpx
 import pytest
 import trustme
 from quart import Quart
 
+from serve_process import ServeProcess
 from service.http.clientaddr import check_setting, client_address
 
 
@@ -24,30 +21,19 @@ def test_the_node_serves_https_with_its_own_certificate(tmp_path):
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(tmp_path / "node.pem")
-    env = {**os.environ, "GENSERVICE_PORT": "0", "GENSERVICE_DATA_DIR": str(tmp_path / "data"),
-           "GENSERVICE_TLS_CERT": str(tmp_path / "node.pem"), "GENSERVICE_TLS_KEY": str(tmp_path / "node.pem")}
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stderr=subprocess.PIPE, text=True)
+    node = ServeProcess(tmp_path / "data", {"GENSERVICE_TLS_CERT": str(tmp_path / "node.pem"),
+                                            "GENSERVICE_TLS_KEY": str(tmp_path / "node.pem")},
+                        log_dir=tmp_path, start_timeout=30)
+    url = node.start()
     try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline and proc.poll() is None:
-            m = re.search(r"listening on (\S+)", proc.stderr.readline())
-            if m:
-                url = m.group(1).rstrip(",")
-        assert url and url.startswith("https://127.0.0.1:"), url
-        threading.Thread(target=proc.stderr.read, daemon=True).start()
+        assert url.startswith("https://127.0.0.1:"), url
         ctx = ssl.create_default_context()
         ca.configure_trust(ctx)
         assert httpx.get(url + "/healthz", verify=ctx).json() == {"status": "ok"}
         with pytest.raises(httpx.ConnectError):  # a client that does not trust it refuses it
             httpx.get(url + "/healthz")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(timeout=20) == 0
-        finally:
-            proc.kill()
-            proc.stderr.close()
+        assert node.stop() == 0
 
 
 def test_a_certificate_without_its_key_stops_the_start(tmp_path):

@@ -3,18 +3,17 @@ per test with its owner logged in through an accepted invitation, screenshots, a
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
-import sys
-import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from serve_process import HARNESS_ENV, ServeProcess
 
 OPERATOR = "browser-operator-token"
 PASSWORD = "correct horse battery staple"
@@ -103,35 +102,15 @@ class Receiver:
 
 @contextmanager
 def start_node(tmp: Path, oidc_issuer: str, ca_file: Path, extra_env: dict[str, str]):
-    port = free_port()
+    port = free_port()  # known before the start: the base URL the pages and the OIDC client use
     url = f"http://127.0.0.1:{port}"
-    log = tmp / "server.log"
-    env = {**os.environ, "GENSERVICE_PORT": str(port), "GENSERVICE_HOST": "127.0.0.1",
-           "GENSERVICE_BASE_URL": url, "GENSERVICE_DATA_DIR": str(tmp / "data"), "GENSERVICE_TEST_MODE": "1",
-           "GENSERVICE_RATE_LIMIT_PER_KEY": "0", "GENSERVICE_MAX_ACTIVE_JOBS_PER_ORG": "0",
-           "GENSERVICE_OPERATOR_TOKEN": OPERATOR, "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1",
-           "GENSERVICE_WEBHOOK_CA_FILE": str(ca_file),
+    env = {**HARNESS_ENV, "GENSERVICE_PORT": str(port), "GENSERVICE_HOST": "127.0.0.1", "GENSERVICE_BASE_URL": url,
+           "GENSERVICE_WEBHOOK_ALLOW_PRIVATE": "1", "GENSERVICE_WEBHOOK_CA_FILE": str(ca_file),
            "GENSERVICE_OIDC_NAME": "TestID", "GENSERVICE_OIDC_ISSUER": oidc_issuer,
            "GENSERVICE_OIDC_CLIENT_ID": "genservice", "GENSERVICE_OIDC_CLIENT_SECRET": "s3cret", **extra_env}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env=env, stdout=out, stderr=out,
-                                start_new_session=True)
-    http = httpx.Client(base_url=url, timeout=30)
-    try:
-        deadline = time.monotonic() + 60
-        while not re.search(r"listening on http://", log.read_text(errors="replace")):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("server did not start:\n" + log.read_text(errors="replace"))
-            time.sleep(0.05)
-        yield Node(url, proc, log, http)
-    finally:
-        http.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with ServeProcess(tmp / "data", env, operator_token=OPERATOR, log_dir=tmp, new_session=True) as node, \
+            httpx.Client(base_url=url, timeout=30) as http:
+        yield Node(url, node.proc, node.log, http)
 
 
 def accept_invitation(page, token: str, password: str = PASSWORD) -> None:

@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from contextlib import asynccontextmanager
+from functools import partial
 
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from .hosting import picture, require_token, running
+from .hosting import picture, require_token, serve_peer
 
 
 class Peer:
@@ -149,8 +149,4 @@ def create_app(peer: Peer) -> QuartTrio:
     return app
 
 
-@asynccontextmanager
-async def run_peer(token: str):
-    peer = Peer(token)
-    async with running(peer, create_app(peer)):
-        yield peer
+run_peer = partial(serve_peer, Peer, create_app)  # async with run_peer(token) as peer

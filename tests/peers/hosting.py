@@ -53,6 +53,15 @@ async def running(peer, app):
         n.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def serve_peer(peer_class, create_app, *args):
+    """`peer_class(*args)` served by `create_app(peer)`: a peer module's `run_peer` is this
+    with its own two, `partial(serve_peer, Peer, create_app)`."""
+    peer = peer_class(*args)
+    async with running(peer, create_app(peer)):
+        yield peer
+
+
 def picture(prompt: str, seed: int, width: int = 64, height: int = 64) -> bytes:
     """The peers' "model": a PNG whose colours come from sha256("<seed>:<prompt>")."""
     from io import BytesIO

@@ -31,15 +31,15 @@ import re
 import secrets
 import time
 import uuid
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 
 import httpx
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from .hosting import picture, require_token, running
+from .hosting import picture, require_token, serve_peer
 
 MODELS = {"acme/pictures": "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"}
 
@@ -191,8 +191,4 @@ def create_app(peer: Peer) -> QuartTrio:
     return app
 
 
-@asynccontextmanager
-async def run_peer(token: str):
-    peer = Peer(token)
-    async with running(peer, create_app(peer)):
-        yield peer
+run_peer = partial(serve_peer, Peer, create_app)  # async with run_peer(token) as peer
