@@ -52,7 +52,7 @@ def test_upload_then_run_a_product_with_live_steps(page, node, tmp_path):
     expect(page.locator("[data-status]")).to_have_text("completed", timeout=60_000)
     expect(page.locator("[data-step] .status-completed")).to_have_count(page.locator("[data-step]").count())
     assert page.evaluate("window.__same_page") is True
-    assert page.locator("[data-step] video").count() >= 1
+    expect(page.locator("[data-step] video").first).to_be_attached()
     check_page(page, "product-run")
     page.get_by_role("link", name="Use these inputs again").click()
     expect(page.get_by_label("Prompt")).to_have_value("a harbour at dawn [[delay:1]]")
@@ -130,12 +130,12 @@ def test_support_ticket_settings_and_projects(page, node):
     page.get_by_label("Name", exact=True).fill("Campaign")
     page.get_by_role("button", name="Create project").click()
     expect(page.get_by_label("Project", exact=True)).to_have_value(re.compile(".+"))
-    assert page.locator("#switch-project option:checked").inner_text() == "Campaign"
-    assert page.locator("#switch-project option").first.inner_text() == "Default"
+    expect(page.locator("#switch-project option:checked")).to_have_text("Campaign")
+    expect(page.locator("#switch-project option").first).to_have_text("Default")
     r = node.api("GET", "/v1/projects", org["api_key"])
     assert sorted(p["name"] for p in r.json()["data"]) == ["Campaign", "Default"]
     page.get_by_role("button", name="Archive Campaign").click()
-    assert page.locator("#switch-project option").all_inner_texts() == ["Default"]
+    expect(page.locator("#switch-project option")).to_have_text(["Default"])  # waits for the new page
 
 
 def test_not_found_and_forbidden_pages(page, node):
