@@ -3,7 +3,7 @@ operations.md for the test answer): signatures byte for byte, each event's data 
 paused and unsubscribed webhooks, no retries, the test endpoint, the delivery log, fairness
 between organizations, and restarts with deliveries in the outbox.
 
-Real sockets, so real time (no autojump clock); short waits only.
+Real sockets, so real time (no autojump clock; one test freezes the mock clock), short waits only.
 """
 
 from __future__ import annotations
@@ -76,18 +76,19 @@ async def test_signature_covers_the_exact_bytes_sent(tmp_path):
         assert created["key_prefix"] == body["data"]["key_prefix"]
 
 
-async def test_commit_to_receipt_is_well_under_a_second(tmp_path):
+async def test_commit_to_receipt_waits_for_no_timer(tmp_path, mock_clock):
+    """Frozen mock clock: each delivery arrives with the clock standing still, so it went out
+    on the commit, not on a timer's tick (the real-time figure: bench/webhooks.py)."""
+    mock_clock.autojump_threshold = 30  # a delivery waiting for a timer arrives late instead of never
     async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
         org = await node.create_org()
         await make_hook(node, org["api_key"], rx.url("/ok"), ["api_key.created"])
-        worst = 0.0
         for i in range(5):
             t0 = trio.current_time()
             r = await node.call("POST", "/v1/api-keys", org["api_key"], json={"name": f"k{i}"})
             assert r.status_code == 201
             hits = await rx.wait_for(i + 1)
-            worst = max(worst, hits[-1].at - t0)
-        assert worst < 1.0
+            assert hits[-1].at == t0
 
 
 # -- every event's data fields --------------------------------------------------------------------
@@ -279,7 +280,7 @@ async def test_test_endpoint_success_fields_and_signature(tmp_path):
         assert b["event"] == "webhook.test"
         d = b["delivery"]
         assert (d["url"], d["is_delivered"], d["status_code"], d["error"]) == (rx.url("/ok"), True, 200, None)
-        assert isinstance(d["duration_ms"], int) and 0 <= d["duration_ms"] < 5000
+        assert isinstance(d["duration_ms"], int) and d["duration_ms"] >= 0
         assert len(rx.hits) == 1  # only to that webhook
         body = verify(rx.hits[0], hook["secret"])
         assert body["event"] == "webhook.test"
@@ -310,10 +311,8 @@ async def test_test_endpoint_reports_a_timeout(tmp_path, monkeypatch):
     async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
         org = await node.create_org()
         hook = await make_hook(node, org["api_key"], rx.url("/hang"), ["member.joined"])
-        t0 = trio.current_time()
         r = await node.call("POST", f"/v1/webhooks/{hook['id']}/test", org["api_key"])
-        assert trio.current_time() - t0 < 3
-        assert r.status_code == 201
+        assert r.status_code == 201  # answered, and (below) with the outcome of the 0.5 s limit
         d = (await j(r))["delivery"]
         assert (d["is_delivered"], d["status_code"]) == (False, None)
         assert d["error"] == "timed out after 0.5 s" and d["duration_ms"] >= 500
@@ -349,16 +348,16 @@ async def test_a_slow_organization_does_not_delay_another(tmp_path):
     async with receiver(tmp_path) as rx, running_node(tmp_path, rx) as node:
         slow = await node.create_org("Slow", "s@slow.test")
         fast = await node.create_org("Fast", "f@fast.test")
-        for i in range(10):
-            await make_hook(node, slow["api_key"], rx.url(f"/gate/slow?h={i}"), ["member.joined"])
+        slow_hooks = [await make_hook(node, slow["api_key"], rx.url(f"/gate/slow?h={i}"), ["member.joined"])
+                      for i in range(10)]
         await make_hook(node, fast["api_key"], rx.url("/ok"), ["member.joined"])
         for i in range(5):  # 50 deliveries that hang
             await node.add_member(slow["organization_id"], "member", f"m{i}@slow.test")
         await rx.wait_for(account_webhooks.PER_ORG, "/gate/slow")
-        t0 = trio.current_time()
         await node.add_member(fast["organization_id"], "member", "m@fast.test")
         [hit] = await rx.wait_for(1, "/ok")
-        assert hit.at - t0 < 1.0
+        # delivered while every slow delivery was still held at its gate (opened only below)
+        assert {s["status"] for h in slow_hooks for s in statuses(node, h["id"])} <= {"pending", "sending"}
         assert len(rx.seen("/gate/slow")) == account_webhooks.PER_ORG  # capped per organization
         rx.release("slow")
         hits = await rx.wait_for(50, "/gate/slow", timeout=10)

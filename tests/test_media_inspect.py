@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import pytest
@@ -236,10 +235,8 @@ def decoding_started(monkeypatch):
 )
 def test_pixel_bomb_is_refused_from_the_header(tmp_path, decoding_started, data):
     path = write(tmp_path / "bomb", data)
-    started = time.perf_counter()
     assert_not_image(path, None)
-    assert time.perf_counter() - started < 0.5
-    assert decoding_started == []
+    assert decoding_started == []  # refused from the header: no pixel was decoded
 
 
 def test_decoding_probe_sees_a_normal_decode(tmp_path, decoding_started):

@@ -13,7 +13,8 @@ from faultserver import HUGE_SIZE, canary, fault_server
 from service.net.client import Outcome, Sender
 
 TIMEOUT = 1.0
-SLACK = 0.5
+EDGE = 0.01  # the frozen clock is moved to this far before the limit, then this far past it
+STUCK = 30  # real seconds with nothing to do before a frozen clock jumps: only a stuck post idles so long
 
 
 @pytest.fixture
@@ -57,6 +58,37 @@ async def timed_post(sender: Sender, url: str, timeout: float = TIMEOUT, body=b"
     started = trio.current_time()
     outcome = await sender.post(url, body, headers or {}, timeout=timeout)
     return outcome, trio.current_time() - started
+
+
+async def frozen_post(clock, sender: Sender, url: str, *, held=None, timeout: float = TIMEOUT):
+    """POST with the mock clock frozen, so only the limit can end a wait and no machine is too
+    slow for it. With `held` (returns once the post is where it waits), the clock is then moved
+    to just before the limit, where the post must still be waiting, and just past it.
+    Returns (outcome, mock seconds until the outcome)."""
+    clock.rate = 0
+    clock.autojump_threshold = STUCK  # a post stuck on the frozen clock fails late rather than hangs
+    start = trio.current_time()
+    result: list = []
+
+    async def post():
+        outcome = await sender.post(url, b"{}", {}, timeout=timeout)
+        result.extend([outcome, trio.current_time() - start])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(post)
+        if held is not None:
+            with trio.fail_after(timeout / 2):  # on the frozen clock: only if it never gets there (STUCK)
+                await held()
+            clock.jump(timeout - EDGE)
+            await trio.testing.wait_all_tasks_blocked()
+            assert result == [], "ended before its limit"
+            clock.jump(2 * EDGE)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()  # a post still waiting past its limit leaves `result` empty
+    assert result, "still waiting past its limit"
+    outcome, elapsed = result
+    assert outcome.duration_ms == round(elapsed * 1000)
+    return outcome, elapsed
 
 
 class Resolver(trio.abc.HostnameResolver):
@@ -166,28 +198,27 @@ FAULTS = [
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 @pytest.mark.parametrize("path, delivered, status, error_class, error, waits", FAULTS, ids=[f[0] for f in FAULTS])
-async def test_fault_paths(fs, sender, scheme, path, delivered, status, error_class, error, waits):
+async def test_fault_paths(fs, sender, mock_clock, scheme, path, delivered, status, error_class, error, waits):
     url = fs.http_url(path) if scheme == "http" else fs.https_url(path)
-    outcome, elapsed = await timed_post(sender, url)
+    held = (lambda: fs.wait_for(1, path)) if waits else None
+    outcome, elapsed = await frozen_post(mock_clock, sender, url, held=held)
     assert (outcome.is_delivered, outcome.status_code, outcome.error_class, outcome.error) == (
         delivered, status, error_class, error
     )
-    assert elapsed <= TIMEOUT + SLACK
-    assert abs(outcome.duration_ms / 1000 - elapsed) < 0.05
-    if waits:
-        assert elapsed >= TIMEOUT - 0.05
-    else:
-        assert elapsed < TIMEOUT / 2
+    if waits:  # still waiting just before the limit, ended just past it: ended by the limit
+        assert elapsed == pytest.approx(TIMEOUT + EDGE)
+    else:  # ended with the clock standing still: no limit (nor any other timer) was waited for
+        assert elapsed == 0
     assert len(fs.seen(path.split("?")[0])) == 1
 
 
-async def test_connection_refused(sender):
+async def test_connection_refused(sender, mock_clock):
     with trio.socket.socket() as sock:  # a port nobody listens on
         await sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        outcome, elapsed = await timed_post(sender, f"http://127.0.0.1:{port}/")
+        outcome, elapsed = await frozen_post(mock_clock, sender, f"http://127.0.0.1:{port}/")
     assert (outcome.status_code, outcome.error_class, outcome.error) == (None, "connection", "connection refused")
-    assert elapsed < TIMEOUT
+    assert elapsed == 0  # answered with the clock frozen: the limit played no part
 
 
 async def test_unknown_host_is_a_connection_error(sender):
@@ -196,15 +227,18 @@ async def test_unknown_host_is_a_connection_error(sender):
     assert (outcome.error_class, outcome.error) == ("connection", "could not resolve host")
 
 
-async def test_hanging_dns_is_bounded_by_the_timeout(sender):
+async def test_hanging_dns_is_bounded_by_the_timeout(sender, mock_clock):
+    asked = trio.Event()
+
     class Stuck(Resolver):
         async def getaddrinfo(self, *args, **kwargs):
+            asked.set()
             await trio.sleep_forever()
 
     trio.socket.set_custom_hostname_resolver(Stuck({}))
-    outcome, elapsed = await timed_post(sender, "https://slow-dns.example/hook")
+    outcome, elapsed = await frozen_post(mock_clock, sender, "https://slow-dns.example/hook", held=asked.wait)
     assert (outcome.error_class, outcome.error) == ("timeout", "timed out after 1 s")
-    assert TIMEOUT - 0.05 <= elapsed <= TIMEOUT + SLACK
+    assert elapsed == pytest.approx(TIMEOUT + EDGE)  # waiting just before the limit, ended just past it
 
 
 async def test_caller_cannot_break_message_framing(fs, sender):
@@ -219,10 +253,10 @@ async def test_caller_cannot_break_message_framing(fs, sender):
 
 
 @pytest.mark.parametrize("path", ["/huge", "/chunked-forever"])
-async def test_big_2xx_body_is_capped_and_dropped(fs, sender, path):
-    outcome, elapsed = await timed_post(sender, fs.https_url(path), timeout=5.0)
+async def test_big_2xx_body_is_capped_and_dropped(fs, sender, mock_clock, path):
+    outcome, elapsed = await frozen_post(mock_clock, sender, fs.https_url(path), timeout=5.0)
     assert (outcome.is_delivered, outcome.status_code) == (True, 200)
-    assert elapsed < 1.0
+    assert elapsed == 0  # returned at the cap with the clock frozen, not at the limit
     [seen] = fs.seen(path)
     with trio.fail_after(2):
         await seen.finished.wait()  # the server noticed we hung up
@@ -290,7 +324,9 @@ async def test_outer_cancellation_is_not_swallowed(fs, sender):
     assert scope.cancelled_caught
 
 
-async def test_hanging_receivers_do_not_delay_a_healthy_one(fs, sender):
+async def test_hanging_receivers_do_not_delay_a_healthy_one(fs, sender, mock_clock):
+    """Frozen mock clock: the hanging posts can only end when it is moved past their limit."""
+    mock_clock.autojump_threshold = STUCK  # a post stuck on the frozen clock fails late rather than hangs
     fds_before = len(os.listdir("/proc/self/fd"))
     hang_timeout = 2.0
     hung: list[tuple[Outcome, float]] = []
@@ -301,15 +337,21 @@ async def test_hanging_receivers_do_not_delay_a_healthy_one(fs, sender):
     async with trio.open_nursery() as nursery:
         for _ in range(100):
             nursery.start_soon(hang)
-        with trio.fail_after(hang_timeout):
+        with trio.fail_after(hang_timeout / 2):  # on the frozen clock: only if they never get there
             await fs.wait_for(100, "/hang")  # all 100 are connected and parked
         outcome, elapsed = await timed_post(sender, fs.https_url("/ok"), timeout=hang_timeout)
         assert outcome.is_delivered
-        assert elapsed < 0.5
+        assert elapsed == 0  # nothing in it waited on the clock
         assert hung == []  # the healthy post finished while all 100 still hung
+        mock_clock.jump(hang_timeout - EDGE)
+        await trio.testing.wait_all_tasks_blocked()
+        assert hung == []
+        mock_clock.jump(2 * EDGE)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()  # a post still waiting past its limit is missing from `hung`
     assert len(hung) == 100
     assert {o.error_class for o, _ in hung} == {"timeout"}
-    assert max(t for _, t in hung) <= hang_timeout + SLACK
+    assert [t for _, t in hung] == [pytest.approx(hang_timeout + EDGE)] * 100  # each ended by its limit
     with trio.fail_after(2):  # the server sees every client hang up ...
         for seen in fs.seen("/hang"):
             await seen.finished.wait()
@@ -341,11 +383,25 @@ async def test_untrusted_certificate_fails(fs, sender):
     assert fs.requests == []
 
 
-async def test_plain_http_to_a_tls_port_is_a_connection_error(fs, sender):
-    outcome, elapsed = await timed_post(sender, fs.url("https", "/ok").replace("https://", "http://"))
+async def test_plain_http_to_a_tls_port_is_a_connection_error(fs, sender, mock_clock):
+    """Frozen mock clock, moved past the limit once the post waits: it has ended by then."""
+    mock_clock.autojump_threshold = STUCK  # a post stuck on the frozen clock fails late rather than hangs
+    result = []
+
+    async def post():
+        result.append(await timed_post(sender, fs.url("https", "/ok").replace("https://", "http://")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(post)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(TIMEOUT + EDGE)
+        await trio.testing.wait_all_tasks_blocked()
+        ended = list(result)
+        nursery.cancel_scope.cancel()
+    [(outcome, elapsed)] = ended
     assert outcome.status_code is None
     assert outcome.error_class in ("connection", "timeout")
-    assert elapsed <= TIMEOUT + SLACK
+    assert elapsed <= TIMEOUT + EDGE
 
 
 async def test_tls_verifies_and_sends_the_url_host_name_while_connecting_to_the_ip(fs, sender):
