@@ -17,7 +17,7 @@ loopback, through a whole node (actors, outbox, delivery log).
   rebinding or mixed DNS answer never reaches loopback, and a canary listener on loopback
   sees zero connections.
 
-Real sockets, so real time (no autojump clock). Whole file: about a minute.
+Real sockets, so real time (no autojump clock). Whole file: about 30 s.
 """
 
 from __future__ import annotations
