@@ -137,3 +137,45 @@ async def test_openapi_document_lists_routes(node):
     post = doc["paths"]["/v1/projects"]["post"]
     assert post["requestBody"]["required"] is True
     assert not any(p.startswith("/operator") for p in doc["paths"])
+
+
+async def test_plain_answers_skip_the_conversion_and_read_the_same():
+    """`plain_answers_as_they_are` hands plain dict and list answers to Quart directly: the
+    bytes match quart-schema's own path, a model nested in a dict included, and answers it
+    does not take (a model, headers) still go through quart-schema."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from pydantic import BaseModel
+    from quart_schema import QuartSchema
+    from quart_trio import QuartTrio
+
+    from service.http.app import plain_answers_as_they_are
+
+    class Inner(BaseModel):
+        at: datetime
+        amount: Decimal
+
+    inner = Inner(at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), amount=Decimal("1.50"))
+    answers = {
+        "dict": lambda: {"a": 1, "inner": inner, "list": [inner, None]},
+        "status": lambda: ({"created": True}, 201),
+        "list": lambda: [1, "two", {"three": inner}],
+        "model": lambda: inner,
+        "headers": lambda: ({"h": 1}, 200, {"X-Seen": "yes"}),
+    }
+
+    def make(bypass: bool) -> QuartTrio:
+        app = QuartTrio("frame-test")
+        QuartSchema(app)
+        if bypass:
+            plain_answers_as_they_are(app)
+        for name, answer in answers.items():
+            app.add_url_rule(f"/{name}", name, lambda answer=answer: answer())
+        return app
+
+    plain, converted = make(True).test_client(), make(False).test_client()
+    for name in answers:
+        a, b = await plain.get(f"/{name}"), await converted.get(f"/{name}")
+        assert (a.status_code, await a.get_data()) == (b.status_code, await b.get_data()), name
+        assert a.headers.get("X-Seen") == b.headers.get("X-Seen")

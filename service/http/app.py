@@ -79,8 +79,8 @@ class Provider(OpenAPIProvider):
 
 def plain_answers_as_they_are(app: QuartTrio) -> None:
     """quart-schema passes every answer through a pydantic TypeAdapter built anew for each
-    one (about 50 µs a request, a seventh of /healthz in process: bench/http_routes.py) only
-    to copy a dict or list. Answers that are a plain dict or list (with at most a status) are
+    one (about 50 µs a request, a seventh of /healthz in process: bench/README.md) only to
+    copy a dict or list. Answers that are a plain dict or list (with at most a status) are
     JSON-ready, so they go to Quart as they are; a model left inside one is still encoded by
     quart-schema's JSON provider. Models, and answers with headers, keep quart-schema's path."""
     converting = app.make_response

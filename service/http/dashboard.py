@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from quart import Response, request
 
 from service.http.auth import node, principal
-from service.http.browser import SESSION_COOKIE, current_session
+from service.http.browser import SESSION_COOKIE
 from service.http.pages import render
 from service.roles import allows
 from service.storage import accounts as accounts_sql

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from pathlib import Path
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from pathlib import Path
 from typing import BinaryIO
 
 import trio
