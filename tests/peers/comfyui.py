@@ -26,11 +26,9 @@ faithful (docs/comfyui-peer.md, scripts/comfyui-conformance). What it reproduces
 Test knobs (not ComfyUI's): node `PeerSleep {image, seconds}` passes its image through
 after `seconds`, reporting progress every 50 ms; `PeerFail {image}` raises;
 `peer.silent = True` stops every websocket event; `peer.drop_sockets()` closes every
-socket; `peer.restart()`; `peer.history_gap_s`: how long after `execution_success`
-(`_error`, `_interrupted`) the history entry is written, the prompt still in
-`queue_running` meanwhile (ComfyUI sends those from inside `execute()` and writes the
-history in `task_done()` after it; on a loaded machine that gap is long enough for a
-client to read `{}`).
+socket; `peer.restart()`; `peer.history_gap_s`: the wait between `execution_success`
+(`_error`, `_interrupted`) and the history write, the prompt still running meanwhile
+(ComfyUI: the event from inside `execute()`, the history by `task_done()` after it).
 
 In a trio test: `async with run_peer(tmp_path) as peer: peer.url`. As a process:
 `python tests/peers/comfyui.py --port 8188 --output-dir DIR` (prints `ready URL`).
