@@ -13,9 +13,9 @@ faithful (docs/comfyui-peer.md, scripts/comfyui-conformance). What it reproduces
   when a prompt is queued, taken and done, and per deleted item;
 - per-prompt events only to the socket whose clientId is the prompt's client_id,
   dropped if it is not connected; `progress_state` (every node started so far) and
-  `progress` go to every socket when the prompt has no client_id; `execution_success`
-  (`_error`, `_interrupted`) before the history write, `executing null` after it; a socket reconnecting while its prompt runs is told the
-  running node (`executing` without prompt_id);
+  `progress` go to every socket when the prompt has no client_id; the end event before
+  the history write, `executing null` after it; a socket reconnecting while its prompt
+  runs is told the running node (`executing` without prompt_id);
 - the output cache, keyed on a node's class and inputs (not its id), holding only what
   the latest prompt used: only output nodes of a cached prompt are visited (`executed`
   with the old files, then `progress_state`); LoadImage is re-run when its file changes;
@@ -26,9 +26,9 @@ faithful (docs/comfyui-peer.md, scripts/comfyui-conformance). What it reproduces
 Test knobs (not ComfyUI's): node `PeerSleep {image, seconds}` passes its image through
 after `seconds`, reporting progress every 50 ms; `PeerFail {image}` raises;
 `peer.silent = True` stops every websocket event; `peer.drop_sockets()` closes every
-socket; `peer.restart()`; `peer.history_gap_s`: the wait between `execution_success`
-(`_error`, `_interrupted`) and the history write, the prompt still running meanwhile
-(ComfyUI: the event from inside `execute()`, the history by `task_done()` after it).
+socket; `peer.restart()`; `peer.history_gap_s`: the wait between the end event and the
+history write, the prompt still running (ComfyUI: the event from `execute()`, the
+history by `task_done()` after it).
 
 In a trio test: `async with run_peer(tmp_path) as peer: peer.url`. As a process:
 `python tests/peers/comfyui.py --port 8188 --output-dir DIR` (prints `ready URL`).
