@@ -277,3 +277,19 @@ async def test_a_websocket_dropped_mid_prompt_is_opened_again(tmp_path, peer):
         assert rid in {i[1] for i in ([peer.running] if peer.running else [])}  # back before the prompt ended
         st = await wait_status(n, key, rid)  # poll_s 60: ended by the event on the new socket
         assert st["status"] == "completed"
+
+
+async def test_a_prompt_interrupted_on_comfyui_itself_fails_after_its_history_is_written(tmp_path, peer, caplog):
+    """Someone interrupts the prompt in ComfyUI's own UI: `execution_interrupted` comes before
+    the history; the job fails as incomplete from the history entry, not from a `{}` read."""
+    peer.history_gap_s = 0.5
+    async with node(tmp_path, peer, graph(slow=30)) as n:
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, req(), path=PATH))["request_id"]
+        await rendering_on_peer(peer, rid)
+        peer.interrupt()
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("failed", INCOMPLETE)
+        await wait_hold(n, key, rid, "released")
+    assert "ComfyUI reported an error: execution_interrupted in node 3 (PeerSleep)" in caplog.text
+    assert "has no history" not in caplog.text and "lost prompt" not in caplog.text
