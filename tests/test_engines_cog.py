@@ -128,3 +128,35 @@ async def test_the_engine_webhook_route_refuses_a_wrong_token_and_a_bad_body(cog
         assert r.status_code == 400
         r = await n.call("POST", good, None, json={"status": "succeeded"})  # nobody waits: accepted, dropped
         assert (r.status_code, await r.get_json()) == (200, {"received": True})
+
+
+async def test_a_completed_webhook_that_comes_before_the_create_answer_ends_the_job(tmp_path):
+    """Cog posts its webhooks from the runner as the prediction moves: a fast prediction's
+    `completed` can reach the node before the PUT's own answer (`starting`). The hooks are
+    listened for before the PUT, so the outcome is taken, and no health check is needed."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from service.backends.base import RenderRequest
+    from service.catalog.engines import CogEngine
+    from service.engines import cog
+    from service.engines.context import Context
+
+    buf = BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, "PNG")
+    output = "data:image/png;base64," + __import__("base64").b64encode(buf.getvalue()).decode()
+    seen: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        assert request.method == "PUT"
+        ctx.deliver("job-1", ctx.token("job-1"), {"id": "job-1", "status": "succeeded", "output": output})
+        return httpx.Response(202, json={"id": "job-1", "status": "starting", "output": None})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as http:
+        ctx = Context(http, lambda: "http://node", b"s" * 32, lambda *a: None)
+        req = RenderRequest("job-1", "image.generate", "cog-image", "cog", "x", 1, None, "1k", None, {},
+                            tmp_path, True)
+        [out] = await cog.render(ctx, req, CogEngine(urls=["http://cog"], poll_s=30), "http://cog", single_slot=True)
+    assert (out.content_type, out.width, seen) == ("image/png", 8, ["PUT /predictions/job-1"])

@@ -243,3 +243,53 @@ async def test_a_node_restart_follows_the_running_prompt_instead_of_submitting_a
         st = await wait_status(n2, key, rid)
         assert st["status"] == "completed"
     assert peer.executed_prompts.count(rid) == 1
+
+
+async def test_prompts_whose_history_is_written_after_their_end_event_are_not_lost(tmp_path, peer, caplog):
+    """ComfyUI sends execution_success / execution_error from inside execute() and writes
+    the history after it (main.py, prompt_worker): a client that reads /history/{id} on
+    the event reads `{}`. Every finished render completes; a failed one is read as failed."""
+    peer.history_gap_s = 0.5
+    async with node(tmp_path, peer) as n:
+        key = (await n.create_org())["api_key"]
+        rids = [(await submit(n, key, req(), path=PATH))["request_id"] for _ in range(3)]
+        for rid in rids:
+            st = await wait_status(n, key, rid)
+            assert (st["status"], st["error"]) == ("completed", None)
+            await wait_hold(n, key, rid, "captured")
+        assert peer.executed_prompts == rids
+    async with node(tmp_path / "2", peer, graph(fail=True)) as n:
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, req(), path=PATH))["request_id"]
+        assert (await wait_status(n, key, rid))["error"] == INCOMPLETE
+        assert f"ComfyUI reported an error: execution_error in node 4 (PeerFail)" in caplog.text
+
+
+async def test_a_websocket_dropped_mid_prompt_is_opened_again(tmp_path, peer):
+    async with node(tmp_path, peer, graph(slow=3), poll_s=60) as n:
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, req(), path=PATH))["request_id"]
+        await rendering_on_peer(peer, rid)
+        peer.drop_sockets()
+        with trio.fail_after(10):
+            while f"genservice-{rid}" not in peer.sockets:
+                await trio.sleep(0.02)
+        assert rid in {i[1] for i in ([peer.running] if peer.running else [])}  # back before the prompt ended
+        st = await wait_status(n, key, rid)  # poll_s 60: ended by the event on the new socket
+        assert st["status"] == "completed"
+
+
+async def test_a_prompt_interrupted_on_comfyui_itself_fails_after_its_history_is_written(tmp_path, peer, caplog):
+    """Someone interrupts the prompt in ComfyUI's own UI: `execution_interrupted` comes before
+    the history; the job fails as incomplete from the history entry, not from a `{}` read."""
+    peer.history_gap_s = 0.5
+    async with node(tmp_path, peer, graph(slow=30)) as n:
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, req(), path=PATH))["request_id"]
+        await rendering_on_peer(peer, rid)
+        peer.interrupt()
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("failed", INCOMPLETE)
+        await wait_hold(n, key, rid, "released")
+    assert "ComfyUI reported an error: execution_interrupted in node 3 (PeerSleep)" in caplog.text
+    assert "has no history" not in caplog.text and "lost prompt" not in caplog.text

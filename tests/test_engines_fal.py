@@ -111,3 +111,23 @@ async def test_the_token_is_in_no_log_line_and_no_error(token, tmp_path, caplog)
         r = await n.call("GET", f"/v1/generation/requests/{rid}", key)
         assert token not in (await r.get_data(as_text=True))
     assert "401" in caplog.text and token not in caplog.text
+
+
+async def test_urls_that_are_not_readable_yet_are_read_again_not_failed(token, tmp_path):
+    """A status URL that is 404 just after the submit, a result still "in progress" just
+    after COMPLETED, an output file that is 404 at first: the job completes. A status URL
+    that stays 404 past the short backoff fails the job with that status."""
+    async with run_peer(token) as peer, engine_node(tmp_path, catalog(peer.url)) as n:
+        peer.status_404_reads, peer.result_lag_reads, peer.file_404_reads = 2, 2, 2
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, {"prompt": "a red fox", "seed": 7}, path=PATH))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("completed", None)
+        await wait_hold(n, key, rid, "captured")
+        [r] = peer.requests.values()
+        file_path = "/files/" + r["_result"][1]["images"][0]["url"].rsplit("/", 1)[1]
+        assert peer.reads[file_path] == 3 and peer.reads[r["response_url"].removeprefix(peer.url)] == 3
+        peer.status_404_reads = 100
+        rid = (await submit(n, key, {"prompt": "gone"}, path=PATH))["request_id"]
+        assert (await wait_status(n, key, rid))["error"] == UPSTREAM.format(404)
+        await wait_hold(n, key, rid, "released")

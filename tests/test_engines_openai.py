@@ -175,3 +175,25 @@ async def test_a_server_that_cannot_be_reached_makes_the_model_unavailable(tmp_p
         assert (e["code"], e["message"]) == ("request.service_unavailable",
                                              "Model peer-image is not available on this deployment.")
         assert (await balance(n, key))["available"] == "200.00"
+
+
+async def test_chat_streams_ending_without_done_or_broken_off(tmp_path):
+    """A reply with its finish_reason is whole: ended without `[DONE]` (usage kept), or the
+    connection dropped after it (no usage). Dropped before any finish_reason: failed."""
+    async with run_peer() as peer, engine_node(tmp_path, images_catalog(f"{peer.url}/v1")) as n:
+        key = (await n.create_org())["api_key"]
+        rids = {k: (await submit(n, key, {"prompt": f"one two {k}"}, path="/v1/generation/models/peer-chat"))["request_id"]
+                for k in ("[nodone]", "[reset]", "[cut]")}
+        st = await wait_status(n, key, rids["[nodone]"])
+        assert await reply(n, key, st) == "one two [nodone]"
+        assert st["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+        st = await wait_status(n, key, rids["[reset]"])
+        assert (st["status"], await reply(n, key, st)) == ("completed", "one two [reset]")
+        assert "usage" not in st or not st["usage"]
+        st = await wait_status(n, key, rids["[cut]"])
+        assert st["error"] == INCOMPLETE
+        await wait_hold(n, key, rids["[cut]"], "released")
+        peer.file_404_reads = 2  # a URL answer not readable at first: read again
+        rid = (await submit(n, key, {"prompt": "a lighthouse"}, path="/v1/generation/models/peer-url"))["request_id"]
+        assert (await wait_status(n, key, rid))["status"] == "completed"
+        assert list(peer.reads.values()) == [3]

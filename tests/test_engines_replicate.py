@@ -145,3 +145,23 @@ async def test_the_token_is_in_no_log_line_and_no_error(token, tmp_path, caplog,
         r = await n.call("GET", f"/v1/generation/requests/{rid}", key)
         assert token not in (await r.get_data(as_text=True))
     assert "401" in caplog.text and token not in caplog.text
+
+
+async def test_a_prediction_still_propagating_and_a_webhook_before_the_answer(token, tmp_path):
+    """`urls.get` 404 for its first reads and an output URL 404 at first: read again, the
+    job completes. A `completed` webhook delivered before the create's answer (which says
+    `starting`), with `urls.get` 404 all along: the webhook ends it."""
+    async with run_peer(token) as peer, engine_node(tmp_path, catalog(peer.url)) as n:
+        peer.webhooks, peer.get_404_reads, peer.file_404_reads = False, 2, 2
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, {"prompt": "past the create's wait [slow:5.5]"}, path=PATH))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("completed", None)
+        await wait_hold(n, key, rid, "captured")
+        [p] = peer.predictions.values()
+        assert peer.reads[f"/v1/predictions/{p['id']}"] >= 3 and peer.reads[p["_path"]] == 3
+        peer.webhooks, peer.hook_before_answer, peer.get_404_reads, peer.file_404_reads = True, True, 100, 0
+        rid = (await submit(n, key, {"prompt": "answered late"}, path=PATH))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("completed", None)
+        assert peer.webhook_answers == [200]

@@ -5,11 +5,15 @@ The protocol and its traps are in docs/engines.md; in short:
 - The websocket `/ws?clientId=` is opened *before* `POST /prompt`, and the prompt
   carries our `client_id` and our own `prompt_id` (the job id): events for a client
   with no socket are dropped, and a known id lets a restarted node find its job again.
-- Finished = `executing` with `node: null`, or `execution_success|error|interrupted`,
-  for our id. The socket can go silent or never connect, so `/queue` and
-  `/history/{id}` are polled too; `/history/{id}` is always read at the end as the truth.
+- Finished = the prompt's entry in `/history/{id}`. ComfyUI sends `execution_success`
+  (`_error`, `_interrupted`) from inside its executor, *before* it writes the history;
+  `executing` with `node: null` after. Every one of them only makes the client look at
+  once; while the prompt is still in `/queue` it looks again soon. The socket can go
+  silent, drop (it is opened again) or never connect, so `/queue` and `/history/{id}`
+  are polled every `poll_s` too.
 - `/history/{id}` answers `{}` both while a prompt runs and when it is lost: a prompt
-  in neither `/queue` nor the history is lost (a restart empties both), and fails.
+  in neither `/queue` nor the history, read again with a short backoff (`SETTLE_S`), is
+  lost (a restart empties both), and fails.
 - An identical graph is served from ComfyUI's cache with the old file name; the seed
   binding varies per job (a job without a seed gets one from its id).
 - Cancel: `POST /queue {"delete": [id]}` (pending) and `POST /interrupt {"prompt_id":
@@ -42,6 +46,9 @@ log = logging.getLogger(__name__)
 OUTPUT_KEYS = ("images", "video", "videos", "gifs", "audio")
 CANCEL_S = 5.0
 CONNECT_S = 10.0
+END_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
+SETTLE_S = (0.1, 0.2, 0.4, 0.8, 1.6)  # re-reads of a prompt in neither queue nor history: 3.1 s
+RECONNECT_S = (0.5, 5.0)  # first and largest wait before opening a dropped websocket again
 
 
 async def healthy(http: httpx.AsyncClient, url: str) -> bool:
@@ -54,12 +61,12 @@ async def render(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str) -
     http = ctx.http
     try:
         graph = None
-        if req.resumed and await _state(http, url, prompt_id, cfg) != "lost":
+        if req.resumed and (await _state(http, url, prompt_id, cfg))[0] != "lost":
             log.info("job %s: found on %s after a restart; following it", req.job_id, url)
         else:
             graph = await _bound_graph(http, url, req, cfg)
-        await _follow(ctx, req, cfg, url, client_id, submit=graph)
-        return await _outputs(http, url, req, cfg)
+        entry = await _follow(ctx, req, cfg, url, client_id, submit=graph)
+        return await _outputs(http, url, req, cfg, entry)
     except BaseException as e:
         if not is_cancel(e) or ctx.stopping:  # a shutdown leaves the job running: the restarted node follows it
             raise
@@ -93,13 +100,13 @@ async def _upload(http, url, req, key: str, path: Path, content_type: str, cfg: 
 
 
 async def _follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, client_id: str,
-                  submit: dict | None) -> None:
-    """Until the prompt has ended (or raise Incomplete when it is lost)."""
-    done = trio.Event()
+                  submit: dict | None) -> dict:
+    """The prompt's history entry once ComfyUI has written it (or raise Incomplete when
+    the prompt is lost)."""
     parts = urlsplit(url)
     ws_url = f"{'wss' if parts.scheme == 'https' else 'ws'}://{parts.netloc}{parts.path}/ws?clientId={client_id}"
     try:
-        await _run_follow(ctx, req, cfg, url, client_id, submit, ws_url, done)
+        return await _run_follow(ctx, req, cfg, url, client_id, submit, ws_url)
     except BaseExceptionGroup as group:
         error = first_error(group)
         if error is group:
@@ -108,10 +115,11 @@ async def _follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, 
 
 
 async def _run_follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, client_id: str,
-                      submit: dict | None, ws_url: str, done: trio.Event) -> None:
+                      submit: dict | None, ws_url: str) -> dict:
+    ended = trio.Event()  # an end event came for our prompt: its history is written within moments
     async with trio.open_nursery() as n:
         connected = trio.Event()
-        n.start_soon(_listen, ctx, req, ws_url, done, connected)
+        n.start_soon(_listen, ctx, req, ws_url, ended, connected)
         with trio.move_on_after(cfg.timeout_s):
             await connected.wait()  # connected, or given up on: polling covers both
         if submit is not None:
@@ -120,35 +128,57 @@ async def _run_follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: s
             if resp.status_code == 400:
                 log.warning("job %s: ComfyUI refused the workflow: %s", req.job_id, _refusal(resp))
             check(resp)
-        n.start_soon(_poll, ctx.http, url, req.job_id, cfg, done)
-        await done.wait()
+        entry = await wait_for_entry(ctx.http, url, req.job_id, cfg, ended)
         n.cancel_scope.cancel()
+    return entry
 
 
-async def _listen(ctx: Context, req: RenderRequest, ws_url: str, done: trio.Event, connected: trio.Event) -> None:
-    prompt_id = req.job_id
+async def _listen(ctx: Context, req: RenderRequest, ws_url: str, ended: trio.Event, connected: trio.Event) -> None:
+    """Events for our prompt, over a socket that is opened again (same clientId) when it
+    drops; polling goes on meanwhile, so an event missed while away costs one poll."""
+    wait = RECONNECT_S[0]
+    try:
+        while await _session(ctx, req, ws_url, ended, connected):
+            connected.set()
+            await trio.sleep(wait)
+            wait = min(wait * 2, RECONNECT_S[1])
+    finally:
+        connected.set()
+
+
+async def _session(ctx: Context, req: RenderRequest, ws_url: str, ended: trio.Event, connected: trio.Event) -> bool:
+    """One websocket session; True when it ended in a way worth connecting again."""
+    again = True
     try:
         async with _websocket(ws_url) as ws:
             connected.set()
-            while True:
-                message = await ws.get_message()
-                if not isinstance(message, str):
-                    continue  # previews (binary frames)
-                event = json.loads(message)
-                kind, data = event.get("type"), event.get("data") or {}
-                if data.get("prompt_id") != prompt_id:
-                    continue
-                if kind == "executing" and data.get("node") is None:
-                    done.set()
-                elif kind in ("execution_success", "execution_error", "execution_interrupted"):
-                    done.set()
-                elif kind == "progress":
-                    ctx.progress(req, float(data.get("value", 0)), float(data.get("max", 1)), str(data.get("node")))
-    except* (OSError, HandshakeError, ConnectionClosed, trio.TooSlowError, trio.BrokenResourceError, ValueError) as group:
-        log.info("job %s: ComfyUI websocket ended (%s); polling instead", req.job_id,
+            await _read_events(ctx, req, ws, ended)
+    except* HandshakeError as group:  # the server refuses websockets: polling alone
+        log.info("job %s: ComfyUI refused the websocket (%s); polling instead", req.job_id,
                  type(group.exceptions[0]).__name__)
-    finally:
-        connected.set()
+        again = False
+    except* (OSError, ConnectionClosed, trio.TooSlowError, trio.BrokenResourceError, ValueError) as group:
+        log.info("job %s: ComfyUI websocket ended (%s); polling, and connecting again", req.job_id,
+                 type(group.exceptions[0]).__name__)
+    return again
+
+
+async def _read_events(ctx: Context, req: RenderRequest, ws, ended: trio.Event) -> None:
+    """`executing` with `node: null` is sent after the history write; `execution_success`,
+    `_error` and `_interrupted` before it (from inside ComfyUI's execute()): all of them
+    only tell the poller to look now."""
+    while True:
+        message = await ws.get_message()
+        if not isinstance(message, str):
+            continue  # previews (binary frames)
+        event = json.loads(message)
+        kind, data = event.get("type"), event.get("data") or {}
+        if data.get("prompt_id") != req.job_id:
+            continue
+        if (kind == "executing" and data.get("node") is None) or kind in END_EVENTS:
+            ended.set()
+        elif kind == "progress":
+            ctx.progress(req, float(data.get("value", 0)), float(data.get("max", 1)), str(data.get("node")))
 
 
 @asynccontextmanager
@@ -182,33 +212,45 @@ async def _websocket(ws_url: str):
             await stream.aclose()
 
 
-async def _poll(http, url: str, prompt_id: str, cfg: ComfyEngine, done: trio.Event) -> None:
-    while not done.is_set():
-        await trio.sleep(cfg.poll_s)
-        state = await _state(http, url, prompt_id, cfg)
+async def wait_for_entry(http, url: str, prompt_id: str, cfg: ComfyEngine, ended: trio.Event) -> dict:
+    """The history entry, read when an end event comes or every `poll_s`. An id in neither
+    the queue nor the history is re-read with a short backoff (`SETTLE_S`) before it counts
+    as lost; after an end event, a prompt still running (ComfyUI writes its history after
+    the event) is looked at again soon, backing off to `poll_s`."""
+    misses, soon = 0, SETTLE_S[0]
+    while True:
+        state, entry = await _state(http, url, prompt_id, cfg)
         if state == "finished":
-            done.set()
-        elif state == "lost":
-            raise Incomplete(f"ComfyUI lost prompt {prompt_id} (neither queued nor in its history)")
+            return entry
+        if state == "lost":
+            if misses == len(SETTLE_S):
+                raise Incomplete(f"ComfyUI lost prompt {prompt_id} (neither queued nor in its history)")
+            await trio.sleep(SETTLE_S[misses])
+            misses += 1
+            continue
+        misses = 0
+        if ended.is_set():
+            await trio.sleep(soon)
+            soon = min(soon * 2, cfg.poll_s)
+        else:
+            with trio.move_on_after(cfg.poll_s):
+                await ended.wait()
 
 
-async def _state(http, url: str, prompt_id: str, cfg: ComfyEngine) -> str:
-    """`queued` (pending or running), `finished` or `lost`. The queue is read before the
-    history: ComfyUI moves a prompt from one to the other at once, so an id in neither
-    after that order is really gone."""
+async def _state(http, url: str, prompt_id: str, cfg: ComfyEngine) -> tuple[str, dict]:
+    """`queued` (pending or running), `finished` (with its history entry) or `lost`. The
+    queue is read before the history: ComfyUI moves a prompt from one to the other under
+    one lock, so an id in neither after that order is gone (or not yet visible)."""
     queue = check(await http.get(f"{url}/queue", timeout=cfg.timeout_s)).json()
     for item in [*queue.get("queue_running", []), *queue.get("queue_pending", [])]:
         if len(item) > 1 and item[1] == prompt_id:
-            return "queued"
+            return "queued", {}
     history = check(await http.get(f"{url}/history/{prompt_id}", timeout=cfg.timeout_s)).json()
-    return "finished" if history.get(prompt_id) else "lost"
+    entry = history.get(prompt_id)
+    return ("finished", entry) if entry else ("lost", {})
 
 
-async def _outputs(http, url: str, req: RenderRequest, cfg: ComfyEngine) -> list[Output]:
-    history = check(await http.get(f"{url}/history/{req.job_id}", timeout=cfg.timeout_s)).json()
-    entry = history.get(req.job_id)
-    if not entry:
-        raise Incomplete(f"ComfyUI has no history for prompt {req.job_id}")
+async def _outputs(http, url: str, req: RenderRequest, cfg: ComfyEngine, entry: dict) -> list[Output]:
     status = entry.get("status") or {}
     if status.get("status_str") == "error" or status.get("completed") is False:
         raise Incomplete(f"ComfyUI reported an error: {_last_message(status)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -74,6 +75,23 @@ def check(resp: httpx.Response) -> httpx.Response:
     if resp.status_code >= 400:
         raise Upstream(resp.status_code, resp.text)
     return resp
+
+
+NOT_YET_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # re-reads of a URL the engine gave but cannot serve yet: 6.3 s
+
+
+async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
+                      not_yet: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
+    """GET a URL the engine itself just returned (a status URL after a submit, an output
+    file after `succeeded`): hosted APIs answer 404 while a new object propagates, so a
+    404 (or what `not_yet` says) is read again with a short backoff before it counts."""
+    resp = await http.get(url, headers=headers, timeout=timeout_s)
+    for wait in NOT_YET_S:
+        if not (resp.status_code == 404 or (not_yet is not None and not_yet(resp))):
+            break
+        await trio.sleep(wait)
+        resp = await http.get(url, headers=headers, timeout=timeout_s)
+    return check(resp)
 
 
 # -- binding request fields --------------------------------------------------------------------
@@ -174,7 +192,7 @@ async def collect(http: httpx.AsyncClient, req: RenderRequest, output, timeout_s
     for value in _strings(output):
         data = decode_data_url(value)
         if data is None and value.startswith(("http://", "https://")):
-            data = check(await http.get(value, timeout=timeout_s)).content
+            data = (await get_settled(http, value, timeout_s)).content
         if data is None:
             texts.append(value)
             continue

@@ -6,6 +6,10 @@
 - `status_url` is polled every `poll_s`: `IN_QUEUE` / `IN_PROGRESS` / `COMPLETED`.
   Then `response_url` gives the model's output, or an HTTP error (a failed run): that
   error fails the job with its status. The output's file URLs become assets.
+- What a hosted queue shows while things propagate is read again with a short backoff
+  (`common.get_settled`), not taken as an answer: a 404 from `status_url` just after
+  the submit, a 400 "Request is still in progress" from `response_url` just after
+  `COMPLETED`, a 404 from an output file URL.
 - Cancel: `PUT cancel_url`. fal answers `CANCELLATION_REQUESTED` (a request, not a
   result) or `ALREADY_COMPLETED`; the job is canceled here either way.
 - The token is read from the environment for each call: it is in no log or error.
@@ -23,12 +27,17 @@ from service.backends.base import Output, RenderRequest
 from service.catalog.engines import FalEngine
 
 from .cog import inputs_of
-from .common import Incomplete, Unreachable, check, collect, is_cancel
+from .common import Incomplete, Unreachable, check, collect, get_settled, is_cancel
 from .context import Context
 
 log = logging.getLogger(__name__)
 
 CANCEL_S = 5.0
+
+
+def _in_progress(resp: httpx.Response) -> bool:
+    """fal's answer for a result not yet readable (also seen just after `COMPLETED`)."""
+    return resp.status_code == 400 and "still in progress" in resp.text
 
 
 def _auth(cfg: FalEngine) -> dict:
@@ -49,14 +58,14 @@ async def render(ctx: Context, req: RenderRequest, cfg: FalEngine) -> list[Outpu
             if not isinstance(queued.get(name), str):
                 raise Incomplete(f"fal's submit answer has no {name}")
         while True:
-            status = check(await http.get(queued["status_url"], headers=_auth(cfg), timeout=cfg.timeout_s)).json()
+            status = (await get_settled(http, queued["status_url"], cfg.timeout_s, _auth(cfg))).json()
             if status.get("status") == "COMPLETED":
                 break
             if status.get("status") not in ("IN_QUEUE", "IN_PROGRESS"):
                 raise Incomplete(f"fal request {queued.get('request_id')}: status {str(status.get('status'))[:40]}")
             await trio.sleep(cfg.poll_s)
-        result = check(await http.get(status.get("response_url") or queued["response_url"], headers=_auth(cfg),
-                                      timeout=cfg.timeout_s)).json()
+        result = (await get_settled(http, status.get("response_url") or queued["response_url"], cfg.timeout_s,
+                                    _auth(cfg), not_yet=_in_progress)).json()
         return await collect(http, req, result, cfg.timeout_s)
     except BaseException as e:
         cancel = queued.get("cancel_url")

@@ -4,7 +4,10 @@
   the job's seed, `stream: true` and `stream_options.include_usage`. The reply is
   read as it streams, so cancelling a job closes a stream the server is writing to:
   servers that generate token by token stop at their next write (a non-streaming
-  request would run to `max_tokens` after the client left). The reply becomes one
+  request would run to `max_tokens` after the client left). A reply is whole once a
+  choice has a `finish_reason`: a stream that then ends without `data: [DONE]`, or
+  whose connection drops, still completes (without usage if it never came); one that
+  ends or drops before any `finish_reason` fails as incomplete. The reply becomes one
   `text/plain; charset=utf-8` asset; `usage` (token counts) is kept on the job.
 - `image.generate`: `POST {url}/images/generations` (`b64_json` asked; a `url`
   answer is fetched); `image.edit`: multipart `POST {url}/images/edits` with the
@@ -26,7 +29,7 @@ import trio
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import OpenAIEngine
 
-from .common import Incomplete, NoOutput, Upstream, check, dimensions, store_output, store_text
+from .common import Incomplete, NoOutput, Upstream, check, dimensions, get_settled, store_output, store_text
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +74,28 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
         if resp.status_code >= 400:
             await resp.aread()
             raise Upstream(resp.status_code, resp.text)
-        async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]" or done:  # read on to the end: the connection stays clean
-                done = True
-                continue
-            chunk = json.loads(payload)
-            if chunk.get("error"):
-                raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
-            for choice in chunk.get("choices") or []:
-                parts.append((choice.get("delta") or {}).get("content") or "")
-                finish = choice.get("finish_reason") or finish
-            if chunk.get("usage"):
-                usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-                         if isinstance(chunk["usage"].get(k), int)}
+        try:
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]" or done:  # read on to the end: the connection stays clean
+                    done = True
+                    continue
+                chunk = json.loads(payload)
+                if chunk.get("error"):
+                    raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
+                for choice in chunk.get("choices") or []:
+                    parts.append((choice.get("delta") or {}).get("content") or "")
+                    finish = choice.get("finish_reason") or finish
+                if chunk.get("usage"):
+                    usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                             if isinstance(chunk["usage"].get(k), int)}
+        except (httpx.RemoteProtocolError, httpx.ReadError) as e:  # the connection dropped mid-body
+            if finish is None:
+                raise Incomplete(f"the chat stream was broken off ({type(e).__name__})") from None
+            log.info("job %s: the chat stream was broken off after its finish_reason; the reply is whole",
+                     req.job_id)
     if not done and finish is None:  # the server broke off (llama-cpp-python: an error after the 200)
         raise Incomplete("the chat stream ended before [DONE]")
     text = "".join(parts)
@@ -101,7 +110,7 @@ async def _images(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine
         if item.get("b64_json"):
             data = base64.b64decode(item["b64_json"])
         elif item.get("url"):
-            data = check(await http.get(item["url"], timeout=cfg.timeout_s)).content
+            data = (await get_settled(http, item["url"], cfg.timeout_s)).content  # 404 while it propagates
         else:
             continue
         out = await store_output(req, len(outputs), data)

@@ -9,7 +9,11 @@
 - Otherwise the prediction is followed two ways: the webhook this node gave it
   (`completed` events only, checked against Replicate's signing secret, Standard
   Webhooks) and a poll of the returned `urls.get` every `poll_s`, since webhooks can
-  be lost. The returned URLs are used as given, never rebuilt.
+  be lost. The returned URLs are used as given, never rebuilt. A completed webhook may
+  come before the create's answer, or while `urls.get` still says `processing` or
+  answers 404 (a new prediction propagating): the first final state from either path
+  wins, and a 404 from `urls.get` or from an output URL is read again with a short
+  backoff (`common.get_settled`).
 - Cancel: `POST urls.cancel`.
 - Inputs are bound by name; an input asset goes as a data URL. Outputs that are URLs
   (or data URLs) become files; plain strings are text (a `text.llm` reply).
@@ -33,7 +37,7 @@ from service.backends.base import Output, RenderRequest
 from service.catalog.engines import ReplicateEngine
 
 from .cog import inputs_of
-from .common import Incomplete, Unreachable, check, collect, is_cancel
+from .common import Incomplete, Unreachable, check, collect, get_settled, is_cancel
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -133,4 +137,4 @@ async def _next(http: httpx.AsyncClient, hooks: trio.MemoryReceiveChannel, predi
     url = (prediction.get("urls") or {}).get("get")
     if not url:
         raise Incomplete(f"Replicate prediction {prediction.get('id')} has no urls.get")
-    return check(await http.get(url, headers=_auth(cfg), timeout=cfg.timeout_s)).json()
+    return (await get_settled(http, url, cfg.timeout_s, _auth(cfg))).json()  # 404 while it propagates

@@ -13,9 +13,9 @@ faithful (docs/comfyui-peer.md, scripts/comfyui-conformance). What it reproduces
   when a prompt is queued, taken and done, and per deleted item;
 - per-prompt events only to the socket whose clientId is the prompt's client_id,
   dropped if it is not connected; `progress_state` (every node started so far) and
-  `progress` go to every socket when the prompt has no client_id; `executing null`
-  after the history write; a socket reconnecting while its prompt runs is told the
-  running node (`executing` without prompt_id);
+  `progress` go to every socket when the prompt has no client_id; the end event before
+  the history write, `executing null` after it; a socket reconnecting while its prompt
+  runs is told the running node (`executing` without prompt_id);
 - the output cache, keyed on a node's class and inputs (not its id), holding only what
   the latest prompt used: only output nodes of a cached prompt are visited (`executed`
   with the old files, then `progress_state`); LoadImage is re-run when its file changes;
@@ -26,7 +26,9 @@ faithful (docs/comfyui-peer.md, scripts/comfyui-conformance). What it reproduces
 Test knobs (not ComfyUI's): node `PeerSleep {image, seconds}` passes its image through
 after `seconds`, reporting progress every 50 ms; `PeerFail {image}` raises;
 `peer.silent = True` stops every websocket event; `peer.drop_sockets()` closes every
-socket; `peer.restart()`.
+socket; `peer.restart()`; `peer.history_gap_s`: the wait between the end event and the
+history write, the prompt still running (ComfyUI: the event from `execute()`, the
+history by `task_done()` after it).
 
 In a trio test: `async with run_peer(tmp_path) as peer: peer.url`. As a process:
 `python tests/peers/comfyui.py --port 8188 --output-dir DIR` (prints `ready URL`).
@@ -74,6 +76,7 @@ class Peer:
         self.folders = {"output": self.out_dir, "input": self.in_dir, "temp": self.temp_dir}
         self.url = ""
         self.silent = False
+        self.history_gap_s = 0.01  # between the end event and the history write (prompt still running)
         self.executed_prompts: list[str] = []  # prompt ids in the order they ran (for tests)
         self.epoch = 0
         self.sockets: dict[str, trio.MemorySendChannel] = {}
@@ -247,6 +250,8 @@ class Execution:
                 break
         else:
             self.add("execution_success", {"prompt_id": self.prompt_id}, False)
+        if peer.history_gap_s:  # ComfyUI's task_done() runs after execute() has sent the end event
+            await trio.sleep(peer.history_gap_s)
         if self.epoch != peer.epoch:
             raise Abandoned()
         ui = {n: peer.cache[signatures[n]]["ui"] for n in self.prompt

@@ -18,6 +18,12 @@ The "model" draws a PNG from `prompt` and `seed` and answers fal's image shape
 `{images:[{url, width, height, content_type}], seed, prompt}`; its URL is a public file
 URL served by the peer. Prompt knobs: `[slow:S]`, `[fail]` (500 with a detail),
 `[reject]` (422, as a validation error), `[empty]` (`images: []`).
+
+Propagation (what a hosted queue shows while a new object reaches its readers), each
+the number of reads answered so before the real answer: `peer.status_404_reads` (a
+request's `status_url` is 404 just after the submit), `peer.result_lag_reads`
+(`response_url` still says 400 "Request is still in progress" after `COMPLETED`),
+`peer.file_404_reads` (an output file URL is 404 at first).
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ class Peer:
         self.auth_seen: list[str] = []
         self.canceled: set[str] = set()
         self.files: dict[str, bytes] = {}
+        self.status_404_reads = self.result_lag_reads = self.file_404_reads = 0
+        self.reads: dict[str, int] = {}  # per URL: reads so far (for the propagation knobs)
         self.nursery: trio.Nursery | None = None
         self._slot = trio.Lock()
 
@@ -71,6 +79,11 @@ class Peer:
             r["_result"] = (400, {"detail": "Request was cancelled"})
         r["status"] = "COMPLETED"
 
+    def propagating(self, url: str, reads: int) -> bool:
+        """True for the first `reads` reads of this URL."""
+        self.reads[url] = self.reads.get(url, 0) + 1
+        return self.reads[url] <= reads
+
     def position(self, rid: str) -> int:
         queued = [k for k, v in self.requests.items() if v["status"] == "IN_QUEUE"]
         return queued.index(rid) if rid in queued else 0
@@ -93,7 +106,7 @@ def create_app(peer: Peer) -> QuartTrio:
     @app.get("/_q/<slug>/r/<rid>/state")
     async def status(slug: str, rid: str):
         r = find(slug, rid)
-        if r is None:
+        if r is None or peer.propagating(request.path, peer.status_404_reads):
             return _json(404, {"detail": "Request not found"})
         body = {"status": r["status"], "request_id": rid, "response_url": r["response_url"]}
         if r["status"] == "IN_QUEUE":
@@ -107,7 +120,7 @@ def create_app(peer: Peer) -> QuartTrio:
         r = find(slug, rid)
         if r is None:
             return _json(404, {"detail": "Request not found"})
-        if r["status"] != "COMPLETED":
+        if r["status"] != "COMPLETED" or peer.propagating(request.path, peer.result_lag_reads):
             return _json(400, {"detail": "Request is still in progress"})
         code, body = r["_result"]
         return _json(code, body)
@@ -126,7 +139,7 @@ def create_app(peer: Peer) -> QuartTrio:
 
     @app.get("/files/<name>")
     async def files(name: str):
-        if name not in peer.files:
+        if name not in peer.files or peer.propagating(request.path, peer.file_404_reads):
             return Response("not found", status=404)
         return Response(peer.files[name], content_type="image/png")
 

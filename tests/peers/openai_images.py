@@ -15,7 +15,11 @@ minimal streamed chat for the engines bench when no real server is built.
   usage chunk (`stream_options.include_usage`) and `[DONE]`.
 
 Prompt knobs: `[fail]` -> 500 `{error: {message, type: "server_error"}}`; `[empty]` ->
-`data: []`.
+`data: []`. How real servers end a chat stream: `[nodone]` ends it after the
+`finish_reason` and usage chunks without `data: [DONE]` (as some servers do);
+`[reset]` breaks the connection off after the `finish_reason` chunk (no usage, no
+`[DONE]`, no end of the chunked body); `[cut]` breaks it off after the first word.
+`peer.file_404_reads`: an image URL answers 404 for its first N reads (propagating).
 """
 
 from __future__ import annotations
@@ -35,12 +39,18 @@ from quart_trio import QuartTrio
 from .hosting import picture, serving
 
 
+class BrokenOff(Exception):
+    """Raised inside a streamed answer: the server drops the connection mid-body."""
+
+
 class Peer:
     def __init__(self, token: str | None = None) -> None:
         self.token = token
         self.url = ""
         self.files: dict[str, bytes] = {}
         self.calls: list[tuple[str, dict]] = []  # (route, what was asked)
+        self.file_404_reads = 0
+        self.reads: dict[str, int] = {}  # per image URL path: reads so far
 
 
 def _error(status: int, message: str, kind: str, code: str | None = None) -> Response:
@@ -113,7 +123,8 @@ def create_app(peer: Peer) -> QuartTrio:
 
     @app.get("/files/<name>")
     async def files_(name: str):
-        if name not in peer.files:
+        peer.reads[request.path] = peer.reads.get(request.path, 0) + 1
+        if name not in peer.files or peer.reads[request.path] <= peer.file_404_reads:
             return Response("not found", status=404)
         return Response(peer.files[name], content_type="image/png")
 
@@ -132,13 +143,18 @@ def create_app(peer: Peer) -> QuartTrio:
             for i, word in enumerate(words):
                 delta = {"content": (" " if i else "") + word}
                 yield f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': delta}]})}\n\n".encode()
+                if "[cut]" in prompt:
+                    raise BrokenOff("the stream is broken off after the first word")
             end = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
             yield f"data: {json.dumps(end)}\n\n".encode()
+            if "[reset]" in prompt:
+                raise BrokenOff("the stream is broken off after its finish_reason")
             if (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words),
                          "total_tokens": len(prompt.split()) + len(words)}
                 yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
-            yield b"data: [DONE]\n\n"
+            if "[nodone]" not in prompt:
+                yield b"data: [DONE]\n\n"
 
         return Response(stream(), content_type="text/event-stream")
 

@@ -19,6 +19,12 @@ https://replicate.com/docs/reference/http, /topics/predictions, /topics/webhooks
 The "model" draws a PNG from prompt and seed. Knobs in the prompt: `[slow:S]` runs S
 seconds; `[fail]` ends `failed` with an error; `[empty]` ends with no output. Test knobs:
 `peer.sign_with` (a wrong key: every webhook fails verification), `peer.webhooks = False`.
+
+Orderings a hosted API shows: `peer.hook_before_answer` (the create answers `starting`
+only after the prediction ended and its `completed` webhook was delivered: an answer
+held up on its way), `peer.get_404_reads` (a prediction's `urls.get` is 404 for its
+first N reads: it is still propagating), `peer.file_404_reads` (an output URL is 404
+for its first N reads).
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ class Peer:
         self.secret = secrets.token_bytes(24)
         self.sign_with: bytes | None = None  # a wrong key, to test the receiver's check
         self.webhooks = True
+        self.hook_before_answer = False
+        self.get_404_reads = self.file_404_reads = 0
+        self.reads: dict[str, int] = {}  # per URL path: reads so far (for the propagation knobs)
         self.url = ""
         self.predictions: dict[str, dict] = {}
         self.canceled: set[str] = set()
@@ -61,7 +70,13 @@ class Peer:
         self.auth_seen: list[str] = []
         self._cancel: dict[str, trio.CancelScope] = {}
         self._done: dict[str, trio.Event] = {}
+        self._hooked: dict[str, trio.Event] = {}
         self.nursery: trio.Nursery | None = None
+
+    def propagating(self, path: str, reads: int) -> bool:
+        """True for the first `reads` reads of this URL."""
+        self.reads[path] = self.reads.get(path, 0) + 1
+        return self.reads[path] <= reads
 
     def public(self, p: dict) -> dict:
         return {k: v for k, v in p.items() if not k.startswith("_")}
@@ -90,6 +105,7 @@ class Peer:
         p.update(completed_at=_now(), metrics={"predict_time": 0.01})
         self._done[pid].set()
         await self.hook(p, "completed")
+        self._hooked[pid].set()
 
     async def hook(self, p: dict, event: str) -> None:
         if not p.get("webhook") or not self.webhooks:
@@ -148,8 +164,12 @@ def create_app(peer: Peer) -> QuartTrio:
                       "web": f"https://replicate.example/p/{pid}"},
              "webhook": body.get("webhook"), "webhook_events_filter": body.get("webhook_events_filter")}
         peer.predictions[pid] = p
-        peer._done[pid] = trio.Event()
+        peer._done[pid], peer._hooked[pid] = trio.Event(), trio.Event()
+        answer = peer.public(p)
         peer.nursery.start_soon(peer.run, pid)
+        if peer.hook_before_answer:
+            await peer._hooked[pid].wait()
+            return answer, 201
         prefer = request.headers.get("Prefer", "")
         wait = re.fullmatch(r"wait(?:=(\d+))?", prefer.strip())
         if wait:
@@ -167,7 +187,7 @@ def create_app(peer: Peer) -> QuartTrio:
 
     @app.get("/v1/predictions/<pid>")
     async def get(pid: str):
-        if pid not in peer.predictions:
+        if pid not in peer.predictions or peer.propagating(request.path, peer.get_404_reads):
             return _problem(404, "Not found", "The requested resource could not be found.")
         return peer.public(peer.predictions[pid])
 
@@ -183,6 +203,8 @@ def create_app(peer: Peer) -> QuartTrio:
 
     @app.get("/delivery/<path:rest>")
     async def delivery(rest: str):
+        if peer.propagating(request.path, peer.file_404_reads):
+            return Response("not found", status=404)
         for p in peer.predictions.values():
             if p.get("_path") == f"/delivery/{rest}":
                 return Response(p["_file"], content_type="image/png")
