@@ -22,10 +22,13 @@ from service.clock import Clock, iso
 from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, ROLE_IDS, within
-from service.actors.member_rules import Identity, check_caller, link_identity, not_last_owner  # noqa: F401
+from service.actors import credentials
+from service.actors.member_rules import IDENTITY_TAKEN, Identity, check_caller, not_last_owner  # noqa: F401
+from service.actors.org_rules import check_email, check_org_name
 from service.actors.people import PeopleHandlers
 from service.mail import messages
 from service.storage import accounts as sql
+from service.storage import identity as identity_sql
 from service.storage import sessions as sessions_sql
 from service.storage.db import Store
 from service.storage.events import emit
@@ -37,6 +40,10 @@ TOUCH_EVERY = 60.0
 INVITE_VALID = 14 * 86400.0  # spec Limits: an invitation link is valid for 14 days
 INVALID_INVITE = "The invitation is not valid: unknown, already used, replaced by a resend, or expired."
 INVITE_EMAIL_MISMATCH = "The invitation was sent to a different email address."
+EXISTING_PERSON = ("This email address already has an account: log in as it to accept the invitation. "
+                   "An invitation never sets a password.")
+NOT_LINKED = ("This email address already has an account, and this identity provider account is not linked "
+              "to it: log in, link the provider from your account page, then accept the invitation.")
 
 
 def new_key() -> str:
@@ -64,18 +71,20 @@ class AccountsActor(PeopleHandlers, Actor):
 
     # -- organizations and members ---------------------------------------------------------
     async def on_CreateOrg(self, m: CreateOrg) -> dict:
+        name = check_org_name(m.name)
+        check_email(m.owner_email)
         now = self.clock.iso_now()
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
         key = new_key()
 
         def tx(conn):
-            sql.insert_org(conn, org_id, m.name, now, m.approved)
+            sql.insert_org(conn, org_id, name, now, m.approved)
             sql.insert_user(conn, user_id, org_id, m.owner_email, "owner", now)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default",
                                           slug="default", is_default=1, created_by=user_id, created_at=now))
             self._insert_key(conn, org_id, user_id, key, "Default key", None, None, now)
             if m.identity is not None:
-                link_identity(conn, user_id, m.identity, now)
+                credentials.link_identity(conn, user_id, m.owner_email, m.identity, now, self.base_url)
 
         await self.store.write(tx)
         return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
@@ -101,9 +110,7 @@ class AccountsActor(PeopleHandlers, Actor):
 
     async def on_RenameOrg(self, m: RenameOrg) -> dict:
         """The organization's name (the dashboard's Settings page): 1 to 200 characters."""
-        name = m.name.strip()
-        if not name or len(name) > 200:
-            raise Unprocessable("name must be 1 to 200 characters.", {"field": "name"})
+        name = check_org_name(m.name)
 
         def tx(conn):
             if not sql.rename_org(conn, m.org_id, name):
@@ -114,6 +121,7 @@ class AccountsActor(PeopleHandlers, Actor):
 
     async def on_AddMember(self, m: AddMember) -> dict:
         _check_role(m.role)
+        check_email(m.email)
         now = self.clock.iso_now()
         user_id = sql.new_id()
         key = new_key()
@@ -179,6 +187,7 @@ class AccountsActor(PeopleHandlers, Actor):
 
     async def on_Invite(self, m: Invite) -> dict:
         _check_role(m.role)
+        check_email(m.email)
         now = self.clock.now()
         now_iso = iso(now)
         invitation_id, member_id = sql.new_id(), sql.new_id()
@@ -217,6 +226,12 @@ class AccountsActor(PeopleHandlers, Actor):
                 "role": inv["role"], "expires_at": expires, "token": token}
 
     async def on_AcceptInvite(self, m: AcceptInvite) -> dict:
+        """Accept once. Who accepts decides what may happen to credentials: a person who
+        already exists (a membership, a password) must be signed in as themselves
+        (`signed_in_email`) or come through a provider account already linked to them, and
+        nothing of their credentials changes; only a brand-new address sets a password or
+        links a provider, because the link itself came by mail. The operator API passes
+        none of these: a membership, no credential."""
         now_iso = self.clock.iso_now()
         digest = m.token_hash or hashlib.sha256((m.token or "").encode()).hexdigest()
         key = new_key()
@@ -225,28 +240,47 @@ class AccountsActor(PeopleHandlers, Actor):
             inv = sql.invitation_by_token(conn, digest)
             if inv is None or inv["accepted_at"] is not None or inv["expires_at"] <= now_iso:
                 raise NotFound(INVALID_INVITE)
-            if m.identity is not None and (m.identity.email or "").lower() != inv["email"].lower():
+            email = inv["email"]
+            known = identity_sql.person_known(conn, email)
+            if m.signed_in_email is not None and m.signed_in_email.lower() != email.lower():
                 raise Forbidden(INVITE_EMAIL_MISMATCH)
+            if m.identity is not None:
+                if (m.identity.email or "").lower() != email.lower():
+                    raise Forbidden(INVITE_EMAIL_MISMATCH)
+                linked = identity_sql.identity_person(conn, m.identity.issuer, m.identity.subject)
+                if known and (linked is None or linked["email"].lower() != email.lower()):
+                    raise Forbidden(NOT_LINKED)
+                if linked is not None and linked["email"].lower() != email.lower():
+                    raise Conflict(IDENTITY_TAKEN)
+            if m.password_hash is not None and known:
+                raise Conflict(EXISTING_PERSON)
             sql.accept_invitation(conn, inv["id"], now_iso)
-            sql.insert_user(conn, inv["member_id"], inv["organization_id"], inv["email"], inv["role"], now_iso)
+            sql.insert_user(conn, inv["member_id"], inv["organization_id"], email, inv["role"], now_iso)
             self._insert_key(conn, inv["organization_id"], inv["member_id"], key, "Default key", None, None,
                              now_iso)
             emit(conn, inv["organization_id"], "member.joined",
-                 {"member_id": inv["member_id"], "member_email": inv["email"], "role": inv["role"]}, now_iso)
-            if m.identity is not None:
-                link_identity(conn, inv["member_id"], m.identity, now_iso)
+                 {"member_id": inv["member_id"], "member_email": email, "role": inv["role"]}, now_iso)
+            if m.identity is not None and not known:
+                credentials.link_identity(conn, inv["member_id"], email, m.identity, now_iso, self.base_url)
             if m.password_hash is not None:
-                if sessions_sql.password_hash(conn, inv["email"]) is not None:
-                    raise Conflict("This email address already has a password.")
-                sessions_sql.set_password(conn, inv["email"], m.password_hash, now_iso)
+                credentials.set_password(conn, email, m.password_hash, now_iso, credentials.PASSWORD_SET,
+                                         self.base_url)
             return inv
 
         inv = await self.store.write(tx)
         return {"user_id": inv["member_id"], "organization_id": inv["organization_id"], "api_key": key}
 
     async def on_LinkIdentity(self, m: LinkIdentity) -> None:
+        """Link a provider account to the person signed in as `user_id` (their session is the proof)."""
         now_iso = self.clock.iso_now()
-        await self.store.write(lambda conn: link_identity(conn, m.user_id, m.identity, now_iso))
+
+        def tx(conn):
+            email = sql.user_email(conn, m.user_id)
+            if email is None:
+                raise NotFound("Member not found.")
+            credentials.link_identity(conn, m.user_id, email, m.identity, now_iso, self.base_url)
+
+        await self.store.write(tx)
 
     # -- API keys ----------------------------------------------------------------------------
     def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:

@@ -109,11 +109,13 @@ class Accounts(Registry):
         token_hash: str | None = None,
         identity: Identity | None = None,
         password_hash: str | None = None,
+        signed_in_email: str | None = None,
         timeout: float = ASK_TIMEOUT,
     ) -> Any:
         return await self.ask(
             KEY_ACCOUNTS,
-            AcceptInvite(token=token, token_hash=token_hash, identity=identity, password_hash=password_hash),
+            AcceptInvite(token=token, token_hash=token_hash, identity=identity, password_hash=password_hash,
+                         signed_in_email=signed_in_email),
             timeout,
         )
 
@@ -182,8 +184,10 @@ class Accounts(Registry):
     async def operator_reset(self, email: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, OperatorReset(email), timeout)
 
-    async def reset_password(self, token: str, password_hash: str, timeout: float = ASK_TIMEOUT) -> Any:
-        return await self.ask(KEY_ACCOUNTS, ResetPassword(token, password_hash), timeout)
+    async def reset_password(
+        self, token: str, password_hash: str, revoke_keys: bool = False, timeout: float = ASK_TIMEOUT
+    ) -> Any:
+        return await self.ask(KEY_ACCOUNTS, ResetPassword(token, password_hash, revoke_keys), timeout)
 
 
 class Sessions(Registry):
@@ -194,17 +198,21 @@ class Sessions(Registry):
         self.tell(KEY_SESSIONS, TouchSession(session_id, at))
 
     async def start_session(
-        self, user_id: str, org_id: str, previous_token: str | None = None, timeout: float = ASK_TIMEOUT
+        self, user_id: str, org_id: str, previous_token: str | None = None, chosen: bool = True,
+        timeout: float = ASK_TIMEOUT,
     ) -> Any:
-        return await self.ask(KEY_SESSIONS, StartSession(user_id, org_id, previous_token=previous_token), timeout)
+        return await self.ask(KEY_SESSIONS, StartSession(user_id, org_id, previous_token=previous_token,
+                                                         chosen=chosen), timeout)
 
     async def end_session(self, token: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_SESSIONS, EndSession(token), timeout)
 
     async def set_password(
-        self, email: str, password_hash: str, user_id: str, org_id: str, timeout: float = ASK_TIMEOUT
+        self, email: str, password_hash: str, user_id: str, org_id: str, had_password: bool = True,
+        timeout: float = ASK_TIMEOUT,
     ) -> Any:
-        return await self.ask(KEY_SESSIONS, SetPassword(email, password_hash, user_id, org_id), timeout)
+        return await self.ask(KEY_SESSIONS, SetPassword(email, password_hash, user_id, org_id, had_password),
+                              timeout)
 
     async def rehash_password(self, email: str, old_hash: str, new_hash: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_SESSIONS, RehashPassword(email, old_hash, new_hash), timeout)

@@ -1,0 +1,50 @@
+"""Every change of how a person signs in goes through here, inside the transaction of the
+change: the new password (every session of the person ends, every reset link issued before
+stops working), a linked identity-provider account, and a mail to the person saying so.
+
+Who may call these is the callers' rule (docs/security-identity.md): someone who proved
+control of the mailbox with a link sent only by mail, or who is signed in as that person.
+"""
+
+from __future__ import annotations
+
+from service.actors.member_rules import Identity
+from service.actors.member_rules import link_identity as link_on_subject
+from service.mail import messages
+from service.storage import accounts as accounts_sql
+from service.storage import identity as identity_sql
+from service.storage import mail as mail_sql
+from service.storage import sessions as sessions_sql
+from service.storage.events import emit
+
+PASSWORD_SET = "a password was set"
+PASSWORD_CHANGED = "the password was changed"
+PASSWORD_RESET = "the password was reset with a link sent to this address"
+
+
+def notify(conn, email: str, change: str, now_iso: str, base_url: str) -> None:
+    mail = messages.credential_changed(change, base_url)
+    mail_sql.enqueue(conn, None, email, mail.kind, mail.subject, mail.text, mail.html, now_iso)
+
+
+def set_password(conn, email: str, hashed: str, now_iso: str, change: str, base_url: str) -> None:
+    sessions_sql.set_password(conn, email, hashed, now_iso)  # also ends every session of the person
+    identity_sql.spend_reset_links(conn, email, now_iso)
+    notify(conn, email, change, now_iso, base_url)
+
+
+def link_identity(conn, user_id: str, person_email: str, identity: Identity, now_iso: str,
+                  base_url: str) -> None:
+    link_on_subject(conn, user_id, identity, now_iso)
+    notify(conn, person_email, f"an identity-provider account ({identity.issuer}) was linked", now_iso, base_url)
+
+
+def revoke_keys(conn, email: str, now_iso: str) -> int:
+    """Revoke every live API key the person created, in every organization (each with its
+    `api_key.revoked` event). Returns how many."""
+    rows = identity_sql.live_keys_of(conn, email)
+    for k in rows:
+        accounts_sql.revoke_key(conn, k["id"], now_iso)
+        data = {f: k[f] for f in ("name", "key_prefix", "user_id", "role_id", "expires_at")} | {"key_id": k["id"]}
+        emit(conn, k["organization_id"], "api_key.revoked", data, now_iso)
+    return len(rows)
