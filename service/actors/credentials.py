@@ -27,10 +27,13 @@ def notify(conn, email: str, change: str, now_iso: str, base_url: str) -> None:
     mail_sql.enqueue(conn, None, email, mail.kind, mail.subject, mail.text, mail.html, now_iso)
 
 
-def set_password(conn, email: str, hashed: str, now_iso: str, change: str, base_url: str) -> None:
+def set_password(conn, email: str, hashed: str, now_iso: str, change: str | None, base_url: str) -> None:
+    """`change` None only for the password a sign-up chose, set by following that sign-up's
+    own confirmation mail: that mail already told the mailbox what the sign-up does."""
     sessions_sql.set_password(conn, email, hashed, now_iso)  # also ends every session of the person
     identity_sql.spend_reset_links(conn, email, now_iso)
-    notify(conn, email, change, now_iso, base_url)
+    if change is not None:
+        notify(conn, email, change, now_iso, base_url)
 
 
 def link_identity(conn, user_id: str, person_email: str, identity: Identity, now_iso: str,

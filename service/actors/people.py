@@ -144,8 +144,8 @@ class PeopleHandlers:
                 mail_sql.confirm_org(conn, org["id"], now_iso)
                 held = identity_sql.take_signup_password(conn, org["id"])
                 if held is not None and sessions_sql.password_hash(conn, row["email"]) is None:
-                    credentials.set_password(conn, row["email"], held["password_hash"], now_iso,
-                                             credentials.PASSWORD_SET, self.base_url)
+                    credentials.set_password(conn, row["email"], held["password_hash"], now_iso, None,
+                                             self.base_url)
             return {"organization_id": org["id"], "name": org["name"], "already": already}
 
         return await self.store.write(tx)
