@@ -372,3 +372,31 @@ async def test_linked_provider_accepts_for_its_person_and_linking_mails(oidc_nod
     n.client.cookie_jar.clear()
     r = await sign_in(n, "lee-sub")
     assert r.status_code == 303 and r.headers["Location"].startswith("/organizations?next=")
+
+
+async def test_unlink_keeps_a_way_in_and_mails(oidc_node):
+    from service.actors.credentials import ONLY_WAY_IN
+    from service.actors.sessions import StartSession
+
+    n = oidc_node
+    org = await n.create_org(email="uma@acme.test")  # operator-made: no password
+    out = await n.parts.sessions.ask("sessions", StartSession(org["owner_user_id"], org["organization_id"]))
+    n.client.set_cookie("localhost", "gs_session", out["token"])
+    await set_claims(n.issuer, "uma-sub", email="uma@acme.test", email_verified=True)
+    assert (await sign_in(n, "uma-sub", form={"next": "/account"}, from_page="/account")).status_code == 303
+    _, html = await page(n.client, "/account")
+    assert "Unlink TestID" in html
+    r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
+    assert r.status_code == 409 and ONLY_WAY_IN in await body(r)
+    assert n.store.scalar("SELECT count(*) FROM identities") == 1
+    r = await n.client.post("/account/password", form={"csrf_token": csrf(html), "new_password": "uma's own passphrase"})
+    assert r.status_code == 303
+    _, html = await page(n.client, "/account")
+    r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
+    assert r.status_code == 303 and n.store.scalar("SELECT count(*) FROM identities") == 0
+    mails = [row["body"] for row in n.store.all("SELECT body FROM emails WHERE kind = 'credential_changed' "
+                                                "AND to_address = 'uma@acme.test' ORDER BY rowid")]
+    assert len(mails) == 3 and "was linked" in mails[0] and "a password was set" in mails[1]
+    assert "was unlinked" in mails[2]
+    r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
+    assert r.status_code == 404 and "This identity provider is not linked to your account." in await body(r)

@@ -78,6 +78,13 @@ class LinkIdentity:
 
 
 @dataclass
+class UnlinkIdentity:
+    """The signed-in person `email` unlinks their account at the provider `issuer`."""
+    email: str
+    issuer: str
+
+
+@dataclass
 class CreateKey:
     org_id: str
     user_id: str

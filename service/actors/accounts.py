@@ -13,7 +13,8 @@ from typing import Any
 from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
 from service.actors.account_messages import (  # noqa: F401 - re-exported: the routes send these
     AcceptInvite, AddMember, ApproveOrg, ArchiveProject, ChangeRole, CreateKey, CreateOrg, CreateProject, Invite,
-    LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UpdateKey, UpdateProject,
+    LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UnlinkIdentity, UpdateKey,
+    UpdateProject,
 )
 from service.actors.runtime import Actor
 from service.clock import Clock, iso

@@ -1,6 +1,7 @@
 """Every change of how a person signs in goes through here, inside the transaction of the
 change: the new password (every session of the person ends, every reset link issued before
-stops working), a linked identity-provider account, and a mail to the person saying so.
+stops working), a linked or unlinked identity-provider account, and a mail to the person
+saying so.
 
 Who may call these is the callers' rule (docs/security-identity.md): someone who proved
 control of the mailbox with a link sent only by mail, or who is signed in as that person.
@@ -9,6 +10,7 @@ control of the mailbox with a link sent only by mail, or who is signed in as tha
 from __future__ import annotations
 
 from service.actors.member_rules import Identity
+from service.errors import Conflict, NotFound
 from service.actors.member_rules import link_identity as link_on_subject
 from service.mail import messages
 from service.storage import accounts as accounts_sql
@@ -40,6 +42,21 @@ def link_identity(conn, user_id: str, person_email: str, identity: Identity, now
                   base_url: str) -> None:
     link_on_subject(conn, user_id, identity, now_iso)
     notify(conn, person_email, f"an identity-provider account ({identity.issuer}) was linked", now_iso, base_url)
+
+
+NOT_LINKED_HERE = "This identity provider is not linked to your account."
+ONLY_WAY_IN = "This is your only way to sign in: set a password first, then unlink it."
+
+
+def unlink_identity(conn, email: str, issuer: str, now_iso: str, base_url: str) -> None:
+    linked = identity_sql.identities_of_person(conn, email)
+    if not any(r["issuer"] == issuer for r in linked):
+        raise NotFound(NOT_LINKED_HERE)
+    others = [r for r in linked if r["issuer"] != issuer]
+    if not others and sessions_sql.password_hash(conn, email) is None:
+        raise Conflict(ONLY_WAY_IN)
+    identity_sql.delete_identities(conn, email, issuer)
+    notify(conn, email, f"an identity-provider account ({issuer}) was unlinked", now_iso, base_url)
 
 
 def revoke_keys(conn, email: str, now_iso: str) -> int:

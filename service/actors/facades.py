@@ -25,6 +25,7 @@ from service.actors.account_messages import (
     ResendInvite,
     RevokeKey,
     TouchKey,
+    UnlinkIdentity,
     UpdateKey,
     UpdateProject,
 )
@@ -121,6 +122,9 @@ class Accounts(Registry):
 
     async def link_identity(self, user_id: str, identity: Identity, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, LinkIdentity(user_id, identity), timeout)
+
+    async def unlink_identity(self, email: str, issuer: str, timeout: float = ASK_TIMEOUT) -> Any:
+        return await self.ask(KEY_ACCOUNTS, UnlinkIdentity(email, issuer), timeout)
 
     async def create_key(
         self,

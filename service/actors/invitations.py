@@ -13,7 +13,7 @@ import secrets
 from typing import Callable
 
 from service.actors import credentials
-from service.actors.account_messages import AcceptInvite, Invite, LinkIdentity, ResendInvite
+from service.actors.account_messages import AcceptInvite, Invite, LinkIdentity, ResendInvite, UnlinkIdentity
 from service.actors.member_rules import IDENTITY_TAKEN
 from service.actors.org_rules import check_email
 from service.actors.people import PeopleHandlers
@@ -157,6 +157,14 @@ class InvitationHandlers(PeopleHandlers):
 
         await self.store.write(tx)
 
+    async def on_UnlinkIdentity(self, m: UnlinkIdentity) -> None:
+        """Unlink, unless it is the person's only way to sign in (no password, no other link)."""
+        now_iso = self.clock.iso_now()
+
+        def tx(conn):
+            credentials.unlink_identity(conn, m.email, m.issuer, now_iso, self.base_url)
+
+        await self.store.write(tx)
 
 
 def require_org(conn, org_id: str) -> None:

@@ -49,6 +49,11 @@ def identities_of_person(conn_or_store, email: str) -> list[dict]:
                     "JOIN users u ON u.id = i.user_id WHERE u.email = ? COLLATE NOCASE", (email,))
 
 
+def delete_identities(conn, email: str, issuer: str) -> None:
+    conn.execute("DELETE FROM identities WHERE issuer = ? AND user_id IN "
+                 "(SELECT id FROM users WHERE email = ? COLLATE NOCASE)", (issuer, email))
+
+
 def spend_reset_links(conn, email: str, now_iso: str) -> None:
     """A credential changed: every reset link issued before stops working."""
     conn.execute("UPDATE mail_tokens SET used_at = ? WHERE email = ? AND purpose = 'reset' AND used_at IS NULL",

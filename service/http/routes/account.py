@@ -79,6 +79,22 @@ async def change_password():
     return resp
 
 
+@bp.post("/account/identities/<key>/unlink")
+@hide
+@csrf_protected
+@page(waiting_ok=True)
+async def unlink_identity(key: str):
+    """Unlink a provider account from the signed-in person (a mail tells them); refused when
+    it is their only way to sign in."""
+    provider = node().oidc.get(key)
+    if provider is None:
+        raise PageError(404, "Not unlinked", "This identity provider is not configured.")
+    s = current_session()
+    assert s is not None  # @page let the request in
+    await _ask(node().accounts.unlink_identity(s.email, provider.config.issuer))
+    return redirect("/account", 303)
+
+
 @bp.post("/account/members/<user_id>/role")
 @hide
 @csrf_protected

@@ -84,7 +84,7 @@ async def accept():
     s = current_session()
     if s is not None and not same_person(s.email, inv["email"]):
         raise PageError(403, "Invitation not accepted", INVITE_EMAIL_MISMATCH)
-    kw: dict = {"signed_in_email": s.email} if s is not None else {}
+    kw = {"signed_in_email": s.email} if s is not None else {}
     if s is None:
         throttle(inv["email"])
         existing = sql.password_hash(svc.store, inv["email"])
