@@ -334,3 +334,20 @@ async def test_organization_name_shape(node, name, message):
 async def test_sign_up_refuses_control_characters_in_the_name(node):
     r = await sign_up(node.client, "ctl@acme.test", PW, "Acme\x00Corp")
     assert r.status_code == 422 and CONTROL_NAME in await r.get_data(as_text=True)
+
+
+async def test_no_invitation_link_in_the_log_with_smtp(mail_node, smtp, caplog):
+    """With SMTP set the invitation link reaches the invited mailbox and nothing else: not
+    the log (the mail's, the request log of the page it opens), not a page."""
+    import logging
+
+    from smtp_server import text_part
+
+    caplog.set_level(logging.DEBUG)
+    org = await mail_node.create_org()
+    inv = await invite_api(mail_node, org["organization_id"], "logged@acme.test")
+    [mail] = await smtp.wait_for("logged@acme.test")
+    assert f"http://testserver/invitations/accept?token={inv['token']}" in text_part(mail)
+    assert (await mail_node.client.get(f"/invitations/accept?token={inv['token']}")).status_code == 200
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name != "mail.log")  # mail.log: the test's SMTP server
+    assert inv["token"] not in ours and "invitations/accept?token" not in ours
