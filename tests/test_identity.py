@@ -351,3 +351,12 @@ async def test_no_invitation_link_in_the_log_with_smtp(mail_node, smtp, caplog):
     assert (await mail_node.client.get(f"/invitations/accept?token={inv['token']}")).status_code == 200
     ours = "\n".join(r.getMessage() for r in caplog.records if r.name != "mail.log")  # mail.log: the test's SMTP server
     assert inv["token"] not in ours and "invitations/accept?token" not in ours
+
+
+def test_admin_accept_invite_is_the_operator_route():
+    """`genservice admin accept-invite TOKEN` is the operator's accept: a membership, never a
+    credential (test_c1_takeover_through_the_api_is_refused)."""
+    from service.cli import build_parser
+
+    args = build_parser().parse_args(["admin", "accept-invite", "inv_x"])
+    assert args.handler(args) == ("POST", "/invitations/accept", {"token": "inv_x"})
