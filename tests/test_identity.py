@@ -360,3 +360,11 @@ def test_admin_accept_invite_is_the_operator_route():
 
     args = build_parser().parse_args(["admin", "accept-invite", "inv_x"])
     assert args.handler(args) == ("POST", "/invitations/accept", {"token": "inv_x"})
+
+
+async def test_held_sign_up_passwords_go_once_their_link_is_dead(node, mock_clock):
+    await sign_up(node.client, "late@hijack.test", PW, "Never Confirmed")
+    assert node.store.scalar("SELECT count(*) FROM signup_passwords") == 1
+    node.clock.advance(7 * 86400 + 1)
+    await sign_up(node.app.test_client(), "next@hijack.test", PW, "Next One")
+    assert [r["email"] for r in node.store.all("SELECT email FROM signup_passwords")] == ["next@hijack.test"]

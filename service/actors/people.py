@@ -120,6 +120,7 @@ class PeopleHandlers:
             sql.insert_user(conn, user_id, org_id, m.email, "owner", now_iso)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default", slug="default",
                                           is_default=1, created_by=user_id, created_at=now_iso))
+            identity_sql.drop_stale_signup_passwords(conn, _at(now - CONFIRM_VALID))
             identity_sql.hold_signup_password(conn, org_id, m.email, m.password_hash, now_iso)
             link = self._link(conn, "confirm", m.email, org_id, now, CONFIRM_VALID, "/confirm")
             self.queue_mail(conn, org_id, m.email, messages.confirmation(m.org_name, CONFIRM_DAYS), now_iso, link)

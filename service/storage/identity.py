@@ -72,6 +72,11 @@ def hold_signup_password(conn, org_id: str, email: str, password_hash: str, now_
                  "VALUES (?,?,?,?)", (org_id, email, password_hash, now_iso))
 
 
+def drop_stale_signup_passwords(conn, before_iso: str) -> None:
+    """Held passwords of sign-ups whose confirmation link has expired: nothing can use them."""
+    conn.execute("DELETE FROM signup_passwords WHERE created_at < ?", (before_iso,))
+
+
 def take_signup_password(conn, org_id: str) -> dict | None:
     row = conn.execute("SELECT * FROM signup_passwords WHERE organization_id = ?", (org_id,)).fetchone()
     conn.execute("DELETE FROM signup_passwords WHERE organization_id = ?", (org_id,))
