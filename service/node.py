@@ -217,7 +217,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.recoveries.append(_start_retention(node))
 
     # people: browser sessions, login throttles, identity providers
-    node.sessions = node._registry(Sessions("sessions", lambda key: SessionsActor(store, clock), clock))
+    node.sessions = node._registry(Sessions("sessions", lambda key: SessionsActor(store, clock, settings.public_base_url), clock))
     node.page_secret = load_secret(settings.data_dir, "page-secret")
     node.login_by_address = Throttle(clock, burst=20, every=6.0)   # 20 at once, then 10 a minute
     node.login_by_account = Throttle(clock, burst=5, every=60.0)   # 5 at once, then 1 a minute

@@ -155,13 +155,13 @@ async def test_members_change_role_resend_and_remove(node):
     r = await node.client.post("/members/invite", form={"csrf_token": csrf(html), "email": "new@acme.test",
                                                         "role": "member"})
     body = await r.get_data(as_text=True)
-    assert r.status_code == 201 and "/invitations/accept?token=" in body
-    first = body.split("/invitations/accept?token=")[1].split("<")[0]
-    inv = node.store.one("SELECT id FROM invitations WHERE email = 'new@acme.test'")
+    # the link goes only to the invited mailbox: never shown to the inviter (issue 22, C1)
+    assert r.status_code == 201 and "Invitation sent to new@acme.test" in body and "token=" not in body
+    inv = node.store.one("SELECT id, token_hash FROM invitations WHERE email = 'new@acme.test'")
     r = await node.client.post(f"/members/invitations/{inv['id']}/resend", form={"csrf_token": csrf(html)})
     body = await r.get_data(as_text=True)
-    second = body.split("/invitations/accept?token=")[1].split("<")[0]
-    assert r.status_code == 200 and second != first
+    assert r.status_code == 200 and "Invitation sent to new@acme.test" in body and "token=" not in body
+    assert node.store.scalar("SELECT token_hash FROM invitations WHERE id = ?", (inv["id"],)) != inv["token_hash"]
     member = await node.add_member(org_id, "member", "m2@acme.test")
     r = await node.client.post(f"/members/{member['user_id']}/role", form={"csrf_token": csrf(html),
                                                                           "role": "read_only"})

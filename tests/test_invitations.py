@@ -63,10 +63,10 @@ async def test_link_valid_14_days(node, autojump_clock):
 async def test_invite_rejects_unknown_role_and_org(node):
     org = await node.create_org()
     r = await node.op("POST", f"/organizations/{org['organization_id']}/invitations",
-                      {"email": "x@y", "role": "god"})
+                      {"email": "x@y.test", "role": "god"})
     assert r.status_code == 422
     r = await node.op("POST", "/organizations/00000000-0000-4000-8000-000000000000/invitations",
-                      {"email": "x@y", "role": "member"})
+                      {"email": "x@y.test", "role": "member"})
     assert r.status_code == 404
     assert node.store.scalar("SELECT count(*) FROM invitations") == 0
 

@@ -320,3 +320,83 @@ def test_provider_settings():
         configured(Settings(oidc_providers=[{"name": "A", "issuer": "i", "client_id": "c"}] * 2))
     with pytest.raises(ValueError, match="unknown keys scope"):
         configured(Settings(oidc_providers=[{"name": "A", "issuer": "i", "client_id": "c", "scope": "x"}]))
+
+
+async def test_bad_email_shape_is_refused(oidc_node):
+    n = oidc_node
+    await set_claims(n.issuer, "shape-sub", email="a@x.test, b@x.test", email_verified=True)
+    r = await sign_in(n, "shape-sub")
+    assert r.status_code == 403
+    assert "The email address of your TestID account is not one this service can use." in await body(r)
+    assert n.store.scalar("SELECT count(*) FROM users") == 0
+
+
+async def test_invitation_never_links_a_provider_to_an_existing_person(oidc_node):
+    """Issue 22, C1: an existing person (here operator-made, no password) accepts only as
+    themselves; a provider account that claims their verified email is not linked."""
+    from service.actors.accounts import NOT_LINKED
+
+    n = oidc_node
+    await n.create_org(name="Victim", email="ceo@victim.test")
+    other = await n.create_org(name="Other", email="boss@other.test")
+    r = await n.op("POST", f"/organizations/{other['organization_id']}/invitations",
+                   {"email": "ceo@victim.test", "role": "owner"})
+    token = (await r.get_json())["data"]["token"]
+    await set_claims(n.issuer, "claims-ceo", email="ceo@victim.test", email_verified=True)
+    r = await sign_in(n, "claims-ceo", form={"invitation": token}, from_page=f"/invitations/accept?token={token}")
+    assert r.status_code == 403 and NOT_LINKED in await body(r)
+    assert n.store.scalar("SELECT count(*) FROM identities") == 0
+    assert await events(n, "member.joined") == []
+
+
+async def test_linked_provider_accepts_for_its_person_and_linking_mails(oidc_node):
+    n = oidc_node
+    home = await n.create_org(name="Home", email="lee@acme.test")
+    from service.actors.sessions import StartSession
+    out = await n.parts.sessions.ask("sessions", StartSession(home["owner_user_id"], home["organization_id"]))
+    n.client.set_cookie("localhost", "gs_session", out["token"])
+    await set_claims(n.issuer, "lee-sub", email="lee@acme.test", email_verified=True)
+    assert (await sign_in(n, "lee-sub", form={"next": "/account"}, from_page="/account")).status_code == 303
+    [notice] = n.store.all("SELECT body FROM emails WHERE kind = 'credential_changed' AND to_address = 'lee@acme.test'")
+    assert "an identity-provider account" in notice["body"] and "was linked" in notice["body"]
+    n.client.cookie_jar.clear()
+    other = await n.create_org(name="Other", email="boss@other.test")
+    r = await n.op("POST", f"/organizations/{other['organization_id']}/invitations",
+                   {"email": "lee@acme.test", "role": "member"})
+    token = (await r.get_json())["data"]["token"]
+    r = await sign_in(n, "lee-sub", form={"invitation": token}, from_page=f"/invitations/accept?token={token}")
+    assert r.status_code == 303
+    assert n.store.scalar("SELECT organization_id FROM sessions ORDER BY rowid DESC LIMIT 1") == other["organization_id"]
+    assert n.store.scalar("SELECT count(*) FROM identities") == 1
+    # the person now has two organizations: a later provider sign-in goes to the switcher
+    n.client.cookie_jar.clear()
+    r = await sign_in(n, "lee-sub")
+    assert r.status_code == 303 and r.headers["Location"].startswith("/organizations?next=")
+
+
+async def test_unlink_keeps_a_way_in_and_mails(oidc_node):
+    from service.actors.credentials import ONLY_WAY_IN
+    from service.actors.sessions import StartSession
+
+    n = oidc_node
+    org = await n.create_org(email="uma@acme.test")  # operator-made: no password
+    out = await n.parts.sessions.ask("sessions", StartSession(org["owner_user_id"], org["organization_id"]))
+    n.client.set_cookie("localhost", "gs_session", out["token"])
+    await set_claims(n.issuer, "uma-sub", email="uma@acme.test", email_verified=True)
+    assert (await sign_in(n, "uma-sub", form={"next": "/account"}, from_page="/account")).status_code == 303
+    _, html = await page(n.client, "/account")
+    assert "Unlink TestID" in html
+    r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
+    assert r.status_code == 409 and ONLY_WAY_IN in await body(r)
+    assert n.store.scalar("SELECT count(*) FROM identities") == 1
+    r = await n.client.post("/account/password", form={"csrf_token": csrf(html), "new_password": "uma's own passphrase"})
+    assert r.status_code == 303
+    _, html = await page(n.client, "/account")
+    r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
+    assert r.status_code == 303 and n.store.scalar("SELECT count(*) FROM identities") == 0
+    mails = [row["body"] for row in n.store.all("SELECT body FROM emails WHERE kind = 'credential_changed' "
+                                                "AND to_address = 'uma@acme.test' ORDER BY rowid")]
+    assert len(mails) == 3 and "was linked" in mails[0] and "a password was set" in mails[1]
+    assert "was unlinked" in mails[2]
+    r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
+    assert r.status_code == 404 and "This identity provider is not linked to your account." in await body(r)

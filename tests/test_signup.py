@@ -134,19 +134,21 @@ async def test_known_address_gets_the_same_page_and_a_mail(mail_node, smtp):
     assert node.store.scalar("SELECT count(*) FROM organizations") == 2  # Acme and fresh's, nothing more
 
 
-async def test_second_sign_up_while_unconfirmed_mails_a_new_link(mail_node, smtp):
+async def test_second_sign_up_while_unconfirmed_is_its_own(mail_node, smtp):
+    """An unconfirmed sign-up neither blocks nor absorbs a later one (issue 22, M4): each has
+    its own organization and link, and a link confirms only its own sign-up."""
     node, email = mail_node, "twice@signup.test"
     await sign_up(node.client, email)
     await sign_up(node.client, email, organization="Other name")
-    first, second = await smtp.wait_for(email, 2)
-    assert "Lab One" in text_part(second)  # the waiting organization, not a second one
-    assert node.store.scalar("SELECT count(*) FROM organizations") == 1
-    link1, link2 = (path_of(link_in(m, "http://testserver/confirm?token=")) for m in (first, second))
-    assert link1 != link2
-    r = await node.client.get(link2)
+    mails = await smtp.wait_for(email, 2)
+    assert node.store.scalar("SELECT count(*) FROM organizations") == 2
+    links = {("Lab One" in text_part(m)): path_of(link_in(m, "http://testserver/confirm?token=")) for m in mails}
+    r = await node.client.get(links[False])
+    assert r.status_code == 200 and "Other name" in await r.get_data(as_text=True)
+    assert [o["name"] for o in await pending(node)] == ["Other name"]
+    assert [o["name"] for o in await pending(node, "unconfirmed")] == ["Lab One"]
+    r = await node.client.get(links[True])  # not spent by the other one
     assert r.status_code == 200 and "Email confirmed" in await r.get_data(as_text=True)
-    r = await node.client.get(link1)  # spent with the other one: the address is confirmed
-    assert r.status_code == 200 and "Email already confirmed" in await r.get_data(as_text=True)
 
 
 async def test_confirmation_link_twice_unknown_and_expired(mail_node, smtp, mock_clock):
@@ -236,13 +238,13 @@ def test_admin_pending_command():
     assert args.handler(args) == ("GET", "/organizations?status=pending", None)
 
 
-async def test_unconfirmed_person_sees_confirm_first(mail_node, smtp):
+async def test_unconfirmed_sign_up_cannot_log_in(mail_node, smtp):
+    """Until its own link is followed, a sign-up's password is held aside: it opens nothing."""
     node, email = mail_node, "early@signup.test"
     await sign_up(node.client, email)
-    assert (await login(node.client, email)).status_code == 303
-    r = await node.client.get("/account")
-    html = await r.get_data(as_text=True)
-    assert r.status_code == 403 and "Confirm your email address first" in html
+    r = await login(node.client, email)
+    assert r.status_code == 401 and "Email or password is incorrect." in await r.get_data(as_text=True)
+    assert node.store.scalar("SELECT count(*) FROM passwords") == 0
 
 
 async def test_keys_of_an_unapproved_organization_answer_401(node):

@@ -67,13 +67,21 @@ class AcceptInvite:
     token: str | None = None
     token_hash: str | None = None   # the digest, when the token itself is not kept (provider flow)
     identity: Identity | None = None  # accepted through a provider: its email must be the invited one
-    password_hash: str | None = None  # accepted with a new password (the email had none)
+    password_hash: str | None = None  # accepted with a new password (a brand-new address only)
+    signed_in_email: str | None = None  # the acceptor is signed in as this person (session or password)
 
 
 @dataclass
 class LinkIdentity:
     user_id: str
     identity: Identity
+
+
+@dataclass
+class UnlinkIdentity:
+    """The signed-in person `email` unlinks their account at the provider `issuer`."""
+    email: str
+    issuer: str
 
 
 @dataclass

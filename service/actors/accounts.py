@@ -7,23 +7,27 @@ touches are coalesced (at most one write per key per minute).
 
 from __future__ import annotations
 
-import hashlib
 import re
-import secrets
 from typing import Any
 
 from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
 from service.actors.account_messages import (  # noqa: F401 - re-exported: the routes send these
     AcceptInvite, AddMember, ApproveOrg, ArchiveProject, ChangeRole, CreateKey, CreateOrg, CreateProject, Invite,
-    LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UpdateKey, UpdateProject,
+    LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UnlinkIdentity, UpdateKey,
+    UpdateProject,
 )
 from service.actors.runtime import Actor
 from service.clock import Clock, iso
 from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
-from service.roles import ROLE_BY_ID, ROLE_IDS, within
-from service.actors.member_rules import Identity, check_caller, link_identity, not_last_owner  # noqa: F401
-from service.actors.people import PeopleHandlers
+from service.roles import ROLE_BY_ID, within
+from service.actors import credentials
+from service.actors.member_rules import Identity, check_caller, not_last_owner  # noqa: F401
+from service.actors.org_rules import check_email, check_org_name
+from service.actors.invitations import (  # noqa: F401 - re-exported for the pages
+    EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH, INVITE_VALID, NOT_LINKED, InvitationHandlers,
+    check_role, new_key, require_org,
+)
 from service.mail import messages
 from service.storage import accounts as sql
 from service.storage import sessions as sessions_sql
@@ -34,13 +38,6 @@ SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # \Z: `$` also
 SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
                 "and cannot start or end with a hyphen.")
 TOUCH_EVERY = 60.0
-INVITE_VALID = 14 * 86400.0  # spec Limits: an invitation link is valid for 14 days
-INVALID_INVITE = "The invitation is not valid: unknown, already used, replaced by a resend, or expired."
-INVITE_EMAIL_MISMATCH = "The invitation was sent to a different email address."
-
-
-def new_key() -> str:
-    return "aak_" + secrets.token_hex(24)
 
 
 def derive_slug(name: str) -> str:
@@ -52,7 +49,7 @@ def key_event_data(k: dict) -> dict:
     return {f: k[f] for f in ("name", "key_prefix", "user_id", "role_id", "expires_at")} | {"key_id": k["id"]}
 
 
-class AccountsActor(PeopleHandlers, Actor):
+class AccountsActor(InvitationHandlers, Actor):
     def __init__(self, store: Store, clock: Clock, mail=None) -> None:
         self.store = store
         self.clock = clock
@@ -64,18 +61,20 @@ class AccountsActor(PeopleHandlers, Actor):
 
     # -- organizations and members ---------------------------------------------------------
     async def on_CreateOrg(self, m: CreateOrg) -> dict:
+        name = check_org_name(m.name)
+        check_email(m.owner_email)
         now = self.clock.iso_now()
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
         key = new_key()
 
         def tx(conn):
-            sql.insert_org(conn, org_id, m.name, now, m.approved)
+            sql.insert_org(conn, org_id, name, now, m.approved)
             sql.insert_user(conn, user_id, org_id, m.owner_email, "owner", now)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default",
                                           slug="default", is_default=1, created_by=user_id, created_at=now))
             self._insert_key(conn, org_id, user_id, key, "Default key", None, None, now)
             if m.identity is not None:
-                link_identity(conn, user_id, m.identity, now)
+                credentials.link_identity(conn, user_id, m.owner_email, m.identity, now, self.base_url)
 
         await self.store.write(tx)
         return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
@@ -101,9 +100,7 @@ class AccountsActor(PeopleHandlers, Actor):
 
     async def on_RenameOrg(self, m: RenameOrg) -> dict:
         """The organization's name (the dashboard's Settings page): 1 to 200 characters."""
-        name = m.name.strip()
-        if not name or len(name) > 200:
-            raise Unprocessable("name must be 1 to 200 characters.", {"field": "name"})
+        name = check_org_name(m.name)
 
         def tx(conn):
             if not sql.rename_org(conn, m.org_id, name):
@@ -113,13 +110,14 @@ class AccountsActor(PeopleHandlers, Actor):
         return {"organization_id": m.org_id, "name": name}
 
     async def on_AddMember(self, m: AddMember) -> dict:
-        _check_role(m.role)
+        check_role(m.role)
+        check_email(m.email)
         now = self.clock.iso_now()
         user_id = sql.new_id()
         key = new_key()
 
         def tx(conn):
-            _require_org(conn, m.org_id)
+            require_org(conn, m.org_id)
             sql.insert_user(conn, user_id, m.org_id, m.email, m.role, now)
             self._insert_key(conn, m.org_id, user_id, key, "Default key", None, None, now)
             emit(conn, m.org_id, "member.joined",
@@ -129,7 +127,7 @@ class AccountsActor(PeopleHandlers, Actor):
         return {"user_id": user_id, "api_key": key}
 
     async def on_ChangeRole(self, m: ChangeRole) -> dict:
-        _check_role(m.role)
+        check_role(m.role)
         now = self.clock.iso_now()
 
         def tx(conn):
@@ -164,89 +162,6 @@ class AccountsActor(PeopleHandlers, Actor):
                      {"member_id": m.user_id, "member_email": user["email"], "role": user["role"]}, now)
 
         await self.store.write(tx)
-
-    # -- invitations ---------------------------------------------------------------------------
-    def _new_link(self, now: float) -> tuple[str, str, str]:
-        token = "inv_" + secrets.token_hex(24)
-        return token, hashlib.sha256(token.encode()).hexdigest(), iso(now + INVITE_VALID)
-
-    def _invitation_mail(self, conn, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
-        """The invitation mail with its link (a resend mails the new link; the old one is dead)."""
-        org = sql.get_org(conn, org_id)
-        assert org is not None  # the caller's transaction has found the organization
-        self.queue_mail(conn, org_id, email, messages.invitation(org["name"], role, int(INVITE_VALID // 86400)), now_iso,
-                        f"{self.base_url}/invitations/accept?token={token}")
-
-    async def on_Invite(self, m: Invite) -> dict:
-        _check_role(m.role)
-        now = self.clock.now()
-        now_iso = iso(now)
-        invitation_id, member_id = sql.new_id(), sql.new_id()
-        token, digest, expires = self._new_link(now)
-
-        def tx(conn):
-            _require_org(conn, m.org_id)
-            sql.insert_invitation(conn, dict(id=invitation_id, organization_id=m.org_id, member_id=member_id,
-                                             email=m.email, role=m.role, token_hash=digest, created_at=now_iso,
-                                             expires_at=expires))
-            emit(conn, m.org_id, "member.invited", {"member_id": member_id, "member_email": m.email,
-                                                    "role": m.role}, now_iso)
-            self._invitation_mail(conn, m.org_id, m.email, m.role, token, now_iso)
-
-        await self.store.write(tx)
-        return {"invitation_id": invitation_id, "member_id": member_id, "email": m.email, "role": m.role,
-                "expires_at": expires, "token": token}
-
-    async def on_ResendInvite(self, m: ResendInvite) -> dict:
-        now = self.clock.now()
-        now_iso = iso(now)
-        token, digest, expires = self._new_link(now)
-
-        def tx(conn):
-            inv = sql.get_invitation(conn, m.org_id, m.invitation_id)
-            if inv is None or inv["accepted_at"] is not None:
-                raise NotFound("Invitation not found.")
-            sql.set_invitation_link(conn, inv["id"], digest, expires)
-            emit(conn, m.org_id, "member.invited", {"member_id": inv["member_id"], "member_email": inv["email"],
-                                                    "role": inv["role"]}, now_iso)
-            self._invitation_mail(conn, m.org_id, inv["email"], inv["role"], token, now_iso)
-            return inv
-
-        inv = await self.store.write(tx)
-        return {"invitation_id": inv["id"], "member_id": inv["member_id"], "email": inv["email"],
-                "role": inv["role"], "expires_at": expires, "token": token}
-
-    async def on_AcceptInvite(self, m: AcceptInvite) -> dict:
-        now_iso = self.clock.iso_now()
-        digest = m.token_hash or hashlib.sha256((m.token or "").encode()).hexdigest()
-        key = new_key()
-
-        def tx(conn):
-            inv = sql.invitation_by_token(conn, digest)
-            if inv is None or inv["accepted_at"] is not None or inv["expires_at"] <= now_iso:
-                raise NotFound(INVALID_INVITE)
-            if m.identity is not None and (m.identity.email or "").lower() != inv["email"].lower():
-                raise Forbidden(INVITE_EMAIL_MISMATCH)
-            sql.accept_invitation(conn, inv["id"], now_iso)
-            sql.insert_user(conn, inv["member_id"], inv["organization_id"], inv["email"], inv["role"], now_iso)
-            self._insert_key(conn, inv["organization_id"], inv["member_id"], key, "Default key", None, None,
-                             now_iso)
-            emit(conn, inv["organization_id"], "member.joined",
-                 {"member_id": inv["member_id"], "member_email": inv["email"], "role": inv["role"]}, now_iso)
-            if m.identity is not None:
-                link_identity(conn, inv["member_id"], m.identity, now_iso)
-            if m.password_hash is not None:
-                if sessions_sql.password_hash(conn, inv["email"]) is not None:
-                    raise Conflict("This email address already has a password.")
-                sessions_sql.set_password(conn, inv["email"], m.password_hash, now_iso)
-            return inv
-
-        inv = await self.store.write(tx)
-        return {"user_id": inv["member_id"], "organization_id": inv["organization_id"], "api_key": key}
-
-    async def on_LinkIdentity(self, m: LinkIdentity) -> None:
-        now_iso = self.clock.iso_now()
-        await self.store.write(lambda conn: link_identity(conn, m.user_id, m.identity, now_iso))
 
     # -- API keys ----------------------------------------------------------------------------
     def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
@@ -366,14 +281,4 @@ class AccountsActor(PeopleHandlers, Actor):
             return sql.get_project(conn, m.org_id, p["id"])
 
         return await self.store.write(tx)
-
-
-def _check_role(role: str) -> None:
-    if role not in ROLE_IDS:
-        raise Unprocessable(f"role must be one of {', '.join(ROLE_IDS)}.", {"role": role})
-
-
-def _require_org(conn, org_id: str) -> None:
-    if sql.get_org(conn, org_id) is None:
-        raise NotFound("Organization not found.")
 

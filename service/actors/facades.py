@@ -25,6 +25,7 @@ from service.actors.account_messages import (
     ResendInvite,
     RevokeKey,
     TouchKey,
+    UnlinkIdentity,
     UpdateKey,
     UpdateProject,
 )
@@ -109,16 +110,21 @@ class Accounts(Registry):
         token_hash: str | None = None,
         identity: Identity | None = None,
         password_hash: str | None = None,
+        signed_in_email: str | None = None,
         timeout: float = ASK_TIMEOUT,
     ) -> Any:
         return await self.ask(
             KEY_ACCOUNTS,
-            AcceptInvite(token=token, token_hash=token_hash, identity=identity, password_hash=password_hash),
+            AcceptInvite(token=token, token_hash=token_hash, identity=identity, password_hash=password_hash,
+                         signed_in_email=signed_in_email),
             timeout,
         )
 
     async def link_identity(self, user_id: str, identity: Identity, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, LinkIdentity(user_id, identity), timeout)
+
+    async def unlink_identity(self, email: str, issuer: str, timeout: float = ASK_TIMEOUT) -> Any:
+        return await self.ask(KEY_ACCOUNTS, UnlinkIdentity(email, issuer), timeout)
 
     async def create_key(
         self,
@@ -182,8 +188,10 @@ class Accounts(Registry):
     async def operator_reset(self, email: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, OperatorReset(email), timeout)
 
-    async def reset_password(self, token: str, password_hash: str, timeout: float = ASK_TIMEOUT) -> Any:
-        return await self.ask(KEY_ACCOUNTS, ResetPassword(token, password_hash), timeout)
+    async def reset_password(
+        self, token: str, password_hash: str, revoke_keys: bool = False, timeout: float = ASK_TIMEOUT
+    ) -> Any:
+        return await self.ask(KEY_ACCOUNTS, ResetPassword(token, password_hash, revoke_keys), timeout)
 
 
 class Sessions(Registry):
@@ -194,17 +202,21 @@ class Sessions(Registry):
         self.tell(KEY_SESSIONS, TouchSession(session_id, at))
 
     async def start_session(
-        self, user_id: str, org_id: str, previous_token: str | None = None, timeout: float = ASK_TIMEOUT
+        self, user_id: str, org_id: str, previous_token: str | None = None, chosen: bool = True,
+        timeout: float = ASK_TIMEOUT,
     ) -> Any:
-        return await self.ask(KEY_SESSIONS, StartSession(user_id, org_id, previous_token=previous_token), timeout)
+        return await self.ask(KEY_SESSIONS, StartSession(user_id, org_id, previous_token=previous_token,
+                                                         chosen=chosen), timeout)
 
     async def end_session(self, token: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_SESSIONS, EndSession(token), timeout)
 
     async def set_password(
-        self, email: str, password_hash: str, user_id: str, org_id: str, timeout: float = ASK_TIMEOUT
+        self, email: str, password_hash: str, user_id: str, org_id: str, had_password: bool = True,
+        timeout: float = ASK_TIMEOUT,
     ) -> Any:
-        return await self.ask(KEY_SESSIONS, SetPassword(email, password_hash, user_id, org_id), timeout)
+        return await self.ask(KEY_SESSIONS, SetPassword(email, password_hash, user_id, org_id, had_password),
+                              timeout)
 
     async def rehash_password(self, email: str, old_hash: str, new_hash: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_SESSIONS, RehashPassword(email, old_hash, new_hash), timeout)

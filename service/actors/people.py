@@ -5,19 +5,21 @@ Every mail is queued in the transaction of the change that causes it (service.st
 a mail's one-time link is sealed with the node key in the outbox row until it is sent, and the
 token itself is kept only as a SHA-256 digest (`mail_tokens`).
 
-- A sign-up makes an organization (Default project, the person as `owner`, their password)
-  that is `unconfirmed` and not approved, and mails a confirmation link (valid CONFIRM_DAYS).
-  A sign-up for an address with an active membership makes nothing and answers the same: it
-  mails that address instead, a fresh confirmation link when its own sign-up is still
-  unconfirmed, else a note that someone tried (no account enumeration). An address that has
-  a password but no membership left (a removed member) may sign up; its password stays the
-  one it had, so a sign-up never replaces a password someone else chose.
-- Confirming moves the organization to `pending` (waiting for the operator's approval).
-  A used link answers "already confirmed"; an unknown or expired one is refused.
+- A sign-up makes an organization (Default project, the person as `owner`) that is
+  `unconfirmed` and not approved, holds its password aside (`signup_passwords`) and mails a
+  confirmation link bound to that organization (valid CONFIRM_DAYS). An unconfirmed sign-up
+  sets no credential and blocks nothing: a later sign-up with the same address is made and
+  mailed the same way (pre-account hijack, M4). A sign-up for an address with a confirmed
+  membership makes nothing and answers the same page; that address gets a note that
+  someone tried (no account enumeration).
+- Confirming moves that one organization to `pending` (waiting for the operator's approval)
+  and, when the address has no password yet, sets the one its sign-up chose: the link proved
+  the mailbox. A sign-up never replaces a password the address already has. A used link
+  answers "already confirmed"; an unknown or expired one is refused.
 - A reset link (valid RESET_VALID seconds) is mailed only when the address is known; the
-  answer is the same either way. Using it sets the password, spends every other reset link
-  of the address, ends all the person's sessions in the same transaction, and confirms an
-  unconfirmed sign-up of the address (the mail proved it).
+  answer is the same either way. Using it sets the password, spends every reset link of the
+  address, ends all the person's sessions in the same transaction and, when asked, revokes
+  every API key they created. It confirms no sign-up: only a sign-up's own link does.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from service.actors import credentials
 from service.clock import Clock, iso
 from service.errors import NotFound
 from service.mail import messages
 from service.storage import accounts as sql
+from service.storage import identity as identity_sql
 from service.storage import mail as mail_sql
 from service.storage import sessions as sessions_sql
 from service.storage.db import Store
@@ -70,6 +74,7 @@ class OperatorReset:
 class ResetPassword:
     token: str
     password_hash: str
+    revoke_keys: bool = False
 
 
 def _at(t: float) -> str:
@@ -107,22 +112,16 @@ class PeopleHandlers:
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
 
         def tx(conn):
-            if mail_sql.has_membership(conn, m.email):
-                waiting = mail_sql.unconfirmed_signup(conn, m.email)
-                if waiting is not None:
-                    link = self._link(conn, "confirm", m.email, waiting["id"], now, CONFIRM_VALID, "/confirm")
-                    self.queue_mail(conn, waiting["id"], m.email, messages.signup_again(waiting["name"], CONFIRM_DAYS),
-                                    now_iso, link)
-                else:
-                    self.queue_mail(conn, None, m.email, messages.signup_exists(self.base_url), now_iso)
+            if identity_sql.has_confirmed_membership(conn, m.email):
+                self.queue_mail(conn, None, m.email, messages.signup_exists(self.base_url), now_iso)
                 return None
             sql.insert_org(conn, org_id, m.org_name, now_iso, False)
             mail_sql.mark_unconfirmed(conn, org_id)
             sql.insert_user(conn, user_id, org_id, m.email, "owner", now_iso)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default", slug="default",
                                           is_default=1, created_by=user_id, created_at=now_iso))
-            if sessions_sql.password_hash(conn, m.email) is None:  # a former member keeps theirs
-                sessions_sql.set_password(conn, m.email, m.password_hash, now_iso)
+            identity_sql.drop_stale_signup_passwords(conn, _at(now - CONFIRM_VALID))
+            identity_sql.hold_signup_password(conn, org_id, m.email, m.password_hash, now_iso)
             link = self._link(conn, "confirm", m.email, org_id, now, CONFIRM_VALID, "/confirm")
             self.queue_mail(conn, org_id, m.email, messages.confirmation(m.org_name, CONFIRM_DAYS), now_iso, link)
             return org_id
@@ -141,9 +140,13 @@ class PeopleHandlers:
             if org is None:
                 raise NotFound(INVALID_CONFIRM)
             already = row["used_at"] is not None or not org["unconfirmed"]
-            if row["used_at"] is None:
-                mail_sql.use_tokens(conn, row["email"], "confirm", now_iso)
+            if row["used_at"] is None:  # this link confirms its own sign-up, and nothing else
+                identity_sql.use_token(conn, row["token_hash"], now_iso)
                 mail_sql.confirm_org(conn, org["id"], now_iso)
+                held = identity_sql.take_signup_password(conn, org["id"])
+                if held is not None and sessions_sql.password_hash(conn, row["email"]) is None:
+                    credentials.set_password(conn, row["email"], held["password_hash"], now_iso, None,
+                                             self.base_url)
             return {"organization_id": org["id"], "name": org["name"], "already": already}
 
         return await self.store.write(tx)
@@ -176,19 +179,17 @@ class PeopleHandlers:
         return {"email": m.email, "reset_url": url, "expires_at": iso(now + RESET_VALID)}
 
     async def on_ResetPassword(self, m: ResetPassword) -> dict:
-        """{email, user_id, organization_id} of the membership a new session opens (ids None
-        when the person has no active membership left)."""
+        """{email, keys_revoked}. Every session of the person ends; with `revoke_keys`,
+        every API key they created too (what someone who knew the old password minted)."""
         now_iso = self.clock.iso_now()
 
         def tx(conn):
             row = mail_sql.get_token(conn, mail_sql.digest(m.token), "reset") if m.token else None
             if row is None or row["used_at"] is not None or row["expires_at"] <= now_iso:
                 raise NotFound(INVALID_RESET)
-            mail_sql.use_tokens(conn, row["email"], "reset", now_iso)
-            sessions_sql.set_password(conn, row["email"], m.password_hash, now_iso)  # ends every session
-            mail_sql.confirm_orgs_of(conn, row["email"], now_iso)
-            member = mail_sql.first_membership(conn, row["email"])
-            return {"email": row["email"], "user_id": member["user_id"] if member else None,
-                    "organization_id": member["organization_id"] if member else None}
+            credentials.set_password(conn, row["email"], m.password_hash, now_iso, credentials.PASSWORD_RESET,
+                                     self.base_url)  # ends every session, spends every reset link
+            revoked = credentials.revoke_keys(conn, row["email"], now_iso) if m.revoke_keys else 0
+            return {"email": row["email"], "keys_revoked": revoked}
 
         return await self.store.write(tx)

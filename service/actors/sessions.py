@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from service.actors import credentials
 from service.actors.runtime import Actor
 from service.clock import Clock, iso
 from service.storage import sessions as sql
@@ -33,6 +34,7 @@ class StartSession:
     user_id: str
     org_id: str
     previous_token: str | None = None  # the browser's current session, ended by the rotation
+    chosen: bool = True  # False: a person of several organizations who has not picked one yet
 
 
 @dataclass
@@ -54,6 +56,7 @@ class SetPassword:
     password_hash: str
     user_id: str
     org_id: str
+    had_password: bool = True
 
 
 @dataclass
@@ -77,9 +80,10 @@ class TakeFlow:
 
 
 class SessionsActor(Actor):
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, base_url: str = "") -> None:
         self.store = store
         self.clock = clock
+        self.base_url = base_url  # for the links of the credential-change mail
         self.touched: dict[str, float] = {}
 
     async def handle(self, msg: Any) -> Any:
@@ -89,7 +93,7 @@ class SessionsActor(Actor):
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
         row = dict(id=new_id(), token_hash=sql.digest(token), user_id=m.user_id, organization_id=m.org_id,
-                   created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE)
+                   created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE, org_chosen=int(m.chosen))
 
         def tx(conn):
             if m.previous_token:
@@ -107,7 +111,9 @@ class SessionsActor(Actor):
                    created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE)
 
         def tx(conn):
-            sql.set_password(conn, m.email, m.password_hash, iso(now))
+            credentials.set_password(conn, m.email, m.password_hash, iso(now),
+                                     credentials.PASSWORD_CHANGED if m.had_password else credentials.PASSWORD_SET,
+                                     self.base_url)
             sql.insert_session(conn, row)
 
         await self.store.write(tx)

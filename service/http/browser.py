@@ -5,7 +5,8 @@ The session cookie (`SESSION_COOKIE`) holds a random token; the server keeps onl
 request came over https or the public base URL is https (a node behind an https proxy).
 
 `@page(permission)` is the pages' counterpart of the API's `@requires`: no live session
-redirects to /login?next=<this path>; an organization still waiting for approval (or an
+redirects to /login?next=<this path>; a session whose person has not picked one of their
+organizations yet goes to the switcher (/organizations, service/http/signin.py); an organization still waiting for approval (or an
 unconfirmed email) sees the waiting page (403); otherwise the person acts as a `Principal`
 with their member role, checked against the same role table as API keys (service/roles.py),
 and `service.http.auth.principal()` / `resolve_project()` work unchanged. A browser session
@@ -61,6 +62,7 @@ class BrowserSession:
     org_name: str
     approved: bool
     confirmed: bool
+    chosen: bool = True  # False until a person of several organizations picks one
 
 
 def secure_cookies() -> bool:
@@ -89,7 +91,7 @@ def current_session() -> BrowserSession | None:
         svc.sessions.touch_session(row["id"], now)
     g.browser_session = BrowserSession(
         row["id"], row["user_id"], row["organization_id"], row["email"], row["role"], row["org_name"],
-        approved=bool(row["approved_at"]), confirmed=not row["unconfirmed"])
+        approved=bool(row["approved_at"]), confirmed=not row["unconfirmed"], chosen=bool(row["org_chosen"]))
     return g.browser_session
 
 
@@ -127,6 +129,8 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
             s = current_session()
             if s is None:
                 return login_redirect()
+            if not s.chosen:  # several organizations: the person picks one first
+                return redirect("/organizations?next=" + quote(request.path, safe="/"), 303)
             if not (s.approved and s.confirmed) and not waiting_ok:
                 return render("waiting.html", 403, title="Waiting for approval")
             if permission is not None and not allows(s.role, permission):

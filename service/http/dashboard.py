@@ -1,5 +1,6 @@
-"""What every dashboard page shares: the header (organization, project switcher, balance,
-the person's menu), the chosen project, page-session event streams and signed file links.
+"""What every dashboard page shares: the header (organization, with a switcher when the
+person has several; project switcher, balance, the person's menu), the chosen project,
+page-session event streams and signed file links.
 
 The chosen project lives in the `gs_project` cookie (an id, not a secret; checked against
 the organization on every read, an unknown or archived one falls back to Default). Pages
@@ -14,11 +15,12 @@ from urllib.parse import urlsplit
 from quart import Response, request
 
 from service.http.auth import node, principal
-from service.http.browser import SESSION_COOKIE
+from service.http.browser import SESSION_COOKIE, current_session
 from service.http.pages import render
 from service.roles import allows
 from service.storage import accounts as accounts_sql
 from service.storage import billing as billing_sql
+from service.storage import identity as identity_sql
 from service.storage import sessions as sessions_sql
 
 PROJECT_COOKIE = "gs_project"
@@ -65,8 +67,10 @@ def show(template: str, status: int = 200, **ctx) -> Response:
     ctx.setdefault("project", current_project())
     balance = billing_sql.balance(svc.store, p.org_id, svc.clock.now()) if can("billing:read") else None
     nav = [(path, label) for path, label, perm in NAV if perm is None or can(perm)]
+    session = current_session()
+    orgs = identity_sql.memberships(svc.store, session.email) if session is not None else []
     return render(template, status, projects=projects(), balance=balance, nav=nav, can=can,
-                  here=request.path, **ctx)
+                  here=request.path, orgs=orgs, **ctx)
 
 
 def relative(url: str) -> str:

@@ -44,15 +44,6 @@ def confirmation(org_name: str, days: int) -> Mail:
         "If you did not sign up, ignore this mail."], "Confirm your email address")
 
 
-def signup_again(org_name: str, days: int) -> Mail:
-    """A second sign-up for an address whose first one is still unconfirmed: a fresh link."""
-    return _mail("confirm", "Confirm your email address", [
-        f"Someone (probably you) signed up again with this address. Your organization "
-        f"\u201c{org_name}\u201d is waiting for this confirmation.",
-        f"Confirm your email address with the link below (valid {days} days).",
-        "If you did not sign up, ignore this mail."], "Confirm your email address")
-
-
 def signup_exists(base_url: str) -> Mail:
     return _mail("signup_exists", "Someone tried to sign up with your email address", [
         "Someone tried to sign up for genservice with this email address, which already has an account. "
@@ -83,6 +74,15 @@ def password_reset(minutes: int) -> Mail:
         "using it logs you out everywhere else.",
         "If you did not ask for this, ignore this mail: your password stays as it is."],
         "Choose a new password")
+
+
+def credential_changed(change: str, base_url: str) -> Mail:
+    """To the person after any change of how they sign in (`change` says what, in a few
+    words): a change they did not make is then noticed, and the mail says what to do."""
+    return _mail("credential_changed", "Your genservice sign-in was changed", [
+        f"This is a notice that {change} for the genservice account of this email address.",
+        f"If this was you, there is nothing to do. If it was not, reset your password at "
+        f"{base_url}/forgot-password right away: a reset logs you out everywhere and can revoke your API keys."])
 
 
 def low_balance(org_name: str, available: str, threshold: str) -> Mail:

@@ -42,6 +42,11 @@ def get_user(conn, org_id: str, user_id: str) -> dict | None:
                         (user_id, org_id)).fetchone()
 
 
+def user_email(conn, user_id: str) -> str | None:
+    row = conn.execute("SELECT email FROM users WHERE id = ?", (user_id,)).fetchone()
+    return row["email"] if row else None
+
+
 def set_user_role(conn, user_id: str, role: str) -> None:
     conn.execute("UPDATE users SET role = ? WHERE id = ?", (role, user_id))
 

@@ -79,12 +79,6 @@ def get_token(conn_or_store, token_hash: str, purpose: str) -> dict | None:
     return one(conn_or_store, "SELECT * FROM mail_tokens WHERE token_hash = ? AND purpose = ?", (token_hash, purpose))
 
 
-def use_tokens(conn, email: str, purpose: str, now_iso: str) -> None:
-    """Spend every outstanding link of `email` for `purpose` (a reset ends the others too)."""
-    conn.execute("UPDATE mail_tokens SET used_at = ? WHERE email = ? AND purpose = ? AND used_at IS NULL",
-                 (now_iso, email, purpose))
-
-
 # -- organizations by sign-up state ---------------------------------------------------------
 STATUS_WHERE = {
     "unconfirmed": "o.approved_at IS NULL AND o.unconfirmed = 1",
@@ -130,29 +124,12 @@ def confirm_org(conn, org_id: str, now_iso: str) -> bool:
     return cur.rowcount == 1
 
 
-def confirm_orgs_of(conn, email: str, now_iso: str) -> None:
-    """A password reset by mail proves the address: its unconfirmed sign-ups are confirmed."""
-    conn.execute("UPDATE organizations SET unconfirmed = 0, confirmed_at = ? WHERE unconfirmed = 1 AND id IN "
-                 "(SELECT organization_id FROM users WHERE email = ? COLLATE NOCASE AND role = 'owner' "
-                 "AND is_active = 1)", (now_iso, email))
-
-
 def email_known(conn, email: str) -> bool:
-    """An active member or a password has this address."""
-    return conn.execute("SELECT 1 FROM users WHERE email = ? COLLATE NOCASE AND is_active = 1 UNION ALL "
+    """An active member (not of an unconfirmed sign-up) or a password has this address."""
+    return conn.execute("SELECT 1 FROM users u JOIN organizations o ON o.id = u.organization_id "
+                        "WHERE u.email = ? COLLATE NOCASE AND u.is_active = 1 AND o.unconfirmed = 0 UNION ALL "
                         "SELECT 1 FROM passwords WHERE email = ? COLLATE NOCASE LIMIT 1",
                         (email, email)).fetchone() is not None
-
-
-def has_membership(conn, email: str) -> bool:
-    return conn.execute("SELECT 1 FROM users WHERE email = ? COLLATE NOCASE AND is_active = 1 LIMIT 1",
-                        (email,)).fetchone() is not None
-
-
-def unconfirmed_signup(conn, email: str) -> dict | None:
-    return conn.execute("SELECT o.id, o.name FROM organizations o JOIN users u ON u.organization_id = o.id "
-                        "WHERE u.email = ? COLLATE NOCASE AND u.role = 'owner' AND u.is_active = 1 "
-                        "AND o.unconfirmed = 1 ORDER BY o.created_at LIMIT 1", (email,)).fetchone()
 
 
 def first_membership(conn, email: str) -> dict | None:

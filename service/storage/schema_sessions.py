@@ -63,3 +63,23 @@ def m002_passwords(db: Database) -> None:
         CREATE INDEX users_email ON users(email COLLATE NOCASE);
         """
     )
+
+
+@migrations()
+def m003_identity(db: Database) -> None:
+    """A person is one identity across organizations (docs/security-identity.md)."""
+    db.executescript(
+        """
+        -- 0 while a person with several memberships has not picked one after login: the
+        -- pages send them to the organization switcher first (never into one by accident).
+        ALTER TABLE sessions ADD COLUMN org_chosen INTEGER NOT NULL DEFAULT 1;
+        -- The password a self-service sign-up chose, held until its own confirmation link
+        -- proves the mailbox: an unconfirmed sign-up sets no credential of the address.
+        CREATE TABLE signup_passwords (
+            organization_id TEXT PRIMARY KEY,
+            email TEXT NOT NULL COLLATE NOCASE,
+            password_hash TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        """
+    )

@@ -18,8 +18,8 @@ def digest(secret: str) -> str:
 # -- sessions ------------------------------------------------------------------------------
 def insert_session(conn, row: dict) -> None:
     conn.execute("INSERT INTO sessions (id, token_hash, user_id, organization_id, created_at, last_seen_at, "
-                 "expires_at) VALUES (:id, :token_hash, :user_id, :organization_id, :created_at, "
-                 ":last_seen_at, :expires_at)", row)
+                 "expires_at, org_chosen) VALUES (:id, :token_hash, :user_id, :organization_id, :created_at, "
+                 ":last_seen_at, :expires_at, :org_chosen)", {"org_chosen": 1, **row})
 
 
 def delete_session(conn, token_hash: str) -> None:
@@ -41,7 +41,7 @@ def touch_session(conn, session_id: str, at: float) -> None:
 def session_for_auth(store, token_hash: str) -> dict | None:
     """The session with its member and organization, in one indexed read."""
     return store.one(
-        "SELECT s.id, s.user_id, s.organization_id, s.created_at, s.last_seen_at, s.expires_at, "
+        "SELECT s.id, s.user_id, s.organization_id, s.created_at, s.last_seen_at, s.expires_at, s.org_chosen, "
         "u.email, u.role, u.is_active AS user_active, o.name AS org_name, o.approved_at, o.unconfirmed "
         "FROM sessions s JOIN users u ON u.id = s.user_id JOIN organizations o ON o.id = s.organization_id "
         "WHERE s.token_hash = ?", (token_hash,))

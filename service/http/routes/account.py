@@ -23,6 +23,7 @@ from service.http.browser import SESSION_COOKIE, csrf_protected, current_session
 from service.http.pages import PageError, render
 from service.roles import ROLE_NAMES, allows
 from service.storage import accounts as accounts_sql
+from service.storage import identity as identity_sql
 from service.storage import sessions as sessions_sql
 
 bp = Blueprint("account", __name__)
@@ -38,7 +39,7 @@ def members(org_id: str) -> list[dict]:
 async def account():
     p = principal()
     s = current_session()
-    linked = {row["issuer"] for row in sessions_sql.identities_of_user(node().store, s.user_id)}
+    linked = {row["issuer"] for row in identity_sql.identities_of_person(node().store, s.email)}
     providers = [(k, prov.name, prov.config.issuer in linked) for k, prov in node().oidc.items()]
     has_password = sessions_sql.password_hash(node().store, s.email) is not None
     return render("account.html", title="Account", members=members(p.org_id), roles=ROLE_NAMES,
@@ -72,10 +73,26 @@ async def change_password():
     if problem:
         raise PageError(422, "Password not changed", problem)
     hashed = await passwords.hash_password(form["new_password"])
-    out = await svc.sessions.set_password(s.email, hashed, s.user_id, s.org_id)
+    out = await svc.sessions.set_password(s.email, hashed, s.user_id, s.org_id, had_password=existing is not None)
     resp = redirect("/account", 303)
     set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
     return resp
+
+
+@bp.post("/account/identities/<key>/unlink")
+@hide
+@csrf_protected
+@page(waiting_ok=True)
+async def unlink_identity(key: str):
+    """Unlink a provider account from the signed-in person (a mail tells them); refused when
+    it is their only way to sign in."""
+    provider = node().oidc.get(key)
+    if provider is None:
+        raise PageError(404, "Not unlinked", "This identity provider is not configured.")
+    s = current_session()
+    assert s is not None  # @page let the request in
+    await _ask(node().accounts.unlink_identity(s.email, provider.config.issuer))
+    return redirect("/account", 303)
 
 
 @bp.post("/account/members/<user_id>/role")

@@ -1,27 +1,37 @@
 """`GET /invitations/accept?token=`: the page an invitation mail links to.
 
-The invited person accepts by choosing a password or through an identity provider ("Sign in
-with NAME"; the provider's verified email must be the invited one). Either way the accounts
-actor accepts once (`member.joined` once); an unknown, used, replaced (resent) or expired
-link is a 404 page with the reason.
+An invitation never changes the credentials of a person who already exists (any membership
+or a password under the invited address): they accept signed in as themselves, with the
+session they have, with their password on this page (a login), or through a provider
+account already linked to them. Only a brand-new address chooses a password here or links
+a provider, because the link itself came only by mail (it is never shown to the inviter).
+The accounts actor checks the same rules in the acceptance's transaction, and accepts once
+(`member.joined` once); an unknown, used, replaced (resent) or expired link is a 404 page.
 """
 
 from __future__ import annotations
 
-from quart import Blueprint, redirect, request
+from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.accounts import INVALID_INVITE
-from service.actors.sessions import ABSOLUTE
-from service.errors import Conflict, NotFound
+from service.actors.accounts import EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH
+from service.errors import ApiError
 from service.http.auth import node
-from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, session_token, set_cookie, throttle
+from service.http.browser import HOME, current_session, csrf_protected, throttle
 from service.http.pages import PageError, render
+from service.http.signin import enter
+from service.storage import identity as identity_sql
 from service.storage import sessions as sql
 from service.storage.logins import invitation_by_hash
 
 bp = Blueprint("invitation_page", __name__)
+
+SOMEONE_ELSE = ("You are signed in as {me}, and this invitation is for {email}. Log out, then open the "
+                "invitation link again to accept it as {email}.")
+NO_PASSWORD = ("You already have an account with this email address. Sign in with an identity provider "
+               "linked to it, or get a password with \u201cForgot your password?\u201d on the login page "
+               "(we mail you a link), then open this invitation again.")
 
 
 def pending(token: str) -> dict:
@@ -31,19 +41,36 @@ def pending(token: str) -> dict:
     return inv
 
 
+def same_person(a: str, b: str) -> bool:
+    return a.lower() == b.lower()
+
+
 @bp.get("/invitations/accept")
 @hide
 async def accept_page():
     token = request.args.get("token", "")
-    inv = pending(token)
-    return invitation_form(inv, token)
+    return invitation_form(pending(token), token)
 
 
 def invitation_form(inv: dict, token: str, status: int = 200, error: str | None = None):
-    providers = [(p.config.key, p.name) for p in node().oidc.values()]
-    existing = sql.password_hash(node().store, inv["email"]) is not None
-    return render("invitation.html", status, title="Accept invitation", inv=inv, token=token,
-                  providers=providers, error=error, password_form=True, existing=existing)
+    """The page for whoever opened the link: signed in as the invited person (one button),
+    as someone else (log out first), an existing person (their password, or their linked
+    provider), or a new address (a new password, or a provider)."""
+    svc = node()
+    s = current_session()
+    providers = [(p.config.key, p.name) for p in svc.oidc.values()]
+    state = "new"
+    if s is not None:
+        state = "signed_in" if same_person(s.email, inv["email"]) else "someone_else"
+    elif sql.password_hash(svc.store, inv["email"]) is not None:
+        state = "password"
+    elif identity_sql.person_known(svc.store, inv["email"]):
+        state = "no_password"
+    notice = {"someone_else": SOMEONE_ELSE.format(me=s.email, email=inv["email"]) if s else "",
+              "no_password": NO_PASSWORD}.get(state)
+    return render("invitation.html", status, title="Accept invitation", inv=inv, token=token, state=state,
+                  providers=providers if state in ("new", "no_password", "password") else [],
+                  error=error, notice=notice)
 
 
 @bp.post("/invitations/accept")
@@ -53,24 +80,27 @@ async def accept():
     form = await request.form
     token, password = form.get("token", ""), form.get("password", "")
     inv = pending(token)
-    throttle(inv["email"])
     svc = node()
-    existing = sql.password_hash(svc.store, inv["email"])
-    new_hash = None
-    if existing is not None:  # the person already has a password (another membership): prove it
-        if not await passwords.verify(existing, password):
-            return invitation_form(inv, token, 401, "The password is not the one of your account.")
-    else:
-        problem = passwords.weakness(password)
-        if problem:
-            return invitation_form(inv, token, 422, problem)
-        new_hash = await passwords.hash_password(password)
+    s = current_session()
+    if s is not None and not same_person(s.email, inv["email"]):
+        raise PageError(403, "Invitation not accepted", INVITE_EMAIL_MISMATCH)
+    kw = {"signed_in_email": s.email} if s is not None else {}
+    if s is None:
+        throttle(inv["email"])
+        existing = sql.password_hash(svc.store, inv["email"])
+        if existing is not None:  # an existing person: their password signs them in
+            if not await passwords.verify(existing, password):
+                return invitation_form(inv, token, 401, "The password is not the one of your account.")
+            kw = {"signed_in_email": inv["email"]}
+        elif identity_sql.person_known(svc.store, inv["email"]):
+            return invitation_form(inv, token, 409, EXISTING_PERSON)
+        else:
+            problem = passwords.weakness(password)
+            if problem:
+                return invitation_form(inv, token, 422, problem)
+            kw = {"password_hash": await passwords.hash_password(password)}
     try:
-        out = await svc.accounts.accept_invite(token=token, password_hash=new_hash)
-    except (NotFound, Conflict) as e:
+        out = await svc.accounts.accept_invite(token=token, **kw)
+    except ApiError as e:
         raise PageError(e.status, "Invitation not accepted", e.message) from None
-    session = await svc.sessions.start_session(out["user_id"], out["organization_id"],
-                                               session_token())
-    resp = redirect(HOME, 303)
-    set_cookie(resp, SESSION_COOKIE, session["token"], int(ABSOLUTE))
-    return resp
+    return await enter(out["user_id"], out["organization_id"], HOME)

@@ -6,22 +6,22 @@ clock, `service.throttle`); past either limit the answer is a 429 page with Retr
 nothing is checked. An unknown email and a wrong password get the same 401 page, after the
 same argon2 work (a dummy hash is verified for unknown emails). A good login rotates the
 session (the browser's previous session row is deleted) and redirects to `next` when it is a
-path on this site, else to `HOME`. A hash stored under weaker argon2 parameters than the
+path on this site, else to `HOME`; a person of several organizations goes to the switcher
+first (service/http/signin.py). A hash stored under weaker argon2 parameters than the
 current ones is replaced at the next good login.
 """
 
 from __future__ import annotations
 
-from quart import Blueprint, redirect, request
+from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.sessions import ABSOLUTE
 from service.http.auth import node
-from service.http.browser import (HOME, SESSION_COOKIE, csrf_protected, safe_next, session_token, set_cookie,
-                                  throttle)
+from service.http.browser import HOME, csrf_protected, safe_next, throttle
 from service.http.pages import render
-from service.storage.logins import login_row
+from service.http.signin import sign_in
+from service.storage import sessions as sessions_sql
 
 bp = Blueprint("login", __name__)
 
@@ -53,17 +53,13 @@ async def login():
     throttle(email)
     if not email or not password:
         return login_form(400, "Enter your email and password.", email, next_path)
-    person = login_row(svc.store, email)
-    if person is None:
+    stored = sessions_sql.password_hash(svc.store, email)
+    if stored is None:
         await passwords.verify_dummy(password)
         return login_form(401, BAD_LOGIN, email, next_path)
-    if not await passwords.verify(person["password_hash"], password) or person["user_id"] is None:
+    if not await passwords.verify(stored, password):
         return login_form(401, BAD_LOGIN, email, next_path)
-    if passwords.needs_rehash(person["password_hash"]):  # parameters raised since it was stored
-        await svc.sessions.rehash_password(email, person["password_hash"],
-                                           await passwords.hash_password(password))
-    out = await svc.sessions.start_session(person["user_id"], person["organization_id"],
-                                           session_token())
-    resp = redirect(next_path, 303)
-    set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
-    return resp
+    if passwords.needs_rehash(stored):  # parameters raised since it was stored
+        await svc.sessions.rehash_password(email, stored, await passwords.hash_password(password))
+    resp = await sign_in(email, next_path)
+    return resp if resp is not None else login_form(401, BAD_LOGIN, email, next_path)

@@ -5,14 +5,18 @@ The flow's `state` goes to the provider and into a short-lived HttpOnly cookie; 
 must bring back the same `state` in the query and the cookie, and the flow row is used once.
 What the callback does with the checked ID token, in this order:
 
-1. (issuer, subject) already linked: log that person in (a removed member cannot).
+1. (issuer, subject) already linked: log that person in, as a person (one identity across
+   organizations: several memberships go to the switcher; none left is refused).
 2. The flow accepts an invitation: the provider's email must be verified and be the invited
-   email; the invitation is accepted and the identity linked, in one transaction.
-3. The flow was started by a logged-in person: the identity is linked to them.
-4. Otherwise a new person: the email must be verified and not belong to anyone yet (an
-   identity is never linked on the email alone: an existing person logs in with their
-   password and links the provider from there); sign-up must be open. A new organization
-   is made, waiting for approval, with the person as owner.
+   email. A brand-new address: the invitation is accepted and the identity linked, in one
+   transaction. An existing person: only an identity already linked to them accepts (an
+   invitation never links a provider to someone who exists).
+3. The flow was started by a logged-in person: the identity is linked to them (a mail tells
+   them).
+4. Otherwise a new person: the email must be verified, have the shape of one address and not
+   belong to anyone yet (an identity is never linked on the email alone: an existing person
+   logs in with their password and links the provider from there); sign-up must be open. A
+   new organization is made, waiting for approval, with the person as owner.
 """
 
 from __future__ import annotations
@@ -24,21 +28,24 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.actors.accounts import Identity
-from service.actors.sessions import ABSOLUTE, FLOW_TTL
-from service.errors import Conflict, Forbidden, NotFound
+from service.actors.org_rules import has_control
+from service.actors.sessions import FLOW_TTL
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.http.auth import node
-from service.http.browser import (SESSION_COOKIE, csrf_protected, current_session, safe_next, session_token,
-                                  set_cookie)
+from service.http.browser import csrf_protected, current_session, safe_next, set_cookie
 from service.http.pages import PageError
+from service.http.signin import enter, sign_in
+from service.mail.addresses import valid_address
 from service.net.oidc import OidcError, OidcProvider, pkce_verifier
 from service.storage import accounts as accounts_sql
+from service.storage import identity as identity_sql
 from service.storage import sessions as sql
-from service.storage.logins import email_taken
 
 bp = Blueprint("oidc", __name__)
 
 FLOW_COOKIE = "gs_oidc"
 NO_MATCH = "This sign-in could not be matched to this browser, or it took too long. Start again."
+ENDED = "Your membership of this organization has ended."
 
 
 def _provider(key: str) -> OidcProvider:
@@ -100,31 +107,46 @@ async def callback(key: str):
                                          flow["nonce_hash"])
     except OidcError as e:
         refuse(401, str(e))
-    user_id, org_id = await _person(provider, claims, flow)
-    out = await svc.sessions.start_session(user_id, org_id, session_token())
-    resp = redirect(flow["next_path"], 303)
-    set_cookie(resp, SESSION_COOKIE, out["token"], int(ABSOLUTE))
+    person_email, user_id, org_id = await _person(provider, claims, flow)
+    if user_id is not None and org_id is not None:
+        resp = await enter(user_id, org_id, flow["next_path"])
+    else:
+        resp = await sign_in(person_email, flow["next_path"])
+        if resp is None:
+            refuse(403, ENDED)
     resp.delete_cookie(FLOW_COOKIE, path="/", httponly=True, samesite="Lax")
     return resp
 
 
+def provider_email(claims: dict) -> str | None:
+    """The provider's email when it says it verified it and it has the shape of one address."""
+    email = claims.get("email")
+    if claims.get("email_verified") is not True or not isinstance(email, str):
+        return None
+    email = email.strip()
+    return email if valid_address(email) else None
+
+
 def _verified_email(provider: OidcProvider, claims: dict) -> str:
     email = claims.get("email")
-    if claims.get("email_verified") is not True or not isinstance(email, str) or "@" not in email:
+    if claims.get("email_verified") is not True or not isinstance(email, str):
         refuse(403, f"Your {provider.name} account has no verified email address. Verify it with "
                     f"{provider.name} and try again.")
-    return email.strip()
+    checked = provider_email(claims)
+    if checked is None:
+        refuse(403, f"The email address of your {provider.name} account is not one this service can use. "
+                    f"Log in with your password instead.")
+    return checked
 
 
-async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str, str]:
-    """The (user_id, organization_id) this sign-in logs in as, linking or creating as needed."""
+async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str, str | None, str | None]:
+    """(person's email, user_id, organization_id) this sign-in logs in as, linking or creating
+    as needed; the ids are None when the person is to pick among their organizations."""
     svc = node()
     issuer, subject = provider.config.issuer, str(claims["sub"])
-    linked = sql.identity(svc.store, issuer, subject)
+    linked = identity_sql.identity_person(svc.store, issuer, subject)
     if linked is not None and flow["invitation_hash"] is None:
-        if not linked["is_active"]:
-            refuse(403, "Your membership of this organization has ended.")
-        return linked["user_id"], linked["organization_id"]
+        return linked["email"], None, None  # the person, whichever membership the link was made in
     if flow["invitation_hash"] is not None:
         email = _verified_email(provider, claims)
         try:
@@ -132,29 +154,28 @@ async def _person(provider: OidcProvider, claims: dict, flow: dict) -> tuple[str
                 token_hash=flow["invitation_hash"], identity=Identity(issuer, subject, email))
         except (NotFound, Forbidden, Conflict) as e:
             refuse(e.status, e.message)
-        return out["user_id"], out["organization_id"]
-    if flow["link_user_id"] is not None:
+        return email, out["user_id"], out["organization_id"]
+    if flow["link_user_id"] is not None:  # a signed-in person links their own account
         row = accounts_sql.membership(svc.store, flow["link_user_id"])
         if row is None or not row["is_active"]:
-            refuse(403, "Your membership of this organization has ended.")
+            refuse(403, ENDED)
         try:
-            await svc.accounts.link_identity(flow["link_user_id"], Identity(
-                issuer, subject, claims.get("email") if claims.get("email_verified") is True else None))
+            await svc.accounts.link_identity(flow["link_user_id"], Identity(issuer, subject, provider_email(claims)))
         except Conflict as e:
             refuse(409, e.message)
-        return flow["link_user_id"], row["organization_id"]
+        return "", flow["link_user_id"], row["organization_id"]
     email = _verified_email(provider, claims)
-    if email_taken(svc.store, email):
+    if identity_sql.person_known(svc.store, email):
         refuse(409, f"An account with this email address already exists. Log in with your password, "
                     f"then link {provider.name} from your account page.")
     if svc.settings.signup != "open":
         refuse(403, "Sign-up is by invitation only.")
     given = claims.get("name")
-    name = given if isinstance(given, str) and given.strip() else email
+    name = " ".join("".join(c for c in given if not has_control(c)).split())[:80] if isinstance(given, str) else ""
     try:
-        out = await svc.accounts.create_org(name=f"{name.strip()[:80]}", owner_email=email,
+        out = await svc.accounts.create_org(name=name or email, owner_email=email,
                                             approved=False,
                                             identity=Identity(issuer, subject, email))
-    except Conflict as e:
-        refuse(409, e.message)
-    return out["owner_user_id"], out["organization_id"]
+    except (Conflict, Unprocessable) as e:
+        refuse(e.status, e.message)
+    return email, out["owner_user_id"], out["organization_id"]

@@ -7,20 +7,23 @@
     POST /operator/v1/password-resets {email}
          201 {data: {email, reset_url, expires_at}}: a one-hour, single-use link answered to the
          operator instead of mailed (`genservice admin reset-password EMAIL`), for nodes
-         without SMTP; 404 for an address nobody has.
+         without SMTP only (with SMTP: 409, the link goes to the mailbox alone); 404 for an
+         address nobody has.
 """
 
 from __future__ import annotations
 
 from quart import Blueprint, request
 
-from service.errors import Unprocessable
+from service.errors import Conflict, Unprocessable
 from service.http.auth import node
 from service.http.routes.operator import operator
 from service.http.schemas import Body, body
 from service.storage import mail as mail_sql
 
 bp = Blueprint("operator_people", __name__)
+MAILS_RESETS = ("This node sends mail: the person asks for a reset link at /forgot-password, and the link "
+                "goes only to their mailbox.")
 
 
 class ResetBody(Body):
@@ -41,4 +44,6 @@ async def list_organizations():
 @operator
 @body(ResetBody)
 async def password_reset(data: ResetBody):
+    if node().settings.smtp_host is not None:  # a link that sets a password goes to the mailbox only
+        raise Conflict(MAILS_RESETS)
     return {"data": await node().accounts.operator_reset(data.email.strip())}, 201

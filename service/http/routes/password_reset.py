@@ -2,22 +2,24 @@
 
 Asking for a link is throttled per client address and per email (the 429 page) and answers
 the same page whether or not the address has an account (the mail goes only to a known one).
-A link works once, for one hour on the service clock; setting the password ends every
-session of the person in the same transaction, then this browser gets a new one.
+A link works once, for one hour on the service clock, and dies with any later change of the
+password; setting the password ends every session of the person in the same transaction
+(and, with the form's checkbox, revokes every API key they created), then this browser
+gets a new one.
 """
 
 from __future__ import annotations
 
-from quart import Blueprint, redirect, request
+from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
 from service.actors.people import INVALID_RESET
-from service.actors.sessions import ABSOLUTE
 from service.errors import NotFound
 from service.http.auth import node
-from service.http.browser import HOME, SESSION_COOKIE, csrf_protected, session_token, set_cookie, throttle
+from service.http.browser import HOME, csrf_protected, throttle
 from service.http.pages import PageError, render
+from service.http.signin import sign_in
 from service.mail.addresses import BAD_ADDRESS, valid_address
 from service.storage import mail as mail_sql
 
@@ -87,14 +89,11 @@ async def reset():
     hashed = await passwords.hash_password(password)
     svc = node()
     try:
-        out = await svc.accounts.reset_password(token, hashed)
+        out = await svc.accounts.reset_password(token, hashed, revoke_keys=form.get("revoke_keys") == "1")
     except NotFound as e:  # used or expired while the password was being hashed
         raise PageError(404, "Link not valid", e.message) from None
-    if out["user_id"] is None:
+    resp = await sign_in(out["email"], HOME)
+    if resp is None:
         return render("notice.html", 200, title="Password changed",
                       message="Your password is changed. You have no active membership to log in to.")
-    session = await svc.sessions.start_session(out["user_id"], out["organization_id"],
-                                               session_token())
-    resp = redirect(HOME, 303)
-    set_cookie(resp, SESSION_COOKIE, session["token"], int(ABSOLUTE))
     return resp

@@ -17,6 +17,7 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
+from service.actors.org_rules import has_control
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.browser import csrf_protected, throttle
@@ -29,6 +30,7 @@ MAX_ORG_NAME = 100
 CLOSED = "This service takes new accounts by invitation only. Ask an organization's owner to invite you."
 MISSING = "Enter your email, a password and an organization name."
 LONG_NAME = f"The organization name must be at most {MAX_ORG_NAME} characters."
+CONTROL_NAME = "The organization name cannot contain control characters."
 SENT = ("We sent a mail to {email}. Follow its link to confirm your address; after that your organization "
         "waits for approval, and we mail you again once it is approved.")
 
@@ -65,6 +67,8 @@ async def signup():
         return signup_form(422, BAD_ADDRESS, email, org_name)
     if len(org_name) > MAX_ORG_NAME:
         return signup_form(422, LONG_NAME, email, org_name)
+    if has_control(org_name):
+        return signup_form(422, CONTROL_NAME, email, "")
     problem = passwords.weakness(password)
     if problem:
         return signup_form(422, problem, email, org_name)
