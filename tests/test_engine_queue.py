@@ -37,7 +37,6 @@ async def test_waiting_and_running_jobs_are_counted_and_the_start_time_kept(tmp_
                                metrics_token=TOKEN) as n:
             key = (await n.create_org())["api_key"]
             before = await models(n, key)
-            assert "queue" not in before["proc-image"] if "proc-image" in before else True
             assert before["comfy-image"]["queue"] == {"queued": 0, "running": 0, "servers_up": 1,
                                                       "servers_down": 0, "time_to_start_p50_s": None}
             first = (await submit(n, key, req(), path=PATH))["request_id"]
@@ -64,9 +63,10 @@ async def test_waiting_and_running_jobs_are_counted_and_the_start_time_kept(tmp_
 
 async def test_a_down_server_is_counted_and_built_in_models_carry_no_queue(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
-    async with engine_node(tmp_path / "n", catalog(dead), files={"wf.json": json.dumps(graph())},
+    async with engine_node(tmp_path / "n", catalog(dead) + BUILT_IN, files={"wf.json": json.dumps(graph())},
                            metrics_token=TOKEN) as n:
         key = (await n.create_org())["api_key"]
+        assert "queue" not in (await models(n, key))["proc-image"]
         with trio.fail_after(10):
             while (q := (await models(n, key))["comfy-image"]["queue"])["servers_down"] != 1:
                 await trio.sleep(0.05)
@@ -82,6 +82,15 @@ class _Slots:
         return self._stats.get(model, (0, 0))
 
 
+BUILT_IN = """
+[[models]]
+id = "proc-image"
+capability = "image.generate"
+backend = "procedural_image"
+resolutions = ["1k"]
+concurrency = 1
+prices = [{ resolution = "1k", credits = "1.00" }]
+"""
 HOSTED = """
 [[models]]
 id = "fal-flux"
@@ -93,14 +102,7 @@ prices = [{ resolution = "1k", credits = "2.00" }]
 [models.engine]
 app = "fal-ai/flux/schnell"
 token_env = "FAL_KEY"
-[[models]]
-id = "proc-image"
-capability = "image.generate"
-backend = "procedural_image"
-resolutions = ["1k"]
-concurrency = 1
-prices = [{ resolution = "1k", credits = "1.00" }]
-"""
+""" + BUILT_IN
 
 
 def test_a_hosted_api_has_no_servers_and_a_job_waiting_for_a_live_server_is_queued(tmp_path):
