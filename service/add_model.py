@@ -24,7 +24,7 @@ from service.catalog.catalog import CatalogError, loads_catalog
 from service.catalog.comfy_import import ImportRefused, Inferred, infer, load_graph
 from service.catalog.engines import _URL
 from service.catalog.schema import SLUG
-from service.money import to_uc
+from service.money import fmt, to_uc
 
 OBJECT_INFO_S = 10.0
 
@@ -47,10 +47,12 @@ def _add(args, settings) -> int:
     if not re.fullmatch(_URL, url):
         raise ImportRefused(f"--url {args.engine_url!r} is not an http(s) base URL")
     try:
-        if to_uc(args.price) < 0:
+        price_uc = to_uc(args.price)
+        if price_uc < 0:
             raise ValueError
     except ValueError:
         raise ImportRefused(f"--price {args.price!r} is not an amount of credits (e.g. 4.00)") from None
+    args.price = fmt(price_uc)
     try:
         text = Path(args.workflow).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -146,6 +146,7 @@ def test_the_catalog_setting_is_the_default_file(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0
     assert [m.id for m in load_catalog(str(target)).models] == ["proc-image", "sd15"]
+    assert tomllib.loads(target.read_text())["models"][1]["prices"] == [{"resolution": "512x768", "credits": "4.00"}]
     assert "the node used the built-in catalog" not in out
 
 
