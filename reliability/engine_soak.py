@@ -72,6 +72,7 @@ class Soak:
         self.jobs: list[Job] = []
         self.refused: dict[str, int] = {}
         self.faults = {f: 0 for f in FAULTS}
+        self.fault_log: list[tuple[float, str, str]] = []  # (seconds into the run, class, target)
         self.counter = itertools.count(1)
         self.http = httpx.AsyncClient(timeout=15)
         self.node_up = trio.Event()
@@ -161,24 +162,44 @@ class Soak:
     async def faulter(self, until: float) -> None:
         targets = itertools.cycle(["cog", "llama", "comfyui", "replicate", "fal"])
         killable = itertools.cycle(["cog", "llama", "comfyui"])
+        t0 = time.monotonic()
         for kind in itertools.cycle(FAULTS):
             await trio.sleep(self.args.fault_every)
             if time.monotonic() >= until:
                 return
             self.faults[kind] += 1
+            target = {"engine_kill": next(killable), "websocket_drop": "comfyui", "node_kill": "node"}.get(kind) \
+                or next(targets)
+            self.fault_log.append((round(time.monotonic() - t0, 1), kind, target))
             if kind == "engine_kill":
-                await self.engines.kill_and_restart(next(killable))
+                await self.running_on(target)
+                await self.engines.kill_and_restart(target)
             elif kind == "websocket_drop":
                 await self.engines.drop_websocket()
             elif kind == "node_kill":
                 await self.kill_node()
             else:
-                proxy = self.engines.proxies[next(targets)]
+                proxy = self.engines.proxies[target]
                 proxy.mode = {"connection_reset": "reset", "slow_response": "slow", "http_5xx": "5xx"}[kind]
                 if kind == "connection_reset":
                     proxy.reset_all()
                 await trio.sleep(3)
                 proxy.mode = "pass"
+
+    async def running_on(self, engine: str, limit: float = 5.0) -> None:
+        """Until a job of the engine's model runs there (the model list's `queue`), or `limit`."""
+        model = next(m for m, e in ENGINE_OF.items() if e == engine)
+        with trio.move_on_after(limit):
+            while True:
+                try:
+                    r = await self.http.get(f"{self.node.url}/v1/generation/models",
+                                            headers={"Authorization": f"Bearer {self.key}"})
+                    queue = next(m["queue"] for m in r.json()["data"] if m["id"] == model)
+                    if queue["running"] > 0:
+                        return
+                except (httpx.HTTPError, ValueError, KeyError, StopIteration):
+                    pass
+                await trio.sleep(0.05)
 
     async def kill_node(self) -> None:
         self.node_up = trio.Event()
@@ -249,12 +270,15 @@ class Soak:
             statuses[engine] = counts
             times = sorted(j.t_final - j.t0 for j in mine if j.t_final is not None)
             p99[engine] = round(times[min(len(times) - 1, int(0.99 * len(times)))], 2) if times else None
-        details = {"completed_but_failed": [(j.model, j.id, j.final["error"]) for j in cbf],
+        details = {"faults": self.fault_log,
+                   "completed_but_failed": [(j.model, j.id, j.final["error"]) for j in cbf],
                    "lost": [(j.model, j.id) for j in lost], "stuck": [(j.model, j.id) for j in stuck],
                    "wrong_charge": [(j.model, j.id, str(charges.get(j.id))) for j in wrong],
                    "invariants": problems, "refused": self.refused}
         (self.dir / "soak-details.json").write_text(json.dumps(details, indent=2))
-        return {"jobs": len(self.jobs), "faults": self.faults, "completed_but_failed": len(cbf), "lost": len(lost),
+        cbf_by = {e: sum(1 for j in cbf if ENGINE_OF[j.model] == e) for e in ENGINE_OF.values()}
+        return {"jobs": len(self.jobs), "faults": self.faults, "completed_but_failed": len(cbf),
+                "completed_but_failed_by_engine": cbf_by, "lost": len(lost),
                 "double_charged": len(double), "stuck": len(stuck), "p99_time_to_final_s": p99,
                 "statuses": statuses, "wrong_charge": len(wrong), "credit_drift": str(drift),
                 "db_invariant_problems": len(problems), "refused_submits": sum(self.refused.values()),
