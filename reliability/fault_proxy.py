@@ -115,9 +115,9 @@ class FaultProxy:
                         return
                     if self.mode == "slow":
                         conn.delay = self.slow_s
-                    found = TAG.search(data)
-                    if found:
-                        conn.tag = found.group(1)
+                found = TAG.search(data)  # in the body: a chunk of its own after the head
+                if found:
+                    conn.tag = found.group(1)
                 await conn.upstream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
