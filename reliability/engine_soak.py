@@ -28,6 +28,7 @@ import argparse
 import itertools
 import json
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from soak_engines import ENGINE_OF, MODEL_TIMEOUT_S, TOKEN, WORKFLOW, Engines, c
 from engine_support import free_port  # noqa: E402  (tests/ is on the path through soak_engines)
 
 FAULTS = ("engine_kill", "connection_reset", "slow_response", "http_5xx", "websocket_drop", "node_kill")
+FAILURE = re.compile(r"job ([0-9a-f-]{36}): engine failure \(([A-Za-z]+)\)")
 STUCK_GRACE_S = 30  # past the model's timeout_s, a job not yet final is stuck
 PRICES = {"soak-comfy": "2.00", "soak-cog": "3.00", "soak-llm": "0.20", "soak-replicate": "2.50", "soak-fal": "1.50"}
 
@@ -168,8 +170,12 @@ class Soak:
             if time.monotonic() >= until:
                 return
             self.faults[kind] += 1
-            target = {"engine_kill": next(killable), "websocket_drop": "comfyui", "node_kill": "node"}.get(kind) \
-                or next(targets)
+            if kind == "engine_kill":
+                target = next(killable)
+            elif kind in ("websocket_drop", "node_kill"):
+                target = "comfyui" if kind == "websocket_drop" else "node"
+            else:
+                target = next(targets)
             self.fault_log.append((round(time.monotonic() - t0, 1), kind, target))
             if kind == "engine_kill":
                 await self.running_on(target)
@@ -277,12 +283,25 @@ class Soak:
                    "invariants": problems, "refused": self.refused}
         (self.dir / "soak-details.json").write_text(json.dumps(details, indent=2))
         cbf_by = {e: sum(1 for j in cbf if ENGINE_OF[j.model] == e) for e in ENGINE_OF.values()}
+        causes: dict[str, int] = {}
+        for cause in self.failure_causes([j.id for j in cbf]).values():
+            causes[cause] = causes.get(cause, 0) + 1
         return {"jobs": len(self.jobs), "faults": self.faults, "completed_but_failed": len(cbf),
-                "completed_but_failed_by_engine": cbf_by, "lost": len(lost),
+                "completed_but_failed_by_engine": cbf_by, "completed_but_failed_causes": causes, "lost": len(lost),
                 "double_charged": len(double), "stuck": len(stuck), "p99_time_to_final_s": p99,
                 "statuses": statuses, "wrong_charge": len(wrong), "credit_drift": str(drift),
                 "db_invariant_problems": len(problems), "refused_submits": sum(self.refused.values()),
                 "minutes": self.args.minutes, "seed": self.args.seed}
+
+    def failure_causes(self, job_ids: list) -> dict[str, str]:
+        """job id -> the error class the node logged for its engine failure (its own log)."""
+        wanted, out = set(job_ids), {}
+        for log in sorted((self.dir / "node").glob("serve-*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                m = FAILURE.search(line)
+                if m and m.group(1) in wanted:
+                    out[m.group(1)] = m.group(2)
+        return out
 
     def charges(self) -> dict[str, Decimal]:
         """Σ ledger amount per job id (negative: spent), every page of the ledger."""
