@@ -174,3 +174,39 @@ def test_object_info_refuses_an_input_the_server_does_not_have():
     with pytest.raises(ImportRefused) as e:
         infer(graph_of("weightfree.json"), need_prompt=False, object_info=info)
     assert str(e.value) == "bind.width: the server's EmptyImage has no input 'width'"
+
+
+def txt2img_info(checkpoints: list[str]) -> dict:
+    """/object_info of a server with the default graph's nodes and these checkpoint files."""
+    def node(required: dict, output: bool = False) -> dict:
+        return {"input": {"required": required}, "output_node": output}
+
+    return {"KSampler": node({"seed": ["INT"], "sampler_name": [["euler", "dpmpp_2m"]], "positive": ["CONDITIONING"]}),
+            "CheckpointLoaderSimple": node({"ckpt_name": [checkpoints]}),
+            "EmptyLatentImage": node({"width": ["INT"], "height": ["INT"]}),
+            "CLIPTextEncode": node({"text": ["STRING"], "clip": ["CLIP"]}),
+            "VAEDecode": node({"samples": ["LATENT"], "vae": ["VAE"]}),
+            "SaveImage": node({"images": ["IMAGE"]}, output=True)}
+
+
+def test_a_checkpoint_the_server_does_not_have_is_refused():
+    with pytest.raises(ImportRefused) as e:
+        infer(graph_of("txt2img.json"), object_info=txt2img_info(["sdxl.safetensors", "flux.safetensors"]))
+    assert str(e.value) == ("node '4' (CheckpointLoaderSimple) input 'ckpt_name': 'v1-5-pruned-emaonly.safetensors' "
+                            "is not on the server (it has: sdxl.safetensors, flux.safetensors)")
+    found = infer(graph_of("txt2img.json"), object_info=txt2img_info(["v1-5-pruned-emaonly.safetensors"]))
+    assert found.bind["prompt"] == "6.text" and found.outputs == ["9 (SaveImage)"]
+
+
+def test_v3_combo_options_are_checked_too():
+    g = {"1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+         "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "fps": 24}},
+         "3": {"class_type": "SaveVideo", "inputs": {"video": ["2", 0], "filename_prefix": "v", "format": "webm",
+                                                     "codec": "auto"}}}
+    info = {"EmptyImage": {"input": {"required": {"width": ["INT"], "height": ["INT"]}}},
+            "CreateVideo": {"input": {"required": {"images": ["IMAGE"], "fps": ["FLOAT"]}}},
+            "SaveVideo": {"input": {"required": {"format": ["COMBO", {"options": ["auto", "mp4"]}]}},
+                          "output_node": True}}
+    with pytest.raises(ImportRefused) as e:
+        infer(g, need_prompt=False, object_info=info)
+    assert str(e.value) == "node '3' (SaveVideo) input 'format': 'webm' is not on the server (it has: auto, mp4)"

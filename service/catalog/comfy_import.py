@@ -93,7 +93,36 @@ def infer(graph: dict[str, Any], *, need_prompt: bool = True, object_info: dict 
             cls = graph[node_id]["class_type"]
             if name not in _input_names(object_info.get(cls, {})):
                 raise ImportRefused(f"bind.{key}: the server's {cls} has no input {name!r}")
+        _check_choices(graph, object_info, set(found.bind.values()))
     return found
+
+
+def _choices(spec: object) -> list | None:
+    """The allowed values of a list input (`[[a, b]]`, or v3's `["COMBO", {options}]`), else None."""
+    if not isinstance(spec, list) or not spec:
+        return None
+    if isinstance(spec[0], list):
+        return spec[0]
+    if spec[0] == "COMBO" and len(spec) > 1 and isinstance(spec[1], dict):
+        options = spec[1].get("options")
+        return options if isinstance(options, list) else None
+    return None
+
+
+def _check_choices(graph: dict[str, Any], object_info: dict, bound: set[str]) -> None:
+    """A literal the server would refuse (a checkpoint, LoRA or sampler it does not have)
+    stops the import here, not at the first job."""
+    for node_id in sorted(graph, key=_order):
+        cls = graph[node_id]["class_type"]
+        spec = (object_info.get(cls) or {}).get("input") or {}
+        specs = {**(spec.get("optional") or {}), **(spec.get("required") or {})}
+        for name, value in graph[node_id]["inputs"].items():
+            options = _choices(specs.get(name))
+            if options is None or _is_link(value) or f"{node_id}.{name}" in bound or value in options:
+                continue
+            shown = ", ".join(map(str, options[:5])) + (", ..." if len(options) > 5 else "") or "none"
+            raise ImportRefused(f"node {node_id!r} ({cls}) input {name!r}: {value!r} is not on the server "
+                                f"(it has: {shown})")
 
 
 def _is_link(value: object) -> bool:
