@@ -229,6 +229,8 @@ class Soak:
             result = await trio.to_thread.run_sync(self.check)
             result["wall_s"] = round(time.monotonic() - t_start, 1)
             n.cancel_scope.cancel()
+        await self.http.aclose()
+        await self.engines.hooks.http.aclose()
         return result
 
     async def drain(self) -> None:
