@@ -47,9 +47,9 @@ from typing import Callable
 import trio
 
 from service.actors.billing_messages import Release
+from service.actors.engine_queue import EngineQueues
 from service.actors.job_messages import Cancel, Notify, SlotGranted, Submit, Watch
 from service.actors.job_render import JobRegistry
-from service.actors.engine_queue import EngineQueues
 from service.actors.job_slots import ModelSlots
 from service.actors.job_uploads import CommitUpload, UploadsActor
 from service.actors.jobs import FINAL, JobActor
