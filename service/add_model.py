@@ -59,7 +59,8 @@ def _add(args, settings) -> int:
         raise ImportRefused(f"cannot read {args.workflow}: {getattr(e, 'strerror', None) or e}") from None
     graph = load_graph(text)
     info = _object_info(url)
-    found = infer(graph, need_prompt=not args.no_prompt, object_info=info)
+    need_prompt = BY_ID[args.capability].prompt_required and not args.no_prompt
+    found = infer(graph, need_prompt=need_prompt, object_info=info, capability=args.capability)
     resolution = args.resolution or (f"{found.width}x{found.height}" if found.width and found.height else "1k")
 
     catalog_path, seeded = _catalog_path(args, settings)
@@ -141,7 +142,7 @@ def _entry(args, url: str, workflow: str, resolution: str, found: Inferred) -> s
               f"prices = [{{ resolution = {_toml(resolution)}, credits = {_toml(args.price)} }}]",
               "", "[models.engine]", f"urls = [{_toml(url)}]", f"workflow = {_toml(workflow)}", "",
               "[models.engine.bind]"]
-    lines += [f"{key} = {_toml(target)}" for key, target in found.bind.items()]
+    lines += [f"{_toml(key) if '.' in key else key} = {_toml(target)}" for key, target in found.bind.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -210,3 +210,36 @@ def test_v3_combo_options_are_checked_too():
     with pytest.raises(ImportRefused) as e:
         infer(g, need_prompt=False, object_info=info)
     assert str(e.value) == "node '3' (SaveVideo) input 'format': 'webm' is not on the server (it has: auto, mp4)"
+
+
+def test_an_edit_workflow_binds_the_input_image_to_its_load_image(tmp_path, capsys):
+    found = infer(graph_of("img2img.json"), capability="image.edit")
+    assert found.bind == {"prompt": "6.text", "seed": "3.seed", "inputs.image": "10.image"}
+    code, out, err = run(tmp_path, capsys, "--capability", "image.edit", "--resolution", "1k", workflow="img2img.json",
+                         model_id="edit")
+    assert code == 0, err
+    model = load_catalog(str(tmp_path / "catalog.toml")).model("edit")
+    assert model.capability == "image.edit" and model.engine.bind["inputs.image"] == "10.image"
+
+
+def test_an_input_the_workflow_cannot_take_is_refused(tmp_path, capsys):
+    code, _, err = run(tmp_path, capsys, "--capability", "image.edit")
+    assert (code, err) == (2, "genservice: add-model refused: image.edit takes the input 'image', "
+                              "but the workflow has no LoadImage node\n")
+    with pytest.raises(ImportRefused) as e:
+        infer(graph_of("weightfree.json"), need_prompt=False, capability="video.lipsync")
+    assert str(e.value) == ("video.lipsync takes the input 'video' (video), which is not inferred from a workflow; "
+                            "bind it in the catalog by hand")
+
+
+def test_an_upscale_workflow_needs_no_prompt(tmp_path, capsys):
+    g = {"1": {"class_type": "LoadImage", "inputs": {"image": "x.png"}},
+         "2": {"class_type": "ImageScaleBy", "inputs": {"image": ["1", 0], "upscale_method": "lanczos", "scale_by": 2.0}},
+         "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "up"}}}
+    (tmp_path / "up.json").write_text(json.dumps(g))
+    code = main(["admin", "add-model", "comfyui", "--id", "up2x", "--url", NOWHERE, "--workflow", str(tmp_path / "up.json"),
+                 "--price", "0.50", "--capability", "media.upscale", "--resolution", "2x",
+                 "--catalog", str(tmp_path / "catalog.toml")])
+    assert code == 0, capsys.readouterr().err
+    model = load_catalog(str(tmp_path / "catalog.toml")).model("up2x")
+    assert model.engine.bind == {"inputs.media": "1.image"}

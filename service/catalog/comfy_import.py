@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .capabilities import BY_ID
+
 # output nodes whose files land in ComfyUI's output folder (previews go to temp: never fetched)
 SAVE_NODES = ("SaveImage", "SaveVideo", "SaveAnimatedWEBP", "SaveAnimatedPNG", "SaveAudio",
               "SaveWEBM", "VHS_VideoCombine", "SaveImageWebsocket")
@@ -61,10 +63,12 @@ def load_graph(text: str) -> dict[str, Any]:
     return graph
 
 
-def infer(graph: dict[str, Any], *, need_prompt: bool = True, object_info: dict | None = None) -> Inferred:
-    """The bind table and outputs of `graph`; ImportRefused when it has no output, or no
-    prompt while `need_prompt`. With `object_info` (the server's), unknown node classes
-    and bound inputs the server does not know are refused too."""
+def infer(graph: dict[str, Any], *, need_prompt: bool = True, object_info: dict | None = None,
+          capability: str = "image.generate") -> Inferred:
+    """The bind table and outputs of `graph`; ImportRefused when it has no output, no
+    prompt while `need_prompt`, or no LoadImage for an input slot the capability needs.
+    With `object_info` (the server's), unknown node classes, bound inputs the server does
+    not know and list values it does not offer are refused too."""
     found = Inferred()
     if object_info is not None:
         _check_classes(graph, object_info)
@@ -84,6 +88,7 @@ def infer(graph: dict[str, Any], *, need_prompt: bool = True, object_info: dict 
     if size is not None:
         found.bind["width"], found.bind["height"] = f"{size}.width", f"{size}.height"
         found.width, found.height = (_int(graph[size]["inputs"].get(k)) for k in ("width", "height"))
+    _bind_slots(graph, capability, found)
     if "prompt" not in found.bind and need_prompt:
         raise ImportRefused("no prompt: no text input feeds a sampler's positive conditioning "
                             "(give --no-prompt to import a graph that takes none)")
@@ -123,6 +128,20 @@ def _check_choices(graph: dict[str, Any], object_info: dict, bound: set[str]) ->
             shown = ", ".join(map(str, options[:5])) + (", ..." if len(options) > 5 else "") or "none"
             raise ImportRefused(f"node {node_id!r} ({cls}) input {name!r}: {value!r} is not on the server "
                                 f"(it has: {shown})")
+
+
+def _bind_slots(graph: dict[str, Any], capability: str, found: Inferred) -> None:
+    """The capability's image slots, in order, to the LoadImage nodes, in id order (the node
+    uploads the job's asset to the server and binds its name)."""
+    loaders = [n for n in sorted(graph, key=_order) if graph[n]["class_type"] == "LoadImage"]
+    for slot in BY_ID[capability].inputs:
+        if "image" in slot.kinds and loaders:
+            found.bind[f"inputs.{slot.name}"] = f"{loaders.pop(0)}.image"
+        elif slot.min > 0 and "image" in slot.kinds:
+            raise ImportRefused(f"{capability} takes the input {slot.name!r}, but the workflow has no LoadImage node")
+        elif slot.min > 0:
+            raise ImportRefused(f"{capability} takes the input {slot.name!r} ({'/'.join(slot.kinds)}), which is "
+                                "not inferred from a workflow; bind it in the catalog by hand")
 
 
 def _is_link(value: object) -> bool:
