@@ -68,6 +68,13 @@ def _admin(args) -> int:
     return 0 if resp.is_success else 1
 
 
+def _add_model(args) -> int:
+    from service.add_model import add_model
+    from service.config import load_settings
+
+    return add_model(args, load_settings(args.config))
+
+
 def _backup(args) -> int:
     from service.config import load_settings
     from service.storage.backup import BackupError, backup
@@ -134,6 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("reset-password", lambda a: ("POST", "/password-resets", {"email": a.email}), (("email",), {}),
         help="print a one-hour password reset link for EMAIL (for nodes without SMTP)")
     cmd("pay-topup", lambda a: ("POST", f"/topups/{a.topup_id}/pay", None), (("topup_id",), {}))
+    m = asub.add_parser("add-model", help="add an engine model to the catalog file (ComfyUI: from a workflow)")
+    m.add_argument("engine", choices=["comfyui"])
+    m.add_argument("--id", required=True, help="the model id clients ask for")
+    m.add_argument("--url", required=True, dest="engine_url", help="the ComfyUI server's base URL")
+    m.add_argument("--workflow", required=True, help="the workflow exported with \"Save (API)\"")
+    m.add_argument("--price", required=True, help="credits per job (e.g. 4.00)")
+    m.add_argument("--capability", default="image.generate")
+    m.add_argument("--resolution", help="the tier's name (default: WxH of the workflow's latent)")
+    m.add_argument("--description")
+    m.add_argument("--catalog", help="catalog file to write (default: GENSERVICE_CATALOG_FILE, "
+                                     "else DATA_DIR/catalog.toml seeded with the built-in models)")
+    m.add_argument("--no-prompt", action="store_true", help="import a graph that takes no prompt")
+    m.set_defaults(func=_add_model)
     b = asub.add_parser("backup", help="copy the running node's database and files into DEST (on its machine)")
     b.add_argument("dest")
     b.set_defaults(func=_backup)

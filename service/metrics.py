@@ -9,6 +9,10 @@ nodes in one process (tests) never share counts.
     genservice_holds_total{event}                              holds placed, captured, released
     genservice_outbox_backlog{table}                           rows waiting to go out (read at scrape)
     genservice_open_streams                                    event streams open now
+    genservice_engine_jobs_queued{model}                       engine model: jobs waiting (slot or server)
+    genservice_engine_jobs_running{model}                      engine model: jobs on a server now
+    genservice_engine_servers{model,state}                     engine model: servers up / down (pools only)
+    genservice_engine_time_to_start_seconds{model}             engine model: median submit -> rendering
 """
 
 from __future__ import annotations
@@ -35,8 +39,37 @@ class _Backlog:
         yield family
 
 
+class _EngineQueues:
+    """A collector read at scrape time: `views()` -> {model id: queue view} (engine_queue.py).
+    Labels are the catalog's model ids only, so the series are bounded."""
+
+    def __init__(self, views: Callable[[], dict[str, dict]]) -> None:
+        self.views = views
+
+    def collect(self):
+        queued = GaugeMetricFamily("genservice_engine_jobs_queued",
+                                   "Jobs of an engine model waiting for a slot or a server.", labels=["model"])
+        running = GaugeMetricFamily("genservice_engine_jobs_running",
+                                    "Jobs of an engine model running on a server.", labels=["model"])
+        servers = GaugeMetricFamily("genservice_engine_servers", "Engine servers of a model, up or down.",
+                                    labels=["model", "state"])
+        start = GaugeMetricFamily("genservice_engine_time_to_start_seconds",
+                                  "Median time from submit to rendering of an engine model's recent jobs.",
+                                  labels=["model"])
+        for model, v in self.views().items():
+            queued.add_metric([model], v["queued"])
+            running.add_metric([model], v["running"])
+            if v["servers_up"] is not None:
+                servers.add_metric([model, "up"], v["servers_up"])
+                servers.add_metric([model, "down"], v["servers_down"])
+            if v["time_to_start_p50_s"] is not None:
+                start.add_metric([model], v["time_to_start_p50_s"])
+        yield from (queued, running, servers, start)
+
+
 class Metrics:
-    def __init__(self, backlog: Callable[[], dict[str, int]], open_streams: Callable[[], int]) -> None:
+    def __init__(self, backlog: Callable[[], dict[str, int]], open_streams: Callable[[], int],
+                 engine_queues: Callable[[], dict[str, dict]] = dict) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("genservice_http_requests", "HTTP requests answered.",
                                 ["route", "method", "status"], registry=r)
@@ -52,6 +85,7 @@ class Metrics:
         streams = Gauge("genservice_open_streams", "Event streams open now.", registry=r)
         streams.set_function(open_streams)
         r.register(_Backlog(backlog))
+        r.register(_EngineQueues(engine_queues))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -168,7 +168,8 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.catalog = check_catalog(load_catalog(settings.catalog_file))
     node.streams = Hub(clock)
     node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
-    node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams)
+    node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams,
+                           engine_queues=lambda: node.generation.queues.all())
 
     node.mail = MailOutbox(store, clock, settings, node.node_key)
     # started with the registries (it has their `run`), woken by the writes that queue mail

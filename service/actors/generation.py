@@ -47,6 +47,7 @@ from typing import Callable
 import trio
 
 from service.actors.billing_messages import Release
+from service.actors.engine_queue import EngineQueues
 from service.actors.job_messages import Cancel, Notify, SlotGranted, Submit, Watch
 from service.actors.job_render import JobRegistry
 from service.actors.job_slots import ModelSlots
@@ -97,6 +98,9 @@ class Generation:
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
         self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
+        # engine models' waits and servers (the model list's `queue`, /metrics); pools are
+        # read from node.engines, built after this part
+        self.queues = EngineQueues(self.catalog, self.slots, lambda: node.engines.pools)
 
     def publish(self, job: dict, status: dict | None = None) -> None:
         """After a commit: the job's status object to the streams following it or its
@@ -169,7 +173,13 @@ class Generation:
         return self.catalog.capabilities_view(self.runnable)
 
     def models_view(self) -> list[dict]:
-        return self.catalog.models_view(self.runnable)
+        """The catalog's list; an engine model also carries `queue` (engine_queue.py)."""
+        out = self.catalog.models_view(self.runnable)
+        for item in out:
+            queue = self.queues.view(item["id"])
+            if queue is not None:
+                item["queue"] = queue
+        return out
 
     def estimate(self, body: dict) -> dict:
         """`{capability, model, resolution, duration, credits, tier}` for a submit body plus

@@ -246,6 +246,7 @@ class JobActor(JobEffects, Actor):
         now = gen.clock.iso_now()
         await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"status": step.new, "started_at": now}))
         job.update(status=step.new, started_at=now)
+        gen.queues.started(job["model"], parse_iso(now) - parse_iso(job["created_at"]))
         gen.publish(job)
         await after(step)
 

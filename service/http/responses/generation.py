@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from pydantic import Field
+
 from service.views.run_feed import SOURCES
 from service.catalog.capabilities import ASPECT_RATIOS, ASSET_KINDS, CAPABILITIES
 from service.machines import JOB
@@ -133,11 +135,26 @@ class ModelCapability(Shape):
     prices: list[Price]
 
 
+class ModelQueue(Shape):
+    """How busy an engine model is (additive: only engine-backed models carry it)."""
+
+    queued: int = Field(ge=0, description="Jobs waiting to start (for a slot or a live server).")
+    running: int = Field(ge=0, description="Jobs running on the model's servers now.")
+    servers_up: int | None = Field(ge=0, description="Servers answering their health check; null for a hosted API.")
+    servers_down: int | None = Field(ge=0, description="Servers known down; null for a hosted API.")
+    time_to_start_p50_s: float | None = Field(
+        ge=0, description="Median seconds from submit to rendering of recent jobs; null before the first.")
+
+
 class Model(Shape):
+    """`queue` is sent only for engine-backed models (additive): jobs waiting and running,
+    servers up and down, median time to start."""
+
     id: str
     description: str | None
     available: bool
     capabilities: list[ModelCapability]
+    queue: ModelQueue = None  # type: ignore[assignment]
 
 
 class AssetUrl(Shape):
