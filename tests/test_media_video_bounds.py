@@ -10,8 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 import trio
-
 from media_bombs import png_mp4, png_zeros
+from test_generation_support import upload
+from test_media_samples import DISTINCT, write_mp4
+
 from service.errors import Unprocessable
 from service.media import video
 from service.media.gate import LARGE_DECODE
@@ -26,8 +28,6 @@ from service.media.video import (
     VideoHeader,
     read_header,
 )
-from test_generation_support import upload
-from test_media_samples import DISTINCT, write_mp4
 
 NO_SIZE = {"code": "request.validation_failed", "message": MSG_NO_SIZE,
            "details": {"max_frame_pixels": MAX_FRAME_PIXELS}}

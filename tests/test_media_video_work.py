@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import pytest
 import trio
+from test_generation_support import (
+    balance,
+    holds,
+    submit,
+    upload_ok,
+    wait_hold,
+    wait_status,
+)
+from test_media_samples import DISTINCT, write_mp4
 
 from service.catalog.catalog import load_catalog
 from service.catalog.rules import AssetInfo, plan_submit
 from service.catalog.work import render_budget
 from service.errors import Unprocessable
-from test_generation_support import balance, holds, submit, upload_ok, wait_hold, wait_status
-from test_media_samples import DISTINCT, write_mp4
 
 UPSCALE = "/v1/generation/capabilities/media.upscale"
 PROJECT = "11111111-1111-1111-1111-111111111111"
