@@ -63,23 +63,24 @@ def test_a_video_with_more_frames_than_the_model_takes_is_refused(cat):
     err = refusal(cat, video(duration_s=10.0, frames=1201))
     assert err.message == "lanczos-upscale takes videos of at most 1200 frames; this one has 1201."
     assert err.details == {"model": "lanczos-upscale", "asset_id": VID, "frames": 1201, "max_input_frames": 1200}
-    assert plan(cat, video(duration_s=10.0, frames=1200)).timeout_s == 60  # 1200 x 0.0123 MP out: the floor
+    assert plan(cat, video(duration_s=10.0, frames=1200)).timeout_s == 60  # 14.7 MP-frames out: the floor
 
 
 def test_a_video_that_could_not_be_rendered_within_the_timeout_is_refused(cat):
-    # 1920 x 1080 made 3840 x 2160 (8.29 MP) x 400 frames x 0.2 s/MP = 664 s > 600 s
-    err = refusal(cat, video(1920, 1080, 16.0, 400))
-    assert err.message == ("lanczos-upscale would need about 664 seconds for these video frames; the limit is "
+    # 1920 x 1080 made 3840 x 2160 (8.29 MP) x 145 frames x 0.5 s/MP = 601.3 s > 600 s
+    err = refusal(cat, video(1920, 1080, 6.0, 145))
+    assert err.message == ("lanczos-upscale would need about 602 seconds for these video frames; the limit is "
                            "600 seconds. Send a shorter or smaller video.")
-    assert err.details == {"model": "lanczos-upscale", "estimated_s": 664, "timeout_s": 600}
-    assert plan(cat, video(1920, 1080, 15.0, 360)).timeout_s == 598  # 597.2 s, rounded up
+    assert err.details == {"model": "lanczos-upscale", "estimated_s": 602, "timeout_s": 600}
+    assert plan(cat, video(1920, 1080, 6.0, 144)).timeout_s == 598  # 597.2 s, rounded up
 
 
 def test_the_render_budget_follows_the_input_between_floor_and_ceiling(cat):
     m = cat.model("lanczos-upscale")
     assert render_budget(m, "2x", {VID: video(64, 48, 1.0, 24)}) == 60  # 0.3 MP-frames: the floor
-    assert render_budget(m, "2x", {VID: video(1280, 720, 10.0, 240)}) == 177  # 884.7 MP x 0.2
-    assert render_budget(m, "2x", {VID: video(1280, 720, 10.0, None)}) == 443  # unknown count: 60 fps assumed
+    assert render_budget(m, "2x", {VID: video(1280, 720, 10.0, 240)}) == 443  # 884.7 MP-frames x 0.5
+    assert render_budget(m, "2x", {VID: video(1280, 720, 2.0, None)}) == 222  # unknown count: 60 fps assumed
+    assert render_budget(m, "2x", {VID: video(1280, 720, 10.0, 1200)}) == 600  # the ceiling, timeout_s
     image = AssetInfo(VID, "image", PROJECT, 2048, 2048)
     assert render_budget(m, "2x", {VID: image}) is None  # an image: the model's timeout_s
     assert plan(cat, image).timeout_s is None
