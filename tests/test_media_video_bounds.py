@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import av
 import pytest
 import trio
 from media_bombs import png_mp4, png_zeros
@@ -18,7 +19,7 @@ from service.errors import Unprocessable
 from service.media import video
 from service.media.gate import LARGE_DECODE
 from service.media.inspect import decode_pixels, inspect_file
-from service.media.ops import upscale_video
+from service.media.ops import extract_frame, upscale_video
 from service.media.video import (
     MAX_FRAME_PIXELS,
     MAX_PIXEL_FRAMES,
@@ -109,6 +110,15 @@ def test_upscale_refuses_a_video_over_the_bounds_before_decoding(tmp_path, big_p
         upscale_video(png_mp4(tmp_path / "bomb.mp4", big_png, (7000, 7000)), tmp_path / "out.mp4", 2)
     assert exc.value.message == MSG_NO_SIZE
     assert not (tmp_path / "out.mp4").exists()
+
+
+def test_extract_frame_of_a_bomb_is_refused_by_the_capped_decoder(tmp_path, big_png):
+    """A product's frame step decodes without an inspection of its own: the capped open and
+    decoder refuse the 49 MP frame (the step fails) instead of allocating it."""
+    for header in ((7000, 7000), (64, 64)):
+        with pytest.raises(av.error.FFmpegError):
+            extract_frame(png_mp4(tmp_path / "bomb.mp4", big_png, header), 0.0, tmp_path / "f.png")
+        assert not (tmp_path / "f.png").exists()
 
 
 def test_decode_pixels_of_a_video_is_one_frame_and_unknown_counts_large(tmp_path, big_png):
