@@ -45,5 +45,16 @@ def png_mp4(path: Path, frame: bytes, header_size: tuple[int, int], frames: int 
     return path
 
 
+def mp3_with_cover(mp3: bytes, picture: bytes, mime: str = "image/png") -> bytes:
+    """`mp3` with an ID3v2.3 tag whose front-cover picture (APIC) is `picture`."""
+    if mp3[:3] == b"ID3":  # drop the encoder's own tag
+        mp3 = mp3[10 + ((mp3[6] << 21) | (mp3[7] << 14) | (mp3[8] << 7) | mp3[9]):]
+    body = b"\x00" + mime.encode() + b"\x00\x03\x00" + picture
+    frame = b"APIC" + struct.pack(">I", len(body)) + b"\x00\x00" + body
+    n = len(frame)
+    size = bytes([(n >> 21) & 0x7F, (n >> 14) & 0x7F, (n >> 7) & 0x7F, n & 0x7F])
+    return b"ID3\x03\x00\x00" + size + frame + mp3
+
+
 def _chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)

@@ -29,12 +29,11 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
-
 from ..errors import Unprocessable
+from .gate import LARGE_DECODE
 from .images import open_image, read_head, webp_size
 from .sniff import ALLOWED, IMAGE_TYPES, sniff
-from .video import cap_decoder, check_cost, frame_pixels, open_video, read_header, stream_duration
+from .video import cap_decoder, check_cost, frame_pixels, open_media, read_header, stream_duration
 
 # Largest image accepted, in pixels; about 160 MB once decoded to RGBA.
 MAX_PIXELS = 40_000_000
@@ -136,7 +135,7 @@ def _inspect_image(path: str | Path, content_type: str) -> MediaInfo:
 
 def _inspect_video(path: str | Path) -> MediaInfo:
     try:
-        with open_video(path, "mp4") as container:
+        with open_media(path, "mp4") as container:
             if not container.streams.video:
                 raise Unprocessable(MSG_NOT_VIDEO)
             stream = container.streams.video[0]
@@ -177,7 +176,8 @@ def _wav_duration(path: str | Path) -> float | None:
 
 def _av_audio_duration(path: str | Path, fmt: str) -> float:
     try:
-        with av.open(str(path), format=fmt) as container:
+        # an MP3's cover art is probed: no picture over LARGE_DECODE is decoded here
+        with open_media(path, fmt, LARGE_DECODE) as container:
             if not container.streams.audio:
                 raise Unprocessable(MSG_NOT_AUDIO)
             stream = container.streams.audio[0]

@@ -19,7 +19,7 @@ import av
 from PIL import Image, ImageOps
 
 from .images import open_image
-from .video import FrameCounter, cap_decoder, check_cost, open_video, read_header
+from .video import FrameCounter, cap_decoder, check_cost, open_media, read_header
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def upscale_image(src: str | Path, dst: str | Path, factor: int) -> tuple[int, i
 
 def extract_frame(video_path: str | Path, at_s: float, dst_png: str | Path) -> tuple[int, int]:
     """Save the frame nearest `at_s` (clamped to the clip) as a PNG; its size."""
-    with open_video(video_path) as container:
+    with open_media(video_path) as container:
         stream = container.streams.video[0]
         cap_decoder(stream)
         at_s = max(0.0, at_s)
@@ -111,7 +111,7 @@ def upscale_video(
     and count are checked first (service.media.video; Unprocessable) and the pass stops
     past that count. Returns width, height and duration of the result.
     """
-    with open_video(src) as container:
+    with open_media(src) as container:
         stream = container.streams.video[0]
         header = read_header(container, stream)
         check_cost(header)
@@ -183,7 +183,7 @@ def _upscaled_frames(container, stream, size, should_stop, counter: FrameCounter
 def _open_audio(path: str | Path | None):
     if path is None:
         return None
-    container = open_video(path)  # probing it may decode a video frame: capped
+    container = open_media(path)  # probing it may decode a video frame: capped
     if not container.streams.audio:
         container.close()
         return None

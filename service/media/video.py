@@ -7,7 +7,7 @@ passes MAX_PIXEL_FRAMES (the work of one pass over the whole video). A header th
 no frame size, or neither a frame count nor a duration and a frame rate, is refused: what
 cannot be known cannot be bounded. The header can lie (a PNG frame may declare its own,
 larger size), and FFmpeg decodes a frame while opening a file whose header lacks a
-figure (a PNG-coded stream's pixel format), so every open (`open_video`) and every
+figure (a PNG-coded stream's pixel format), so every open (`open_media`) and every
 decoder (`cap_decoder`) is capped: FFmpeg refuses a frame past `max_pixels` before
 allocating it. A pass over the frames stops past the header's count (`FrameCounter`).
 """
@@ -72,10 +72,11 @@ def check_cost(h: VideoHeader) -> None:
             {"width": h.width, "height": h.height, "frames": h.frames, "max_pixel_frames": MAX_PIXEL_FRAMES})
 
 
-def open_video(path: str | Path, fmt: str | None = None):
-    """`av.open` whose stream probing decodes no frame over MAX_FRAME_PIXELS (a frame
-    too large leaves the stream's size 0, which `read_header` refuses)."""
-    return av.open(str(path), format=fmt, options=_CAP)
+def open_media(path: str | Path, fmt: str | None = None, max_pixels: int = MAX_FRAME_PIXELS):
+    """`av.open` whose stream probing decodes no picture over `max_pixels`: a video frame,
+    or an audio file's cover art (an MP3's ID3 picture is probed too). A picture too large
+    leaves its stream's size 0, which `read_header` refuses."""
+    return av.open(str(path), format=fmt, options={"max_pixels": str(max_pixels)})
 
 
 def cap_decoder(stream) -> None:
@@ -89,7 +90,7 @@ def frame_pixels(path: str | Path) -> int:
     gate. Probing may decode a frame, so it is capped at LARGE_DECODE here: a stream whose
     size that probe cannot learn counts as a frame of MAX_FRAME_PIXELS (it takes a slot)."""
     try:
-        with av.open(str(path), format="mp4", options={"max_pixels": str(LARGE_DECODE)}) as container:
+        with open_media(path, "mp4", LARGE_DECODE) as container:
             if not container.streams.video:
                 return 0
             ctx = container.streams.video[0].codec_context
