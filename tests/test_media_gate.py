@@ -98,3 +98,55 @@ async def test_capacity_lets_that_many_run_at_once(autojump_clock):
             n.start_soon(decode, gate, "a", f"a{i}", log)
             await trio.testing.wait_all_tasks_blocked()
     assert [t for _, t in log] == [0.0, 0.0, 1.0, 1.0]
+
+
+async def test_uploads_of_two_organizations_take_turns_at_the_gate(node):
+    """Through the upload route: with the slot held, organization A queues four large
+    images, then B one; once the slot is free B's decode is the second, not the last."""
+    import io
+
+    from PIL import Image
+
+    from test_generation_support import upload
+
+    a, b = await node.create_org("A", "a@a.test"), await node.create_org("B", "b@b.test")
+    gate = node.parts.generation.decodes
+    buf = io.BytesIO()
+    Image.new("RGB", (2100, 2000), (9, 9, 9)).save(buf, "PNG")  # 4.2 MP: a large decode
+    answered: list[str] = []
+    release = trio.Event()
+    granted: list[str] = []  # organizations in the order the gate granted them the slot
+    acquire = gate._acquire
+
+    async def recording(org: str) -> None:
+        await acquire(org)
+        granted.append(org)
+
+    gate._acquire = recording
+
+    async def holder(task_status=trio.TASK_STATUS_IGNORED):
+        async with gate.slot("another-org", LARGE):
+            task_status.started()
+            await release.wait()
+
+    async def one(org, name):
+        r = await upload(node, org["api_key"], buf.getvalue(), "image/png")
+        assert r.status_code == 201
+        answered.append(name)
+
+    async def queued(org, count):
+        with trio.fail_after(10):
+            while gate.queued(org["organization_id"]) < count:
+                await trio.sleep(0.01)
+
+    async with trio.open_nursery() as n:
+        await n.start(holder)
+        for i in range(4):
+            n.start_soon(one, a, f"a{i}")
+            await queued(a, i + 1)
+        n.start_soon(one, b, "b0")
+        await queued(b, 1)
+        release.set()
+    ids = {a["organization_id"]: "A", b["organization_id"]: "B", "another-org": "X"}
+    assert [ids[o] for o in granted] == ["X", "A", "B", "A", "A", "A"]
+    assert sorted(answered) == ["a0", "a1", "a2", "a3", "b0"]
