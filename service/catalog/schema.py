@@ -17,9 +17,9 @@ places; floats are refused.
     max_output_pixels = 16777216       # media.upscale only: refuse inputs whose output would be larger
     timeout_s = 600                    # a render with no outcome after this long fails, credits released
     max_input_seconds = 20             # longest video input (seconds), refused at submit
-    max_input_frames = 600             # most frames of a video input, refused at submit
-    timeout_s_per_megapixel = 0.05     # a video input's render time: this x frames x output megapixels,
-    min_timeout_s = 60                 #   at least this, at most timeout_s (else timeout_s applies)
+    max_input_frames = 1200            # most frames of a video input, refused at submit
+    timeout_s_per_megapixel = 0.5      # a video input's render time: this x frames x output megapixels,
+    min_timeout_s = 60                 #   at least this; past timeout_s: refused at submit
     [models.engine]                    # engine backends only (comfyui, cog, replicate, openai, fal):
     urls = ["http://gpu1:8188"]        #   see service/catalog/engines.py and docs/engines.md
     prices = [                         # one per tier; a missing tier cannot be run
