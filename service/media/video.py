@@ -47,7 +47,7 @@ class VideoHeader:
 def read_header(container, stream) -> VideoHeader:
     """The header's figures, nothing decoded; Unprocessable when a figure is missing."""
     width, height = stream.codec_context.width or 0, stream.codec_context.height or 0
-    if width < 1 or height < 1:  # a capped open could not learn them (service.media.video)
+    if width < 1 or height < 1:  # the capped probe of `open_media` could not learn them
         raise Unprocessable(MSG_NO_SIZE, {"max_frame_pixels": MAX_FRAME_PIXELS})
     duration = stream_duration(container, stream)
     frames = int(stream.frames or 0)
