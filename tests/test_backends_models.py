@@ -187,7 +187,7 @@ def test_five_second_clip_at_480p(tmp_path, start_frame):
         inputs={"start_frame": [start_frame]},
     )
     [out] = camera_move_video.run(req, NO_STOP)
-    assert out == Output(tmp_path / "work" / "job1.mp4", "video/mp4", "video", 854, 480, 5.0)
+    assert out == Output(tmp_path / "work" / "job1.mp4", "video/mp4", "video", 854, 480, 5.0, 120)
     info, frames = probe(out.path)
     assert info["codec"] == "h264" and info["size"] == (854, 480) and info["fps"] == 24
     assert info["duration"] == pytest.approx(5.0, abs=1 / 24)

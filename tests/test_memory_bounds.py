@@ -13,7 +13,11 @@ import pytest
 import trio
 from PIL import Image
 
+from media_bombs import mp3_with_cover, png_mp4, png_zeros
+from service.media.inspect import inspect_file
+from service.media.video import MSG_NO_SIZE
 from test_generation_support import upload, upload_ok
+from test_media_samples import write_mp3
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +56,41 @@ async def test_parallel_large_uploads_decode_one_at_a_time(node, bomb):
     peak_mb = (status_kb("VmHWM:") - base) / 1024
     assert results == [201] * 6  # accepted: under the limit, and a real image
     assert peak_mb < PEAK_BOUND_MB, peak_mb
+
+
+async def test_parallel_png_coded_video_bombs_are_refused_without_decoding(node, tmp_path):
+    """Issue 22 (M5): three ~0.4 MB MP4s of one PNG-coded 12,000 x 12,000 frame (0.43 GB
+    each once decoded: three at once took 1.2 GB before) are refused from a capped probe."""
+    org = await node.create_org()
+    data = png_mp4(tmp_path / "bomb.mp4", png_zeros(12000, 12000), (12000, 12000)).read_bytes()
+    Path("/proc/self/clear_refs").write_text("5")
+    base = status_kb("VmRSS:")
+    results = []
+
+    async def one():
+        r = await upload(node, org["api_key"], data, "video/mp4")
+        results.append((r.status_code, (await r.get_json())["error"]["message"]))
+
+    async with trio.open_nursery() as n:
+        for _ in range(3):
+            n.start_soon(one)
+    peak_mb = (status_kb("VmHWM:") - base) / 1024
+    assert results == [(422, MSG_NO_SIZE)] * 3
+    assert peak_mb < 128, peak_mb
+
+
+def test_an_mp3_whose_cover_art_is_a_bomb_is_read_without_decoding_it(tmp_path):
+    """FFmpeg probes an MP3's ID3 picture by decoding it: a 12,000 x 12,000 PNG cover
+    (0.43 GB decoded; +416 MB peak before) is not decoded, and the audio is still read."""
+    mp3 = write_mp3(tmp_path / "tone.mp3", 1.0).read_bytes()
+    path = tmp_path / "cover.mp3"
+    path.write_bytes(mp3_with_cover(mp3, png_zeros(12000, 12000)))
+    Path("/proc/self/clear_refs").write_text("5")
+    base = status_kb("VmRSS:")
+    info = inspect_file(path, "audio/mpeg")
+    peak_mb = (status_kb("VmHWM:") - base) / 1024
+    assert (info.kind, info.content_type, info.duration_s) == ("audio", "audio/mpeg", 1.0)
+    assert peak_mb < 64, peak_mb
 
 
 async def test_an_upscale_past_the_models_output_limit_is_refused_before_any_hold(node):

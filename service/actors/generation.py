@@ -63,15 +63,14 @@ from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import NotFound, ServiceError
 from service.idempotency import Gate
 from service.limits import check_active_jobs
-from service.media.inspect import MediaInfo, image_pixels, inspect_file
+from service.media.gate import DecodeGate
+from service.media.inspect import MediaInfo, decode_pixels, inspect_file
 from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
 from service.storage import retention as retention_sql
 from service.views import jobs as views
 
 log = logging.getLogger(__name__)
-
-LARGE_DECODE = 4_000_000  # pixels; larger images decode one at a time (inspect_upload)
 
 
 class Generation:
@@ -91,7 +90,7 @@ class Generation:
         self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
         self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
         self.streams = node.streams
-        self.large_decodes = trio.Lock()  # one large image decode at a time
+        self.decodes = DecodeGate()  # large decodes: one at a time, organizations in turn
         self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
         self.jobs.side_tasks.append(self.webhooks.run)
         self.keys = Gate(node.store, node.clock, table="idempotency_keys", id_field="job_id", detail="request_id")
@@ -165,7 +164,8 @@ class Generation:
 
     def resolve_inputs(self, org_id: str) -> Callable[[list[str]], dict[str, AssetInfo]]:
         def resolve(ids: list[str]) -> dict[str, AssetInfo]:
-            return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"], r["width"], r["height"])
+            return {r["id"]: AssetInfo(r["id"], r["kind"], r["project_id"], r["width"], r["height"],
+                                         r["duration_s"], r["frames"])
                     for r in sql.assets_in_org(self.store, org_id, ids)}
         return resolve
 
@@ -196,16 +196,15 @@ class Generation:
         if limit > 0:
             check_active_jobs(sql.active_jobs(self.store, org_id), limit)
 
-    async def inspect_upload(self, path, declared_type: str | None) -> MediaInfo:
+    async def inspect_upload(self, path, declared_type: str | None, org_id: str) -> MediaInfo:
         """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
-        is not accepted. An image over LARGE_DECODE pixels (read from its header first)
-        decodes only while no other large one does: a 40-megapixel decode holds about
-        500 MB, so uploads in parallel would otherwise add up to gigabytes."""
-        pixels = await trio.to_thread.run_sync(image_pixels, path)
-        if pixels > LARGE_DECODE:
-            async with self.large_decodes:
-                return await trio.to_thread.run_sync(inspect_file, path, declared_type)
-        return await trio.to_thread.run_sync(inspect_file, path, declared_type)
+        is not accepted. An image, or a video frame, over LARGE_DECODE pixels (read from
+        its header first) decodes only with a slot of the node's decode gate, shared by
+        the organizations in turn (service/media/gate.py): a 40-megapixel decode holds
+        about 500 MB, so uploads in parallel would otherwise add up to gigabytes."""
+        pixels = await trio.to_thread.run_sync(decode_pixels, path)
+        async with self.decodes.slot(org_id, pixels):
+            return await trio.to_thread.run_sync(inspect_file, path, declared_type)
 
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,

@@ -86,7 +86,8 @@ def render_request(gen: Generation, job_id: str, job: dict) -> RenderRequest:
             path = gen.files.path(r["sha256"])
             if not path.is_file():
                 raise FileNotFoundError(f"input asset {i}: {path} is missing")
-            files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"]))
+            files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"],
+                                   r["frames"]))
         inputs[name] = files
     seed = params.get("seed")
     if seed is None:

@@ -85,12 +85,16 @@ class JobActor(JobEffects, Actor):
         return min(due) if due else None
 
     def _render_deadline(self) -> float | None:
-        """When a rendering job with no outcome fails: its start plus the model's timeout."""
+        """When a rendering job with no outcome fails: its start plus its budget (set at
+        submit from its video inputs, service/catalog/work.py), else the model's timeout."""
         job = self.job
         if job is None or job["status"] != "rendering" or not job["started_at"]:
             return None
-        model = self.gen.catalog.model(job["model"])
-        return parse_iso(job["started_at"]) + (model.timeout_s if model else DEFAULT_TIMEOUT_S)
+        budget = sql.params_of(job).get("timeout_s")
+        if budget is None:
+            model = self.gen.catalog.model(job["model"])
+            budget = model.timeout_s if model else DEFAULT_TIMEOUT_S
+        return parse_iso(job["started_at"]) + budget
 
     async def on_deadline(self) -> None:
         render_due = self._render_deadline()
@@ -173,7 +177,7 @@ class JobActor(JobEffects, Actor):
             "workflow_run_id": msg.workflow_run_id, "status": "queued", "prompt": p.prompt,
             "params": json.dumps({"resolution": p.resolution, "duration": p.duration,
                                   "aspect_ratio": p.aspect_ratio, "inputs": p.inputs, "seed": p.seed,
-                                  "tier": p.tier}, separators=(",", ":")),
+                                  "tier": p.tier, "timeout_s": p.timeout_s}, separators=(",", ":")),
             "price_uc": p.price_uc, "actual_uc": None, "hold_id": hold_id, "hold_settled": 0,
             "webhook_url": msg.webhook_url, "error": None, "created_at": now, "started_at": None,
             "finished_at": None,
@@ -327,7 +331,7 @@ class JobActor(JobEffects, Actor):
             {"id": str(uuid.uuid4()), "organization_id": job["organization_id"], "project_id": job["project_id"],
              "job_id": self.job_id, "position": i, "source": "generation", "kind": o.kind,
              "content_type": o.content_type, "width": o.width, "height": o.height, "duration_s": o.duration_s,
-             "size_bytes": size, "sha256": sha, "created_at": now}
+             "frames": o.frames, "size_bytes": size, "sha256": sha, "created_at": now}
             for i, (o, sha, size) in enumerate(outputs)
         ]
         status = views.status_object(final, assets, gen.base_url)

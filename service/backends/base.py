@@ -28,6 +28,7 @@ class InputFile:
     width: int | None
     height: int | None
     duration_s: float | None
+    frames: int | None = None  # video: its header's frame count
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Output:
     width: int | None
     height: int | None
     duration_s: float | None
+    frames: int | None = None  # video: its frame count (bounds the work of a later use)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def run(req: RenderRequest, stop: threading.Event) -> list[Output]:
     path = Path(req.work_dir) / f"{req.job_id}.mp4"
     frames = _camera_move(source, width, height, count, rng, stop)
     w, h, seconds = encode_mp4(frames, path, width, height, FPS)
-    return [Output(path, "video/mp4", "video", w, h, seconds)]
+    return [Output(path, "video/mp4", "video", w, h, seconds, round(seconds * FPS))]
 
 
 def _camera_move(

@@ -31,4 +31,4 @@ def run(req: RenderRequest, stop: threading.Event) -> list[Output]:
         return [Output(path, "image/png", "image", width, height, None)]
     path = Path(req.work_dir) / f"{req.job_id}.mp4"
     width, height, duration = upscale_video(src.path, path, factor, stop.is_set)
-    return [Output(path, "video/mp4", "video", width, height, duration)]
+    return [Output(path, "video/mp4", "video", width, height, duration, src.frames)]

@@ -29,6 +29,8 @@ class AssetInfo:
     project_id: str
     width: int | None = None  # images and video
     height: int | None = None
+    duration_s: float | None = None  # video
+    frames: int | None = None  # video: the header's frame count (None: stored before it was kept)
 
 
 ResolveInputs = Callable[[list[str]], Mapping[str, "AssetInfo | None"]]

@@ -66,6 +66,10 @@ class Model:
     prices: tuple[Price, ...]  # in tier order: resolutions x durations
     max_output_pixels: int | None = None  # media.upscale: the largest output it makes
     timeout_s: int = 600  # a render that has no outcome after this long fails
+    max_input_seconds: float | None = None  # longest video input, checked at submit
+    max_input_frames: int | None = None  # most frames of a video input, checked at submit
+    timeout_s_per_megapixel: float | None = None  # video input: render budget per output MP x frame
+    min_timeout_s: int = 60  # floor of that budget
     engine: Engine | None = None  # the engine outside the node that serves it; None: built in
 
     @property
@@ -110,6 +114,10 @@ class Model:
             prices=prices,
             max_output_pixels=e.max_output_pixels,
             timeout_s=e.timeout_s,
+            max_input_seconds=e.max_input_seconds,
+            max_input_frames=e.max_input_frames,
+            timeout_s_per_megapixel=e.timeout_s_per_megapixel,
+            min_timeout_s=e.min_timeout_s,
             engine=engine,
         )
 

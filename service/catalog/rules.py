@@ -37,6 +37,7 @@ from service.money import fmt
 from .assets import NOT_OURS, AssetInfo, ResolveInputs, find_assets, kinds_text, parse_asset_ref
 from .capabilities import BY_ID, Capability
 from .catalog import Catalog, Model, Runnable, tier_label
+from .work import check_video_inputs, render_budget
 
 __all__ = ["AssetInfo", "Plan", "estimate", "parse_asset_ref", "plan_submit"]
 
@@ -56,6 +57,7 @@ class Plan:
     tier: str
     inputs: dict[str, list[str]] = field(default_factory=dict)  # every model slot -> asset ids
     seed: int | None = None  # not a spec field; None = the job picks one
+    timeout_s: int | None = None  # the render's time budget from its video inputs; None: the model's
 
     @property
     def credits(self) -> str:
@@ -129,6 +131,7 @@ def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
         raise Unprocessable(f"{m.id} has no quality setting.", {"field": "quality", "model": m.id})
     inputs, infos = _inputs(cap, m, body.get("inputs") or {}, *inputs_check) if inputs_check else ({}, {})
     _output_size(m, resolution, infos)
+    check_video_inputs(m, resolution, infos)
     price = m.price_uc(resolution, duration)
     if price is None:
         raise Unavailable(
@@ -139,6 +142,7 @@ def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
         capability=cap.id, model=m.id, backend=m.backend, resolution=resolution,
         duration=duration, aspect_ratio=aspect_ratio, prompt=prompt, price_uc=price,
         tier=tier_label(resolution, duration), inputs=inputs, seed=_seed(body.get("seed")),
+        timeout_s=render_budget(m, resolution, infos),
     )
 
 

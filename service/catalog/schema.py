@@ -16,6 +16,10 @@ places; floats are refused.
     slots = { start_frame = 1 }        # exact count per slot; default = capability max
     max_output_pixels = 16777216       # media.upscale only: refuse inputs whose output would be larger
     timeout_s = 600                    # a render with no outcome after this long fails, credits released
+    max_input_seconds = 20             # longest video input (seconds), refused at submit
+    max_input_frames = 1200            # most frames of a video input, refused at submit
+    timeout_s_per_megapixel = 0.5      # a video input's render time: this x frames x output megapixels,
+    min_timeout_s = 60                 #   at least this; past timeout_s: refused at submit
     [models.engine]                    # engine backends only (comfyui, cog, replicate, openai, fal):
     urls = ["http://gpu1:8188"]        #   see service/catalog/engines.py and docs/engines.md
     prices = [                         # one per tier; a missing tier cannot be run
@@ -66,6 +70,10 @@ class ModelEntry(_Strict):
     prices: list[PriceEntry] = []
     max_output_pixels: int | None = Field(default=None, ge=1)  # media.upscale: largest output (width x height)
     timeout_s: int = Field(default=600, ge=1)  # a render with no outcome by then fails (hold released)
+    max_input_seconds: float | None = Field(default=None, gt=0)  # longest video input
+    max_input_frames: int | None = Field(default=None, ge=1)  # most frames of a video input
+    timeout_s_per_megapixel: float | None = Field(default=None, gt=0)  # video renders: budget per output MP x frame
+    min_timeout_s: int = Field(default=60, ge=1)  # floor of that budget (timeout_s is its ceiling)
     engine: dict[str, Any] | None = None  # [models.engine] of an engine backend; checked in engines.py
 
     @field_validator("capability")

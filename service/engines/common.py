@@ -158,7 +158,7 @@ def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | 
         path.unlink(missing_ok=True)
         return None
     kind = "mask" if BY_ID[req.capability].output == "mask" and info.kind == "image" else info.kind
-    return Output(path, info.content_type, kind, info.width, info.height, info.duration_s)
+    return Output(path, info.content_type, kind, info.width, info.height, info.duration_s, info.frames)
 
 
 async def store_text(req: RenderRequest, index: int, text: str) -> Output:

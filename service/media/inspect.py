@@ -19,7 +19,8 @@ to their ALLOWED spelling. Every "Unsupported content type" answer carries
 
 Each file must then really decode: images fully (under MAX_PIXELS, checked
 from the header before any pixel is decoded), video as an MP4 with a video
-stream and a first frame, audio as WAV or MP3 with a first frame.
+stream and a first frame (its frame size and frame count checked from the
+header first, service.media.video), audio as WAV or MP3 with a first frame.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
-
 from ..errors import Unprocessable
+from .gate import LARGE_DECODE
 from .images import open_image, read_head, webp_size
 from .sniff import ALLOWED, IMAGE_TYPES, sniff
+from .video import cap_decoder, check_cost, frame_pixels, open_media, read_header, stream_duration
 
 # Largest image accepted, in pixels; about 160 MB once decoded to RGBA.
 MAX_PIXELS = 40_000_000
@@ -56,6 +57,7 @@ class MediaInfo:
     width: int | None  # None for audio
     height: int | None
     duration_s: float | None  # None for images
+    frames: int | None = None  # video only: the header's frame count
 
 
 def inspect_file(path: str | Path, declared_type: str | None) -> MediaInfo:
@@ -92,6 +94,14 @@ def image_pixels(path: str | Path) -> int:
         return 0
 
 
+def decode_pixels(path: str | Path) -> int:
+    """Pixels one decode of the file holds at once, from its header (an image's, or one
+    frame of a video's); 0 when unknown. Decides whether the decode takes a gate slot."""
+    if sniff(read_head(path)) == "video/mp4":
+        return frame_pixels(path)
+    return image_pixels(path)
+
+
 def _normalise(declared_type: str | None) -> str | None:
     if not declared_type:
         return None
@@ -125,20 +135,21 @@ def _inspect_image(path: str | Path, content_type: str) -> MediaInfo:
 
 def _inspect_video(path: str | Path) -> MediaInfo:
     try:
-        with av.open(str(path), format="mp4") as container:
+        with open_media(path, "mp4") as container:
             if not container.streams.video:
                 raise Unprocessable(MSG_NOT_VIDEO)
             stream = container.streams.video[0]
-            width, height = stream.codec_context.width, stream.codec_context.height
-            duration = _duration(container, stream)
+            header = read_header(container, stream)
+            check_cost(header)  # before any frame is decoded
+            cap_decoder(stream)
             next(container.decode(stream))  # at least one frame decodes
     except Unprocessable:
         raise
     except Exception as e:
         raise Unprocessable(MSG_NOT_VIDEO) from e
-    if width < 1 or height < 1 or not duration:
+    if not header.duration_s:
         raise Unprocessable(MSG_NOT_VIDEO)
-    return MediaInfo("video", "video/mp4", width, height, duration)
+    return MediaInfo("video", "video/mp4", header.width, header.height, header.duration_s, header.frames)
 
 
 def _inspect_audio(path: str | Path, content_type: str) -> MediaInfo:
@@ -165,11 +176,12 @@ def _wav_duration(path: str | Path) -> float | None:
 
 def _av_audio_duration(path: str | Path, fmt: str) -> float:
     try:
-        with av.open(str(path), format=fmt) as container:
+        # an MP3's cover art is probed: no picture over LARGE_DECODE is decoded here
+        with open_media(path, fmt, LARGE_DECODE) as container:
             if not container.streams.audio:
                 raise Unprocessable(MSG_NOT_AUDIO)
             stream = container.streams.audio[0]
-            duration = _duration(container, stream)
+            duration = stream_duration(container, stream)
             next(container.decode(stream))
     except Unprocessable:
         raise
@@ -178,12 +190,3 @@ def _av_audio_duration(path: str | Path, fmt: str) -> float:
     if not duration:
         raise Unprocessable(MSG_NOT_AUDIO)
     return duration
-
-
-def _duration(container, stream) -> float | None:
-    """Seconds from the stream's header, else the container's, else None."""
-    if stream.duration and stream.time_base:
-        return float(stream.duration * stream.time_base)
-    if container.duration:
-        return container.duration / av.time_base
-    return None

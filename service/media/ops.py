@@ -19,6 +19,7 @@ import av
 from PIL import Image, ImageOps
 
 from .images import open_image
+from .video import FrameCounter, cap_decoder, check_cost, open_media, read_header
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,9 @@ def upscale_image(src: str | Path, dst: str | Path, factor: int) -> tuple[int, i
 
 def extract_frame(video_path: str | Path, at_s: float, dst_png: str | Path) -> tuple[int, int]:
     """Save the frame nearest `at_s` (clamped to the clip) as a PNG; its size."""
-    with av.open(str(video_path)) as container:
+    with open_media(video_path) as container:
         stream = container.streams.video[0]
+        cap_decoder(stream)
         at_s = max(0.0, at_s)
         if stream.duration and stream.time_base:
             at_s = min(at_s, float(stream.duration * stream.time_base))
@@ -105,15 +107,18 @@ def upscale_video(
     """Lanczos upscale every frame and re-encode as H.264; audio is copied.
 
     Frames are re-timed at the stream's average rate (constant frame rate out).
-    `should_stop` is polled between frames (raises Stopped). Returns width,
-    height and duration of the result.
+    `should_stop` is polled between frames (raises Stopped). The header's frame size
+    and count are checked first (service.media.video; Unprocessable) and the pass stops
+    past that count. Returns width, height and duration of the result.
     """
-    with av.open(str(src)) as container:
+    with open_media(src) as container:
         stream = container.streams.video[0]
+        header = read_header(container, stream)
+        check_cost(header)
+        cap_decoder(stream)
         fps = stream.average_rate or stream.guessed_rate or Fraction(24)
-        width = stream.codec_context.width * factor
-        height = stream.codec_context.height * factor
-        frames = _upscaled_frames(container, stream, (width, height), should_stop)
+        width, height = header.width * factor, header.height * factor
+        frames = _upscaled_frames(container, stream, (width, height), should_stop, FrameCounter(header))
         has_audio = bool(container.streams.audio)
         return encode_mp4(frames, dst, width, height, fps, audio_from=src if has_audio else None)
 
@@ -167,17 +172,18 @@ def encode_mp4(
     return width, height, float(count / rate)
 
 
-def _upscaled_frames(container, stream, size, should_stop) -> Iterator[Image.Image]:
+def _upscaled_frames(container, stream, size, should_stop, counter: FrameCounter) -> Iterator[Image.Image]:
     for frame in container.decode(stream):
         if should_stop is not None and should_stop():
             raise Stopped()
+        counter.tick()
         yield frame.to_image().resize(size, LANCZOS)
 
 
 def _open_audio(path: str | Path | None):
     if path is None:
         return None
-    container = av.open(str(path))
+    container = open_media(path)  # probing it may decode a video frame: capped
     if not container.streams.audio:
         container.close()
         return None

@@ -105,3 +105,10 @@ def m002_job_usage(db: Database) -> None:
     """`usage`: what an engine reported it used for a completed job (JSON; token counts of
     an OpenAI-compatible chat), shown on the job's status."""
     db.execute("ALTER TABLE jobs ADD COLUMN usage TEXT")
+
+
+@migrations()
+def m003_asset_frames(db: Database) -> None:
+    """`assets.frames`: a video's frame count from its header (NULL for other kinds and for
+    videos stored before), so a submit can bound the work a video input asks for."""
+    db.execute("ALTER TABLE assets ADD COLUMN frames INTEGER")

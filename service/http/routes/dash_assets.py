@@ -71,7 +71,7 @@ async def upload():
             raise BadRequest("Choose one file to upload.")
         if got.too_big:
             raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
-        info = await gen.inspect_upload(temp, got.declared_type)
+        info = await gen.inspect_upload(temp, got.declared_type, p.org_id)
         row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
         handed_over = True
         await gen.commit_upload(p.org_id, row, temp)

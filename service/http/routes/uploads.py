@@ -278,7 +278,7 @@ async def upload():
             project = resolve_project(got.fields.get("project_id") or None, write=True)
             if got.too_big:
                 raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
-            info = await gen.inspect_upload(temp, got.declared_type)
+            info = await gen.inspect_upload(temp, got.declared_type, p.org_id)
             row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
             crashpoint("upload_complete")  # the file is complete in tmp/, no asset row yet
             handed_over = True  # from here on the uploads actor owns the temp file
@@ -296,6 +296,6 @@ def asset_row(asset_id: str, org_id: str, project_id: str, info, got, now_iso: s
     return {
         "id": asset_id, "organization_id": org_id, "project_id": project_id, "job_id": None,
         "position": 0, "source": "upload", "kind": info.kind, "content_type": info.content_type,
-        "width": info.width, "height": info.height, "duration_s": info.duration_s,
+        "width": info.width, "height": info.height, "duration_s": info.duration_s, "frames": info.frames,
         "size_bytes": got.size, "sha256": got.sha.hexdigest(), "created_at": now_iso,
     }
