@@ -24,6 +24,7 @@ from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
 from service.http.responses import check as response_check
 from service.logs import REQUEST_ID
+from service.metrics import UNMATCHED, method_label
 
 log = logging.getLogger("service.http")
 
@@ -148,10 +149,11 @@ def create_app(node) -> QuartTrio:
         if started is not None:
             elapsed = time.perf_counter() - started
             response.headers["X-Process-Time"] = f"{elapsed * 1000:.2f}"
-            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            route = request.url_rule.rule if request.url_rule is not None else UNMATCHED
+            method = method_label(request.method)
             metrics = node.metrics
-            metrics.requests.labels(route, request.method, str(response.status_code)).inc()
-            metrics.latency.labels(route, request.method).observe(elapsed)
+            metrics.requests.labels(route, method, str(response.status_code)).inc()
+            metrics.latency.labels(route, method).observe(elapsed)
         return response
 
     async def _check_answer(response):

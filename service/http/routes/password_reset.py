@@ -22,7 +22,10 @@ from service.mail.addresses import BAD_ADDRESS, valid_address
 from service.storage import mail as mail_sql
 
 bp = Blueprint("password_reset", __name__)
-NO_REFERRER = {"Referrer-Policy": "no-referrer"}  # the page's URL carries the token
+# The page's URL carries the token: no Referer leaves this site (`same-origin`). Not
+# `no-referrer`: Chromium then posts the page's form with `Origin: null`, which the CSRF check
+# rightly refuses, and no reset could finish (probe, "password reset fails in every browser").
+SAME_ORIGIN_REFERRER = {"Referrer-Policy": "same-origin"}
 
 SENT = ("If an account exists for {email}, we sent it a link to choose a new password. The link works once, "
         "for one hour.")
@@ -62,8 +65,8 @@ def live_link(token: str) -> dict:
 
 
 def reset_form(row: dict, token: str, status: int = 200, error: str | None = None):
-    return render("reset_password.html", status, NO_REFERRER, title="Choose a new password", email=row["email"],
-                  token=token, error=error)
+    return render("reset_password.html", status, SAME_ORIGIN_REFERRER, title="Choose a new password",
+                  email=row["email"], token=token, error=error)
 
 
 @bp.get("/reset-password")
