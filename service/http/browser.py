@@ -22,18 +22,21 @@ the 429 page; every form that checks a password or mails an address calls it fir
 
 from __future__ import annotations
 
+import random
 import secrets
 from dataclasses import dataclass
 from functools import wraps
 from typing import Callable
 from urllib.parse import quote, urlsplit
 
+import trio
 from itsdangerous import BadSignature, URLSafeSerializer
 from quart import Response, g, redirect, request
 from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from service.actors.sessions import IDLE, TOUCH_EVERY
-from service.http.auth import Principal, node
+from service.errors import RateLimited
+from service.http.auth import TARPIT_S, Principal, node
 from service.http.clientaddr import client_address
 from service.http.pages import PageError, render
 from service.roles import allows
@@ -131,6 +134,7 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
                 return render("waiting.html", 403, title="Waiting for approval")
             if permission is not None and not allows(s.role, permission):
                 raise PageError(403, "Not allowed", f"Your role ({s.role}) does not allow this.")
+            await take_request(s)
             g.principal = Principal(s.org_id, s.user_id, None, s.role)
             return await func(*args, **kwargs)
 
@@ -138,6 +142,18 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
         return wrapper
 
     return deco
+
+
+async def take_request(s: BrowserSession) -> None:
+    """The request rate limit of API keys, per browser session (the same bucket sizes and the
+    same pause before the refusal): a dashboard session cannot out-request a key (probe H1).
+    The 429 page carries Retry-After."""
+    try:
+        node().key_buckets.take("session:" + s.id)
+    except RateLimited as e:
+        await trio.sleep(min(TARPIT_S, e.retry_after) * random.uniform(0.5, 1.0))
+        raise PageError(429, "Too many requests", e.message.replace("this API key", "this session"),
+                        {"Retry-After": str(e.retry_after)}) from None
 
 
 def too_many(seconds: int, what: str):

@@ -1,0 +1,158 @@
+"""Probe H1: event streams had no bound, and one member's 260 streams used up the node's
+descriptors. Streams are bounded per API key, per browser session, per organization and on
+the node (service/streams/limits.py); each refusal has its status, code, message and
+Retry-After; a stream that ends gives its place back. Dashboard pages share the API's request
+rate, per session. Accept errors are logged once per 30 s, without a traceback."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from contextlib import AsyncExitStack
+
+import pytest
+import trio
+
+from service.descriptors import QuietAccept
+from service.streams.limits import PER_KEY, PER_ORG, PER_SESSION, StreamLimits, descriptor_budget
+from sse_client import open_stream
+from tests.conftest import start_node, stop_node
+from tests.pages import csrf, page
+from tests.test_dashboard_http import HTML, logged_in
+
+pytestmark = pytest.mark.usefixtures("cheap_hashes")
+
+
+def message(whose: str, limit: int) -> str:
+    return f"Too many event streams open for {whose} (at most {limit}). Close one, or retry in 5 s."
+
+
+async def refused(node, path, key, headers=None) -> tuple[int, dict, dict]:
+    async with open_stream(node, path, key, headers=headers) as s:
+        return s.status, dict(s.headers), json.loads(await s.body())
+
+
+def assert_error(got, status, code, text, details) -> None:
+    st, headers, body = got
+    assert st == status and headers["Retry-After"] == "5"
+    body["error"].pop("request_id")
+    assert body == {"error": {"code": code, "message": text, "details": details}}
+
+
+async def new_key(node, owner_key: str) -> str:
+    r = await node.call("POST", "/v1/api-keys", owner_key, json={"name": "another"})
+    assert r.status_code == 201, await r.get_data(as_text=True)
+    return (await r.get_json())["data"]["key"]
+
+
+def test_defaults_and_the_descriptor_budget():
+    assert (PER_SESSION, PER_KEY, PER_ORG) == (10, 20, 50)
+    assert descriptor_budget(256) == 128  # 128 kept free
+    assert descriptor_budget(1024) == 768  # a quarter kept free
+    assert descriptor_budget(65536) == 49152
+    assert descriptor_budget(100) == 16  # never below 16
+
+
+async def test_per_key_bound_then_the_place_comes_back(node, org, autojump_clock):
+    key = org["api_key"]
+    async with AsyncExitStack() as stack:
+        for _ in range(PER_KEY):
+            s = await stack.enter_async_context(open_stream(node, "/v1/events", key))
+            assert s.status == 200
+            await s.next()
+        assert_error(await refused(node, "/v1/events", key), 429, "request.rate_limited",
+                     message("this API key", PER_KEY), {"open_streams_limit": PER_KEY, "retry_after": 5})
+        other = await new_key(node, key)  # another key of the organization still may
+        async with open_stream(node, "/v1/events", other) as s:
+            assert s.status == 200
+        assert node.parts.streams.limits.count == PER_KEY
+    await trio.sleep(0.1)
+    assert node.parts.streams.limits.count == 0 and not node.parts.streams.limits.open
+    async with open_stream(node, "/v1/events", key) as s:  # places given back
+        assert s.status == 200
+
+
+async def test_a_job_stream_that_ends_gives_its_place_back(node, org, autojump_clock):
+    key = org["api_key"]
+    r = await node.call("POST", "/v1/generation/capabilities/image.generate", key, json={"prompt": "x [[fail:internal]]"})
+    rid = (await r.get_json())["request_id"]
+    for _ in range(PER_KEY + 5):  # the job is final: each stream sends it and ends
+        async with open_stream(node, f"/v1/generation/requests/{rid}/events", key) as s:
+            assert s.status == 200
+            await s.events()
+    assert node.parts.streams.limits.count == 0
+
+
+async def test_per_organization_and_node_bounds(node, org, autojump_clock):
+    node.parts.streams.limits = StreamLimits(per_key=3, per_org=4, total=6)
+    key = org["api_key"]
+    second = await new_key(node, key)
+    other = await node.create_org(name="Other", email="owner@other.test")
+    async with AsyncExitStack() as stack:
+        for k in (key, key, key, second):
+            assert (await stack.enter_async_context(open_stream(node, "/v1/events", k))).status == 200
+        assert_error(await refused(node, "/v1/events", second), 429, "request.rate_limited",
+                     message("this organization", 4), {"open_streams_limit": 4, "retry_after": 5})
+        for _ in range(2):
+            s = await stack.enter_async_context(open_stream(node, "/v1/events", other["api_key"]))
+            assert s.status == 200
+        assert_error(await refused(node, "/v1/events", other["api_key"]), 503, "request.service_unavailable",
+                     "The node holds as many event streams as it can. Retry in 5 s.", {"retry_after": 5})
+        r = await node.call("GET", "/v1/projects", other["api_key"])  # everything else still answers
+        assert r.status_code == 200
+
+
+async def test_per_session_bound_on_dashboard_streams(node, autojump_clock):
+    await logged_in(node)
+    cookie = next(c for c in node.client.cookie_jar if c.name == "gs_session")
+    headers = {"Cookie": f"gs_session={cookie.value}"}
+    async with AsyncExitStack() as stack:
+        for _ in range(PER_SESSION):
+            s = await stack.enter_async_context(open_stream(node, "/history/events", None, headers=headers))
+            assert s.status == 200
+        got = await refused(node, "/history/events", None, headers=headers)
+        assert_error(got, 429, "request.rate_limited", message("this browser session", PER_SESSION),
+                     {"open_streams_limit": PER_SESSION, "retry_after": 5})
+
+
+async def test_dashboard_pages_share_the_request_rate_per_session(nursery, tmp_path, autojump_clock):
+    n = await start_node(nursery, tmp_path, test_mode=True, rate_limit_per_key=1, rate_limit_burst=5)
+    try:
+        await logged_in(n)
+        statuses = [(await n.client.get("/keys", headers=HTML)).status_code for _ in range(8)]
+        assert statuses[:4] == [200] * 4 and statuses[-1] == 429  # the login took one
+        r = await n.client.get("/keys", headers=HTML)
+        html = await r.get_data(as_text=True)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        assert "<h1>Too many requests</h1>" in html
+        assert "Too many requests for this session: at most 1 a second (bursts of 5). Retry in 1 s." in html
+        await trio.sleep(2)
+        assert (await n.client.get("/keys", headers=HTML)).status_code == 200
+        other = n.app.test_client()  # another browser (not logged in) is not slowed
+        _, login = await page(other, "/login")
+        assert csrf(login)
+    finally:
+        await stop_node(n)
+
+
+def test_accept_errors_are_one_line_per_30_s_without_traceback():
+    now = [100.0]
+    quiet = QuietAccept(clock=lambda: now[0])
+    logger = logging.getLogger("test.accept")
+    records = []
+    for i in range(600):  # a minute of trio's retries every 0.1 s
+        try:
+            raise OSError(24, "Too many open files")
+        except OSError:
+            rec = logger.makeRecord("trio.serve_listeners", logging.ERROR, __file__, 1,
+                                    "accept returned %s (%s); retrying in %s seconds",
+                                    ("EMFILE", "Too many open files", 0.1), sys.exc_info())
+        if quiet.filter(rec):
+            records.append(rec)
+        now[0] += 0.1
+    assert len(records) == 2
+    assert all(r.exc_info is None and r.levelname == "WARNING" for r in records)
+    assert records[0].getMessage() == ("cannot accept connections: Too many open files; new connections wait "
+                                       "until descriptors are free (0 more refused accepts since the last line)")
+    assert "(299 more refused accepts" in records[1].getMessage()
