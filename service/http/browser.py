@@ -16,8 +16,9 @@ CSRF: every form post carries `csrf_token`, an itsdangerous signature over the s
 that token and that `Origin` (else `Referer`), when the browser sends one, is this site.
 A refusal is a 403 page. Forms put `{{ csrf_token() }}` in a hidden field named csrf_token.
 
-`throttle(email)`: one attempt from the client address's and the email's token buckets, or
-the 429 page; every form that checks a password or mails an address calls it first.
+`throttle(email)`: one attempt from the client address's token bucket and from the bucket of
+that email from that address, or the 429 page; every form that checks a password or mails an
+address calls it first.
 """
 
 from __future__ import annotations
@@ -163,12 +164,18 @@ def too_many(seconds: int, what: str):
 
 
 def throttle(email: str, what: str = "login attempts") -> None:
-    """Take one attempt from the client address's and the email's buckets, or refuse with the
-    429 page (and Retry-After). For every form that checks a password or sends a mail to an
-    address (login, sign-up, password reset, invitation acceptance, password change)."""
+    """Take one attempt from the client address's bucket and from the bucket of this email
+    *from this address*, or refuse with the 429 page (and Retry-After). For every form that
+    checks a password or sends a mail to an address (login, sign-up, password reset,
+    invitation acceptance, password change).
+
+    Never a bucket of the email alone: attempts from elsewhere would then lock its person
+    out of login, reset and sign-up (probe L7: one wrong login a minute did). Guessing one
+    person's password from many addresses is met by the password rules (12 characters, no
+    common password) and argon2's cost instead."""
     svc = node()
-    address = client_address(node().settings.trusted_proxies)
-    address_key, account_key = "ip:" + address, "email:" + email.lower()
+    address = client_address(svc.settings.trusted_proxies)
+    address_key, account_key = "ip:" + address, f"email:{email.lower()}|ip:{address}"
     wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
     if wait:
         too_many(wait, what)
