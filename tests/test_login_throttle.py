@@ -35,14 +35,14 @@ async def post(client, path, form, scope):
 async def test_others_failing_logins_never_lock_the_person_out(node, mock_clock):
     await with_password(node)
     attacker = node.app.test_client()
+    statuses = []
     for minute in range(10):  # every attacker address fails often, for ten minutes
         for scope in ATTACKERS:
             for _ in range(3):
                 r, _ = await post(attacker, "/login", {"email": VICTIM, "password": "wrong password here"}, scope)
-                assert r.status_code in (401, 429)
+                statuses.append(r.status_code)
         mock_clock.jump(60)
-    r, _ = await post(attacker, "/login", {"email": VICTIM, "password": "wrong password here"}, ATTACKERS[0])
-    assert r.status_code == 429  # the attacker's own address is slowed ...
+    assert set(statuses) == {401, 429}  # the attackers' own addresses are slowed ...
     victim = node.app.test_client()
     r, _ = await post(victim, "/login", {"email": VICTIM, "password": PW}, HOME)
     assert r.status_code == 303  # ... and the person logs in from theirs
@@ -77,7 +77,7 @@ async def test_one_address_is_still_throttled_per_email_and_overall(node, mock_c
     assert "Too many login attempts. Wait 60 seconds and try again." in html
     r, _ = await post(client, "/login", {"email": VICTIM, "password": PW}, ATTACKERS[0])
     assert r.status_code == 303  # the same person from another address is not held
-    for i in range(14):  # the address's own bucket (20) holds for any mix of emails
+    for i in range(15):  # the address's own bucket (20) holds for any mix of emails
         r, _ = await post(client, "/login", {"email": f"p{i}@acme.test", "password": "wrong password here"}, HOME)
         assert r.status_code == 401
     r, html = await post(client, "/login", {"email": "p99@acme.test", "password": "wrong password here"}, HOME)
