@@ -1,7 +1,8 @@
 """`GET/POST /forgot-password` and `GET/POST /reset-password?token=` (password reset by mail).
 
-Asking for a link is throttled per client address and per email (the 429 page) and answers
-the same page whether or not the address has an account (the mail goes only to a known one).
+Asking for a link is throttled per client address and per email from that address (the 429
+page) and answers the same page, after the same work, whether or not the address has an
+account: the address is looked up, and the mail queued for a known one, after the answer.
 A link works once, for one hour on the service clock; setting the password ends every
 session of the person in the same transaction, then this browser gets a new one.
 """
@@ -51,7 +52,7 @@ async def forgot():
         return forgot_form(400, "Enter your email address.", email)
     if not valid_address(email):
         return forgot_form(422, BAD_ADDRESS, email)
-    await node().accounts.request_reset(email)
+    node().accounts.request_reset_later(email)  # known or not: looked up off the request
     return render("notice.html", 200, title="Check your email", message=SENT.format(email=email))
 
 
