@@ -96,10 +96,14 @@ def test_every_page_has_a_csp_and_breaks_none(browser, node):
             assert answer.status == 200, path
             assert answer.headers["content-security-policy"].startswith("default-src 'self'"), path
             no_violation(page, path)
-        page.goto("/studio")  # a live page: a job followed over its event stream, htmx swaps
-        page.get_by_label("Prompt").fill(f"a lighthouse {uuid.uuid4().hex[:6]}")
-        page.get_by_role("button", name=re.compile("Generate|Run|Submit", re.I)).first.click()
-        page.wait_for_load_state("networkidle")
-        no_violation(page, "studio after a submit")
+        page.goto("/studio")  # a live page: the price swapped in by htmx, a job followed over its stream
+        page.get_by_label("Resolution").select_option("2k")
+        expect(page.locator("#price")).to_contain_text("2.00 credits")
+        page.get_by_label("Prompt").fill(f"a lighthouse {uuid.uuid4().hex[:6]} [[delay:1]]")
+        page.get_by_role("button", name="Generate").click()
+        page.wait_for_url(re.compile(r"/studio/jobs/[0-9a-f-]{36}$"))
+        expect(page.locator("[data-status]")).to_have_text("completed", timeout=20_000)
+        expect(page.get_by_role("img", name=re.compile("Output 1"))).to_be_visible()
+        no_violation(page, "studio job, followed to the end")
     finally:
         context.close()
