@@ -56,3 +56,27 @@ async def test_usage_csv_escapes_project_names(node):
     assert rows[0] == ["day", "project_id", "project", "jobs", "credits"]
     mine = [row for row in rows[1:] if row[1] == project["id"]]
     assert len(mine) == 1 and mine[0][2] == "'=HYPERLINK(\"http://evil.test\",\"x\")"
+
+
+HOSTILE = ["9" * 400, "-" + "9" * 30, "%ff%fe", "%ed%a0%80", "1e999", "nan", "' OR 1=1 --", "<script>", "%00"]
+
+
+async def test_no_page_answers_500_to_hostile_query_values(node):
+    """The sweep of every dashboard page's query parameters (offset, cursor, source, topup,
+    capability, model, inputs, next, token) with hostile values: a page, a redirect or a 4xx."""
+    await logged_in(node)
+    paths = ["/billing?offset={v}", "/billing?topup={v}&checkout={v}", "/history?cursor={v}",
+             "/history?source={v}", "/history?cursor={v}&source=api",
+             "/studio?capability={v}&model={v}&prompt={v}", "/studio/form?capability={v}&resolution={v}",
+             "/products/text-to-clip?in_prompt={v}", "/products/{v}", "/products/runs/{v}", "/studio/jobs/{v}",
+             "/support/{v}", "/webhooks/{v}", "/assets?offset={v}&limit={v}", "/keys?offset={v}",
+             "/members?offset={v}", "/login?next={v}", "/invitations/accept?token={v}", "/confirm?token={v}",
+             "/reset-password?token={v}"]
+    failures = []
+    for template in paths:
+        for value in HOSTILE:
+            path = template.replace("{v}", value)
+            r = await node.client.get(path, headers=HTML)
+            if r.status_code >= 500:
+                failures.append((path[:80], r.status_code))
+    assert failures == []
