@@ -179,3 +179,23 @@ def test_accept_errors_are_one_line_per_30_s_without_traceback():
     assert records[0].getMessage() == ("cannot accept connections: Too many open files; new connections wait "
                                        "until descriptors are free (0 more refused accepts since the last line)")
     assert "(239 more refused accepts" in records[1].getMessage()
+
+
+async def test_a_stream_answer_never_sent_gives_its_place_back(node, org):
+    """A client that leaves before the body starts: the body's `finally` never runs, so the
+    place is given back when the unsent answer is collected."""
+    import gc
+
+    from quart import g
+
+    from service.http.auth import Principal
+    from service.http.topics import project_stream, respond
+
+    limits = node.parts.streams.limits
+    async with node.app.test_request_context("/v1/events"):
+        g.principal = Principal(org["organization_id"], org["owner_user_id"], "some-key", "owner")
+        answer = respond(project_stream(org["default_project_id"], None, lambda: True))
+        assert answer.status_code == 200 and limits.count == 1 and limits.open["key:some-key"] == 1
+        del answer
+        gc.collect()
+    assert limits.count == 0 and not limits.open
