@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from service.descriptors import QuietAccept
-from service.streams.limits import PER_KEY, PER_ORG, PER_SESSION, StreamLimits, descriptor_budget
+from service.streams.limits import PER_KEY, PER_ORG, PER_SESSION, Owner, StreamLimits, descriptor_budget
 from sse_client import open_stream
 from tests.conftest import start_node, stop_node
 from tests.test_dashboard_http import HTML, logged_in
@@ -90,6 +90,31 @@ async def test_per_key_bound_then_the_place_comes_back(node, org, autojump_clock
     assert node.parts.streams.limits.count == 0 and not node.parts.streams.limits.open
     async with open_stream(node, "/v1/events", key) as s:  # places given back
         assert s.status == 200
+
+
+def test_zero_turns_a_bound_off():
+    limits = StreamLimits(per_key=0, per_org=0, per_session=0, total=60)
+    for _ in range(60):
+        limits.admit(Owner("org", key_id="key"))
+    assert limits.count == 60
+
+
+async def test_the_bounds_are_settings(nursery, tmp_path, autojump_clock):
+    n = await start_node(nursery, tmp_path, test_mode=True, max_streams_per_key=2, max_streams_per_org=0,
+                         max_streams_per_session=3)
+    try:
+        assert (n.parts.streams.limits.per_key, n.parts.streams.limits.per_org,
+                n.parts.streams.limits.per_session) == (2, 0, 3)
+        key = (await n.create_org())["api_key"]
+        async with trio.open_nursery() as nn:
+            held = Held(nn, n)
+            for _ in range(2):
+                assert await held.open("/v1/events", key) == 200
+            assert_error(await refused(n, "/v1/events", key), 429, "request.rate_limited",
+                         message("this API key", 2), {"open_streams_limit": 2, "retry_after": 5})
+            held.close()
+    finally:
+        await stop_node(n)
 
 
 async def test_a_job_stream_that_ends_gives_its_place_back(node, org, autojump_clock):

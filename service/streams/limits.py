@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from service.errors import RateLimited
 
-PER_SESSION = 10  # a browser: a few tabs, each following one page
-PER_KEY = 20
-PER_ORG = 50
+PER_SESSION = 10  # a browser: a few tabs, each following one page (GENSERVICE_MAX_STREAMS_PER_SESSION)
+PER_KEY = 20  # GENSERVICE_MAX_STREAMS_PER_KEY
+PER_ORG = 50  # GENSERVICE_MAX_STREAMS_PER_ORG
 RETRY_S = 5
 MIN_HEADROOM = 128  # descriptors kept for everything that is not a stream
 MIN_TOTAL = 16
@@ -86,7 +86,7 @@ class StreamLimits:
         if owner.session_id is not None:
             checks.insert(0, (f"session:{owner.session_id}", self.per_session, "this browser session"))
         for name, limit, whose in checks:
-            if self.open[name] >= limit:
+            if limit > 0 and self.open[name] >= limit:  # 0: no bound
                 raise RateLimited(f"Too many event streams open for {whose} (at most {limit}). Close one, "
                                   f"or retry in {RETRY_S} s.", RETRY_S, {"open_streams_limit": limit})
         if self.count >= self.total:
