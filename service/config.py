@@ -70,6 +70,10 @@ class Settings(BaseModel):
     rate_limit_per_key: float = 50.0
     rate_limit_burst: int = 200
     max_active_jobs_per_org: int = 100
+    # Event streams open at once (service/streams/limits.py, docs/streams.md "Limits"); 0: no bound
+    max_streams_per_key: int = 20
+    max_streams_per_session: int = 10
+    max_streams_per_org: int = 50
 
     @property
     def public_base_url(self) -> str:

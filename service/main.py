@@ -22,6 +22,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from service import crash
 from service.clock import Clock
 from service.config import Settings
+from service.descriptors import quiet_accept_loop, raise_nofile
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.node import build
@@ -119,6 +120,9 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     settings.operator_token = ensure_operator_token(settings)
     crash.configure(settings.crashpoint, settings.test_mode)
     check_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops the start
+    # before the node is built: the streams' node-wide bound is read from the raised limit
+    soft, hard = raise_nofile()
+    quiet_accept_loop()
     sock = prebind(settings)
     apply_all(settings.db_path)
     node_key = NodeKey(settings.node_key_path)
@@ -142,6 +146,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                 if not settings.base_url:  # port 0: URLs the API returns follow the bound port
                     settings.base_url = urls[0]
                 log.info("genservice listening on %s", ", ".join(urls))
+                log.info("file descriptors: limit %d (hard %d); event streams at most %d", soft, hard,
+                         node.streams.limits.total)
                 task_status.started(urls)
                 # streams end when shutdown begins, so the HTTP drain does not wait for them
                 http.start_soon(_end_streams_at, shutdown, node)

@@ -368,8 +368,9 @@ async def test_test_clock(node, org, autojump_clock):
     assert await body(await node.op("POST", "/test/clock", {"advance_seconds": 90})) == (
         200, {"data": {"now": iso(START + 90)}})
     assert node.clock.now() == START + 90
-    error(await body(await node.op("POST", "/test/clock", {"advance_seconds": -1})), 400,
-          "request.validation_failed", "advance_seconds cannot be negative.", {"advance_seconds": -1})
+    error(await body(await node.op("POST", "/test/clock", {"advance_seconds": -1})), 422,
+          "request.validation_failed", "advance_seconds must be a number from 0 to 3155760000 (100 years).",
+          {"advance_seconds": -1})
     r = await node.client.post("/operator/v1/test/clock", json={"advance_seconds": 1},
                                headers={"Authorization": "Bearer wrong"})
     assert await body(r) == (401, {"status": False, "error": "Unauthorized"})

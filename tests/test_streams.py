@@ -196,6 +196,9 @@ async def test_a_slow_reader_is_reset_and_does_not_hold_up_a_fast_one(node, org,
 
 
 async def test_shutdown_ends_500_open_streams(node, org, autojump_clock):
+    from service.streams.limits import StreamLimits
+
+    node.parts.streams.limits = StreamLimits(per_key=500, per_org=500, total=500)  # one key: past its bound
     key = org["api_key"]
     ended = []
 

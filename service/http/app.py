@@ -24,6 +24,8 @@ from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
 from service.http.responses import check as response_check
 from service.logs import REQUEST_ID
+from service.metrics import UNMATCHED, method_label
+from service.streams.limits import StreamLimits
 
 log = logging.getLogger("service.http")
 
@@ -98,6 +100,9 @@ def plain_answers_as_they_are(app: QuartTrio) -> None:
 def create_app(node) -> QuartTrio:
     app = QuartTrio("genservice", static_folder=None)
     app.config["NODE"] = node
+    settings = node.settings  # how many event streams HTTP callers may hold (docs/streams.md, "Limits")
+    node.streams.limits = StreamLimits(per_key=settings.max_streams_per_key, per_org=settings.max_streams_per_org,
+                                       per_session=settings.max_streams_per_session)
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
     app.config["JSON_SORT_KEYS"] = False
@@ -148,10 +153,11 @@ def create_app(node) -> QuartTrio:
         if started is not None:
             elapsed = time.perf_counter() - started
             response.headers["X-Process-Time"] = f"{elapsed * 1000:.2f}"
-            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            route = request.url_rule.rule if request.url_rule is not None else UNMATCHED
+            method = method_label(request.method)
             metrics = node.metrics
-            metrics.requests.labels(route, request.method, str(response.status_code)).inc()
-            metrics.latency.labels(route, request.method).observe(elapsed)
+            metrics.requests.labels(route, method, str(response.status_code)).inc()
+            metrics.latency.labels(route, method).observe(elapsed)
         return response
 
     async def _check_answer(response):

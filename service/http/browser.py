@@ -17,24 +17,28 @@ CSRF: every form post carries `csrf_token`, an itsdangerous signature over the s
 that token and that `Origin` (else `Referer`), when the browser sends one, is this site.
 A refusal is a 403 page. Forms put `{{ csrf_token() }}` in a hidden field named csrf_token.
 
-`throttle(email)`: one attempt from the client address's and the email's token buckets, or
-the 429 page; every form that checks a password or mails an address calls it first.
+`throttle(email)`: one attempt from the client address's token bucket and from the bucket of
+that email from that address, or the 429 page; every form that checks a password or mails an
+address calls it first.
 """
 
 from __future__ import annotations
 
+import random
 import secrets
 from dataclasses import dataclass
 from functools import wraps
 from typing import Callable
 from urllib.parse import quote, urlsplit
 
+import trio
 from itsdangerous import BadSignature, URLSafeSerializer
 from quart import Response, g, redirect, request
 from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from service.actors.sessions import IDLE, TOUCH_EVERY
-from service.http.auth import Principal, node
+from service.errors import RateLimited
+from service.http.auth import TARPIT_S, Principal, node
 from service.http.clientaddr import client_address
 from service.http.pages import PageError, render
 from service.roles import allows
@@ -135,6 +139,7 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
                 return render("waiting.html", 403, title="Waiting for approval")
             if permission is not None and not allows(s.role, permission):
                 raise PageError(403, "Not allowed", f"Your role ({s.role}) does not allow this.")
+            await take_request(s)
             g.principal = Principal(s.org_id, s.user_id, None, s.role)
             return await func(*args, **kwargs)
 
@@ -144,6 +149,18 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
     return deco
 
 
+async def take_request(s: BrowserSession) -> None:
+    """The request rate limit of API keys, per browser session (the same bucket sizes and the
+    same pause before the refusal): a dashboard session cannot out-request a key (probe H1).
+    The 429 page carries Retry-After."""
+    try:
+        node().key_buckets.take("session:" + s.id)
+    except RateLimited as e:
+        await trio.sleep(min(TARPIT_S, e.retry_after) * random.uniform(0.5, 1.0))
+        raise PageError(429, "Too many requests", e.message.replace("this API key", "this session"),
+                        {"Retry-After": str(e.retry_after)}) from None
+
+
 def too_many(seconds: int, what: str):
     raise PageError(429, "Too many attempts",
                     f"Too many {what}. Wait {seconds} seconds and try again.",
@@ -151,12 +168,18 @@ def too_many(seconds: int, what: str):
 
 
 def throttle(email: str, what: str = "login attempts") -> None:
-    """Take one attempt from the client address's and the email's buckets, or refuse with the
-    429 page (and Retry-After). For every form that checks a password or sends a mail to an
-    address (login, sign-up, password reset, invitation acceptance, password change)."""
+    """Take one attempt from the client address's bucket and from the bucket of this email
+    *from this address*, or refuse with the 429 page (and Retry-After). For every form that
+    checks a password or sends a mail to an address (login, sign-up, password reset,
+    invitation acceptance, password change).
+
+    Never a bucket of the email alone: attempts from elsewhere would then lock its person
+    out of login, reset and sign-up (probe L7: one wrong login a minute did). Guessing one
+    person's password from many addresses is met by the password rules (12 characters, no
+    common password) and argon2's cost instead."""
     svc = node()
-    address = client_address(node().settings.trusted_proxies)
-    address_key, account_key = "ip:" + address, "email:" + email.lower()
+    address = client_address(svc.settings.trusted_proxies)
+    address_key, account_key = "ip:" + address, f"email:{email.lower()}|ip:{address}"
     wait = max(svc.login_by_address.retry_after(address_key), svc.login_by_account.retry_after(account_key))
     if wait:
         too_many(wait, what)

@@ -9,6 +9,13 @@ from __future__ import annotations
 from jinja2 import Environment, PackageLoader, select_autoescape
 from quart import Response
 
+# Every page's scripts and styles are files under /static (no inline script, style element or
+# style attribute; tests/test_csp.py checks the templates). `form-action` is left out on
+# purpose: browsers apply it to the redirect after a post, and the provider sign-in and
+# Stripe checkout forms redirect to other sites.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self'; "
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+
 _env = Environment(loader=PackageLoader("service.http", "templates"), autoescape=select_autoescape(),
                    trim_blocks=True, lstrip_blocks=True)
 
@@ -31,6 +38,7 @@ def render(template: str, status: int = 200, headers: dict | None = None, **ctx)
     resp = Response(html, status=status, content_type="text/html; charset=utf-8")
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["X-Frame-Options"] = "DENY"
+    resp.headers["Content-Security-Policy"] = CSP
     for k, v in (headers or {}).items():
         resp.headers[k] = v
     return resp

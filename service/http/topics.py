@@ -6,20 +6,36 @@ key's permission, or the browser session's). The stream itself is service/stream
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 from quart import Response, request
 
-from service.http.auth import node
+from service.http.auth import node, principal
+from service.http.browser import current_session
 from service.machines import JOB, RUN
+from service.streams.limits import Owner
 from service.streams.sse import Stream, events
 from service.views import run_feed
 
 FEED_PAGE = 50
 
 
+def owner() -> Owner:
+    """The caller the stream counts against: its API key, or its browser session."""
+    p = principal()
+    session = current_session() if p.key_id is None else None
+    return Owner(p.org_id, p.key_id, session.id if session is not None else None)
+
+
 def respond(stream: Stream) -> Response:
-    body = events(node().streams, stream, request.headers.get("Last-Event-ID"))
+    """The stream as a response, once the caller is under every stream limit (else 429/503)."""
+    hub = node().streams
+    ticket = hub.limits.admit(owner())
+    body = events(hub, stream, request.headers.get("Last-Event-ID"), ticket)
+    # a body never started (the client left first) runs no `finally`: its place is given back
+    # when it is collected
+    weakref.finalize(body, ticket.release)
     response = Response(body, status=200, content_type="text/event-stream; charset=utf-8")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once

@@ -11,6 +11,9 @@ every one is there), the asset-link secret (signed links and feed cursors stay v
 copied: a backup alone reveals no secret. Keep the node key apart (GENSERVICE_NODE_KEY_FILE);
 restoring without it leaves webhook signing secrets unreadable (recreate those webhooks).
 
+Everything a backup or a restore writes is the node user's alone: directories 0700, files
+0600 (a backup holds every secret the database does; probe L10 found them 0644).
+
 A restore checks the database (`PRAGMA integrity_check`) and every content file against its
 digest before the data directory is used.
 """
@@ -18,9 +21,12 @@ digest before the data directory is used.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from service.assets.files import FileStore, hash_file
@@ -35,6 +41,24 @@ class BackupError(Exception):
     """A backup or restore that cannot go on; the message says why, in one line."""
 
 
+@contextmanager
+def private(root: Path) -> Iterator[None]:
+    """Write under `root` with umask 077, then make every directory 0700 and file 0600 (a
+    copy keeps its source's mode, and an empty directory it was given keeps its own)."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+        if root.is_dir():
+            os.chmod(root, 0o700)
+            for base, dirs, files in os.walk(root):
+                for d in dirs:
+                    os.chmod(os.path.join(base, d), 0o700)
+                for f in files:
+                    os.chmod(os.path.join(base, f), 0o600)
+
+
 def backup(data_dir: Path, dest: Path) -> dict:
     data_dir, dest = Path(data_dir), Path(dest)
     source_db = data_dir / DB_NAME
@@ -42,6 +66,12 @@ def backup(data_dir: Path, dest: Path) -> dict:
         raise BackupError(f"no database at {source_db}: is GENSERVICE_DATA_DIR the node's?")
     if dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} is not empty: back up into a new directory")
+    with private(dest):
+        return _backup(data_dir, dest)
+
+
+def _backup(data_dir: Path, dest: Path) -> dict:
+    source_db = data_dir / DB_NAME
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     started = time.monotonic()
     src = sqlite3.connect(f"file:{source_db}?mode=ro", uri=True)
@@ -78,6 +108,11 @@ def restore(src: Path, data_dir: Path) -> dict:
         raise BackupError(f"{src} is not a backup (no {MANIFEST} or {DB_NAME})")
     if data_dir.exists() and any(data_dir.iterdir()):
         raise BackupError(f"{data_dir} is not empty: restore into an empty data directory")
+    with private(data_dir):
+        return _restore(src, data_dir)
+
+
+def _restore(src: Path, data_dir: Path) -> dict:
     conn = sqlite3.connect(f"file:{src / DB_NAME}?mode=ro", uri=True)
     try:
         if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":

@@ -29,6 +29,8 @@ import trio
 
 from service.clock import Clock
 
+from .limits import StreamLimits
+
 KEEP_S = 600.0
 KEEP_EVENTS = 1000
 HARD_CAP = 20_000
@@ -96,6 +98,7 @@ class Hub:
         self.topics: dict[str, Topic] = {}
         self.closed = trio.Event()  # node shutdown: every stream ends
         self.open_streams = 0
+        self.limits = StreamLimits()  # streams per session, key, organization and node (H1)
         self._progress: dict[str, tuple[float, tuple | None]] = {}  # job -> (last sent, pending)
         self._wake = trio.Event()
         self._next_sweep = 0.0

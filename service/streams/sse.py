@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import trio
 
 from .hub import Event, Hub
+from .limits import Ticket
 
 KEEPALIVE_S = 15.0
 RECHECK_S = 30.0
@@ -44,7 +45,9 @@ def _dumps(data: dict) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-async def events(hub: Hub, stream: Stream, last_event_id: str | None) -> AsyncIterator[bytes]:
+async def events(hub: Hub, stream: Stream, last_event_id: str | None,
+                 ticket: Ticket | None = None) -> AsyncIterator[bytes]:
+    """The stream's frames; `ticket`, its place under the stream limits, is given back at the end."""
     hub.open_streams += 1
     sub = None
     sent: dict[str, str] = {}  # last data sent per status-like event name: no duplicates
@@ -123,5 +126,7 @@ async def events(hub: Hub, stream: Stream, last_event_id: str | None) -> AsyncIt
                 yield b": keep-alive\n\n"
     finally:
         hub.open_streams -= 1
+        if ticket is not None:
+            ticket.release()
         if sub is not None:
             sub.close()

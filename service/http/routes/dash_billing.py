@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -23,6 +24,7 @@ from service.errors import ActorGone, ApiError, AskTimeout, Unavailable
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import projects, show
+from service.http.pages import PageError
 from service.http.routes.billing import threshold_uc
 from service.http.routes.topups import topup_view
 from service.payments import facade
@@ -33,6 +35,7 @@ bp = Blueprint("dash_billing", __name__)
 
 LEDGER_PAGE = 50
 DAYS = 90
+BAD_OFFSET = "The ledger offset must be a whole number."
 
 
 COLORS = ("#0b5cad", "#c05600", "#2e7d32", "#8e24aa", "#6b6b6b")  # distinct at 3:1 on white
@@ -78,15 +81,35 @@ async def synced(org_id: str) -> None:
         pass
 
 
+def ledger_offset() -> int:
+    """`?offset=`: a whole number (negative counts as 0); anything else is the 400 page. Probe
+    L11: a number past SQLite's integers was a 500."""
+    raw = request.args.get("offset", "").strip() or "0"
+    if len(raw) > 40 or not re.fullmatch(r"-?[0-9]+", raw):
+        raise PageError(400, "Bad page address", BAD_OFFSET)
+    return max(0, int(raw))
+
+
+def ledger_page(org_id: str, offset: int) -> tuple[list[dict], int, int]:
+    """One page of the ledger; an offset past the end shows the last page."""
+    store = node().store
+    ledger, total = sql.ledger(store, org_id, project_id=None, since=None, until=None, limit=LEDGER_PAGE,
+                               offset=min(offset, 2**62))
+    if offset >= total > 0:
+        offset = (total - 1) // LEDGER_PAGE * LEDGER_PAGE
+        ledger, total = sql.ledger(store, org_id, project_id=None, since=None, until=None, limit=LEDGER_PAGE,
+                                   offset=offset)
+    return ledger, total, offset
+
+
 async def billing_page(status: int = 200, **ctx):
     svc, org_id = node(), principal().org_id
     now = svc.clock.now()
+    offset = ledger_offset()
     await synced(org_id)
-    offset = max(0, request.args.get("offset", 0, type=int) or 0)
     since = iso((datetime.fromtimestamp(now, UTC) - timedelta(days=DAYS)).timestamp())
     usage = sql.usage(svc.store, org_id, since)
-    ledger, total = sql.ledger(svc.store, org_id, project_id=None, since=None, until=None,
-                               limit=LEDGER_PAGE, offset=offset)
+    ledger, total, offset = ledger_page(org_id, offset)
     names = {p["id"]: p["name"] for p in projects()}
     topup = request.args.get("topup")
     returned = topups_sql.get_in_org(svc.store, org_id, topup) if topup else None
@@ -106,6 +129,16 @@ async def billing():
     return await billing_page()
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(value: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula (=, +, -, @,
+    tab, CR) gets a leading apostrophe (OWASP's CSV injection advice). Probe L13: project
+    names went into usage.csv as they were."""
+    return "'" + value if value.startswith(FORMULA_START) else value
+
+
 @bp.get("/billing/usage.csv")
 @hide
 @page("billing:read")
@@ -116,7 +149,8 @@ async def usage_csv():
     w = csv.writer(out)
     w.writerow(["day", "project_id", "project", "jobs", "credits"])
     for r in sql.usage(svc.store, org_id, None):
-        w.writerow([r["day"], r["project_id"], names.get(r["project_id"], ""), r["jobs"], r["credits"]])
+        w.writerow([r["day"], r["project_id"], spreadsheet_text(names.get(r["project_id"], "")), r["jobs"],
+                    r["credits"]])
     return Response(out.getvalue(), 200, content_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": 'attachment; filename="usage.csv"', "Cache-Control": "no-store"})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from functools import wraps
 
@@ -13,7 +14,7 @@ from service.clock import parse_iso
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.http.auth import node
 from service.http.routes.operator import operator
-from service.http.schemas import Body, Timestamp, ValidationFailed, body
+from service.http.schemas import Body, Timestamp, body
 from service.money import bad_amount, to_uc
 from service.storage import billing as sql
 
@@ -42,8 +43,21 @@ class GrantBody(Body):
     reason: str | None = None
 
 
+MAX_ADVANCE_S = 3_155_760_000  # 100 years of 365.25 days
+CLOCK_END = 221_845_392_000.0  # 9000-01-01: past it the clock could leave the years an answer can write
+BAD_ADVANCE = f"advance_seconds must be a number from 0 to {MAX_ADVANCE_S} (100 years)."
+
+
 class ClockBody(Body):
-    advance_seconds: int | float = Field(description="Seconds to move the service clock forward.")
+    advance_seconds: int | float = Field(description="Seconds to move the service clock forward, 0 to "
+                                         f"{MAX_ADVANCE_S} (100 years).")
+
+
+def shown(value: int | float) -> int | float | None:
+    """The value as the error's details can carry it (JSON has no inf, nan or 400-digit numbers)."""
+    if isinstance(value, int) and abs(value) <= 2**63:
+        return value
+    return value if isinstance(value, float) and math.isfinite(value) else None
 
 
 @bp.post("/operator/v1/organizations/<org_id>/grants")
@@ -80,10 +94,14 @@ async def grant(org_id: str, data: GrantBody):
 @operator
 @body(ClockBody)
 async def advance_clock(data: ClockBody):
-    if not data.advance_seconds >= 0:  # NaN too (not JSON, but refused here as well)
-        raise ValidationFailed("advance_seconds cannot be negative.", {"advance_seconds": data.advance_seconds})
+    seconds = data.advance_seconds
+    if not 0 <= seconds <= MAX_ADVANCE_S:  # NaN and inf too (1e400 parses as inf)
+        raise Unprocessable(BAD_ADVANCE, {"advance_seconds": shown(seconds)})
     svc = node()
-    svc.clock.advance(data.advance_seconds)
+    if svc.clock.now() + seconds >= CLOCK_END:
+        raise Unprocessable("advance_seconds would move the service clock past the year 9000.",
+                            {"advance_seconds": shown(seconds)})
+    svc.clock.advance(float(seconds))
     # Every balance actor has written its due lot expiries before we answer.
     balances = svc.balances
 

@@ -1,7 +1,8 @@
 """`GET/POST /forgot-password` and `GET/POST /reset-password?token=` (password reset by mail).
 
-Asking for a link is throttled per client address and per email (the 429 page) and answers
-the same page whether or not the address has an account (the mail goes only to a known one).
+Asking for a link is throttled per client address and per email from that address (the 429
+page) and answers the same page, after the same work, whether or not the address has an
+account: the address is looked up, and the mail queued for a known one, after the answer.
 A link works once, for one hour on the service clock, and dies with any later change of the
 password; setting the password ends every session of the person in the same transaction
 (and, with the form's checkbox, revokes every API key they created), then this browser
@@ -24,7 +25,10 @@ from service.mail.addresses import BAD_ADDRESS, valid_address
 from service.storage import mail as mail_sql
 
 bp = Blueprint("password_reset", __name__)
-NO_REFERRER = {"Referrer-Policy": "no-referrer"}  # the page's URL carries the token
+# The page's URL carries the token: no Referer leaves this site (`same-origin`). Not
+# `no-referrer`: Chromium then posts the page's form with `Origin: null`, which the CSRF check
+# rightly refuses, and no reset could finish (probe, "password reset fails in every browser").
+SAME_ORIGIN_REFERRER = {"Referrer-Policy": "same-origin"}
 
 SENT = ("If an account exists for {email}, we sent it a link to choose a new password. The link works once, "
         "for one hour.")
@@ -50,7 +54,7 @@ async def forgot():
         return forgot_form(400, "Enter your email address.", email)
     if not valid_address(email):
         return forgot_form(422, BAD_ADDRESS, email)
-    await node().accounts.request_reset(email)
+    node().accounts.request_reset_later(email)  # known or not: looked up off the request
     return render("notice.html", 200, title="Check your email", message=SENT.format(email=email))
 
 
@@ -64,8 +68,8 @@ def live_link(token: str) -> dict:
 
 
 def reset_form(row: dict, token: str, status: int = 200, error: str | None = None):
-    return render("reset_password.html", status, NO_REFERRER, title="Choose a new password", email=row["email"],
-                  token=token, error=error)
+    return render("reset_password.html", status, SAME_ORIGIN_REFERRER, title="Choose a new password",
+                  email=row["email"], token=token, error=error)
 
 
 @bp.get("/reset-password")

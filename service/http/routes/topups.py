@@ -29,6 +29,7 @@ from quart_schema import hide
 
 from service.errors import BadRequest, NotFound, Unavailable, Unprocessable
 from service.http.auth import principal, requires, node
+from service.http.pages import CSP
 from service.http.schemas import Body, Query, body, clamp, query
 from service.money import fmt
 from service.payments import InvalidWebhook, facade
@@ -129,7 +130,9 @@ for <strong>{e(amount)}</strong>.</p>
 payment with <code>POST /operator/v1/topups/{e(row['id'])}/pay</code>.</p>
 </body></html>
 """
-    return Response(page, 200, content_type="text/html; charset=utf-8")
+    response = Response(page, 200, content_type="text/html; charset=utf-8")
+    response.headers["Content-Security-Policy"] = CSP
+    return response
 
 
 @bp.post("/webhooks/stripe")
