@@ -122,9 +122,10 @@ def accept_invitation(page, token: str, password: str = PASSWORD) -> None:
 
 
 def login_new_org(page, node: Node, role: str = "owner", credits: str | None = "100") -> dict:
-    """A fresh organization with a person of `role` logged in in `page`'s context."""
+    """A fresh organization with a new person of `role` logged in in `page`'s context (not the
+    operator-made owner: that address is a person already, who accepts only by signing in)."""
     org = node.new_org(credits)
-    email = f"{role}-{org['tag']}@example.test"
+    email = f"{role}-{org['tag']}@dash.example.test"
     accept_invitation(page, node.invite(org["organization_id"], email, role))
     return {**org, "email": email}
 
