@@ -7,6 +7,7 @@ the same commit as the hold that moves it, so a response never shows a hold with
 from __future__ import annotations
 
 from service.credits.limits import month_of
+from service.money import fmt, to_uc
 from service.storage import spend as sql
 
 
@@ -15,6 +16,15 @@ def projects(store, org_id: str, views: list[dict], now: float) -> list[dict]:
     for v in views:
         v.update(fields.get(v["id"], sql.PROJECT_NONE))
     return views
+
+
+def left_this_month(store, org_id: str, project_id: str, now: float) -> str | None:
+    """What the project's monthly limit still allows (never below 0.00), or None: no limit."""
+    f = sql.project_fields(store, org_id, month_of(now)).get(project_id)
+    if f is None or f["monthly_spend_limit"] is None:
+        return None
+    left = max(to_uc(f["monthly_spend_limit"]) - to_uc(f["month_spent"]), 0)
+    return fmt(left)
 
 
 def keys(store, org_id: str, views: list[dict]) -> list[dict]:

@@ -31,6 +31,17 @@ class KeyUpdate(Body):
     spend_limit: str | None = None
 
 
+async def limit_or_revoke(org_id: str, key_id: str, limit: int) -> None:
+    """Set a new key's spend limit; if that fails the key is revoked: a key meant to be
+    limited must not stay usable without its limit."""
+    try:
+        await node().balances.limit_put(org_id, "api_key", key_id, limit)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await node().accounts.revoke_key(org_id, key_id)
+        raise
+
+
 def _views(rows: list[dict]) -> list[dict]:
     return spend.keys(node().store, principal().org_id, [views.api_key(r) for r in rows])
 
@@ -71,12 +82,7 @@ async def create_key(data: KeyCreate):
     row = await node().accounts.create_key(p.org_id, p.user_id, p.role, data.name.strip(), data.role_id, expires,
                                            caller_user_role=p.user_role)
     if limit is not None:
-        try:
-            await node().balances.limit_put(p.org_id, "api_key", row["id"], limit)
-        except BaseException:  # a key meant to be limited must not stay usable without its limit
-            with trio.CancelScope(shield=True):
-                await node().accounts.revoke_key(p.org_id, row["id"])
-            raise
+        await limit_or_revoke(p.org_id, row["id"], limit)
     return {"data": {**_views([row])[0], "key": row["key"]}}, 201
 
 
