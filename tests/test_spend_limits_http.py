@@ -12,7 +12,7 @@ import uuid
 import pytest
 import trio
 
-from conftest import START, err, j
+from conftest import START, err, j, wait_for_run
 from service.actors.billing_messages import PlaceHold, Release, Snapshot, Stop
 from service.errors import SpendLimitReached
 from service.money import UC
@@ -195,6 +195,19 @@ async def test_a_run_start_counts_its_whole_estimate(node, org):
     r = await node.call("POST", "/v1/workflows/products/text-to-clip/runs", ci["key"],
                         json={"inputs": {"prompt": "x"}})
     assert (r.status_code, err(await j(r))["details"]["scope"]) == (402, "api_key")
+
+
+async def test_a_run_started_with_a_key_counts_its_steps_against_the_key(node, org):
+    key = org["api_key"]
+    ci = await new_key(node, key, spend_limit="100")
+    r = await node.call("POST", "/v1/workflows/products/text-to-clip/runs", ci["key"],
+                        json={"inputs": {"prompt": "x"}})
+    assert r.status_code == 202, await j(r)
+    run = await wait_for_run(node, ci["key"], (await j(r))["data"]["id"],
+                             lambda x: x["status"] in ("completed", "failed", "canceled"))
+    assert run["status"] == "completed"
+    r = await node.call("GET", f"/v1/api-keys/{ci['id']}", key)
+    assert (await j(r))["data"]["spent"] == run["credits"]["actual"] != "0.00"
 
 
 # -- warnings ---------------------------------------------------------------------------------------
