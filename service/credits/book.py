@@ -14,7 +14,7 @@ commits it and replies. Lot and ledger ids come from `new_id` and expiry timesta
 
 The spend limits of projects and keys are `service.credits.limits`, asked by `place`.
 
-(A little over 400 lines on purpose: every rule reads and changes the same lots, holds and
+(Over 400 lines on purpose: every rule reads and changes the same lots, holds and
 staged rows; cut in two, each half would reach into the other's state.)
 """
 
