@@ -116,7 +116,7 @@ def _submit_body(node) -> dict:
 
 SUBMIT_ERRORS = (402, 404, 409, 422, 503)
 PROJECT_BODY = {"name": non_blank(), "slug": nullable(SLUG), "description": nullable(STR)}
-SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]+(\.[0-9]{1,2})?$",
+SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,2})?$",
                         "description": "Credits, at most two decimals, \"0\" or more (\"0\" stops all spending); "
                                        "null: no limit (else 400 request.validation_failed)."})
 
