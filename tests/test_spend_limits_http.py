@@ -15,7 +15,8 @@ import trio
 from conftest import START, err, j, wait_for_run
 from service.actors.billing_messages import PlaceHold, Release, Snapshot, Stop
 from service.errors import SpendLimitReached
-from service.money import UC
+from service.money import CENT_UC as CENT
+from service.money import UC, fmt, to_uc
 from service.roles import ROLE_IDS
 
 IMAGE = "/v1/generation/capabilities/image.generate"
@@ -208,6 +209,25 @@ async def test_a_run_started_with_a_key_counts_its_steps_against_the_key(node, o
     assert run["status"] == "completed"
     r = await node.call("GET", f"/v1/api-keys/{ci['id']}", key)
     assert (await j(r))["data"]["spent"] == run["credits"]["actual"] != "0.00"
+
+
+async def test_a_step_whose_hold_the_limit_refuses_fails_the_run_with_the_reason(node, org):
+    key, org_id, pid = org["api_key"], org["organization_id"], org["default_project_id"]
+    r = await node.call("POST", "/v1/workflows/products/text-to-clip/estimate", key, json={"inputs": {"prompt": "x"}})
+    estimate = to_uc((await j(r))["data"]["credits_estimate"])
+    await patch_project(node, key, pid, {"monthly_spend_limit": fmt(estimate)})
+    r = await node.call("POST", "/v1/workflows/products/text-to-clip/runs", key,
+                        json={"inputs": {"prompt": "x [[delay:1]]"}})
+    assert r.status_code == 202, await j(r)
+    # while the still renders, one cent more of the project's month is taken elsewhere
+    await node.parts.balances.ask(org_id, PlaceHold("elsewhere", CENT, project_id=pid))
+    run = await wait_for_run(node, key, (await j(r))["data"]["id"],
+                             lambda x: x["status"] in ("completed", "failed", "canceled"))
+    spent = to_uc((await get_project(node, key, pid))["month_spent"])  # the still's price and the cent
+    still = spent - CENT
+    assert (run["status"], run["error"]) == ("failed", (
+        f"clip: This project's monthly spend limit is reached. The step needs {fmt(estimate - still)}; "
+        f"{fmt(spent)} of the {fmt(estimate)} limit is spent."))
 
 
 # -- warnings ---------------------------------------------------------------------------------------
