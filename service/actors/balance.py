@@ -408,5 +408,6 @@ class BalanceActor(Actor):
 HANDLERS: dict[type, Callable[[BalanceActor, Any], Any]] = {
     PlaceHold: BalanceActor._place, Capture: BalanceActor._capture, Release: BalanceActor._release,
     Grant: BalanceActor._grant, SettingsPut: BalanceActor._settings, Snapshot: BalanceActor._snapshot,
-    Sync: BalanceActor._sync, Stop: BalanceActor._stop, LimitPut: BalanceActor._limit, SpendCheck: BalanceActor._check,
+    Sync: BalanceActor._sync, Stop: BalanceActor._stop, LimitPut: BalanceActor._limit,
+    SpendCheck: BalanceActor._check,
 }
