@@ -12,8 +12,9 @@ Interfaces
         whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
         nothing reserved), then the key's (`api_key_id`) and the project's spend limits do
         (402 `billing.spend_limit_reached`; nothing reserved; each step's hold is checked
-        again). Then the run actor persists the run `queued` with every step `pending` and answers the ProductRun (HTTP 202). With an Idempotency-Key: the same
-        key and the same request within 24 h answer the first 202 body and start nothing;
+        again). Then the run actor persists the run `queued` with every step `pending` and
+        answers the ProductRun (HTTP 202). With an Idempotency-Key: the same key and the same
+        request within 24 h answer the first 202 body and start nothing;
         another request under that key is 422.
     view  = await products.cancel(org_id, run_id)     spec's cancel rules; 404 NotFound
     view  = products.get(org_id, run_id)              any project of the organization
