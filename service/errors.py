@@ -6,6 +6,7 @@
     │   ├── Conflict          409 request.conflict
     │   ├── Unprocessable     422 request.validation_failed (or a webhook.* code)
     │   ├── InsufficientCredits 402 billing.insufficient_credits
+    │   ├── SpendLimitReached 402 billing.spend_limit_reached
     │   ├── Unavailable       503 request.service_unavailable (or billing.not_configured)
     │   └── Forbidden         403 auth.forbidden (the in-endpoint kind, in the envelope)
     ├── ActorGone             an actor past its restart limit, or stopped: 503
@@ -70,6 +71,13 @@ class Unprocessable(ApiError):
 class InsufficientCredits(ApiError):
     status = 402
     code = "billing.insufficient_credits"
+
+
+class SpendLimitReached(ApiError):
+    """A project's monthly or an API key's spend limit does not cover the estimate."""
+
+    status = 402
+    code = "billing.spend_limit_reached"
 
 
 class Unavailable(ApiError):

@@ -179,7 +179,7 @@ async def test_api_key_lifecycle_and_events(node):
     assert r.status_code == 201
     k = (await j(r))["data"]
     assert set(k) == {"id", "name", "key_prefix", "user_id", "role_id", "expires_at", "is_active",
-                      "created_at", "last_used_at", "key"}
+                      "created_at", "last_used_at", "key", "spend_limit", "spent"}  # operations.md "Spend limits"
     assert k["key_prefix"] == k["key"][:12] and k["role_id"] is None and k["expires_at"] is None
     got = (await j(await node.call("GET", f"/v1/api-keys/{k['id']}", key)))["data"]
     assert "key" not in got and got["name"] == "ci"

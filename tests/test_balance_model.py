@@ -6,7 +6,10 @@ every step:
 - the actor's memory equals the model (lots, slices, available, held, warning state);
 - Σ ledger = available, and per lot Σ ledger = its free part;
 - a fresh actor loaded from SQLite equals the live one's memory;
-- one `billing.credits_low` event per armed -> below crossing.
+- one `billing.credits_low` event per armed -> below crossing;
+- spend limits: holds name projects and keys, limits are set and removed, the clock crosses
+  into the next UTC month; the figures equal the model's, a refusal comes where the model
+  refuses (balance, then key, then project), one warning per scope per period.
 
 The actor runs on a real SQLite file; each step is one `handle_batch` (one burst) in its own
 `trio.run`, with a settable clock. Derandomized with modest counts so it runs in seconds.
@@ -22,16 +25,19 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
+from datetime import UTC, datetime
+
 import trio
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from service.actors.balance import BalanceActor
-from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, SettingsPut
+from service.actors.billing_messages import Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Sync
 from service.actors.runtime import Deferred, _Failure
 from service.clock import iso
-from service.errors import Conflict, InsufficientCredits, NotFound, Unavailable, Unprocessable
+from service.credits.limits import month_of
+from service.errors import Conflict, InsufficientCredits, NotFound, SpendLimitReached, Unavailable, Unprocessable
 from service.storage import accounts as acc
 from service.storage import billing as sql
 from service.storage.db import Store, _Write
@@ -95,6 +101,34 @@ class Model:
         self.threshold: int | None = None
         self.notified = False
         self.crossings = 0
+        self.limits: dict[tuple[str, str], int] = {}
+        self.warned: dict[tuple[str, str], str] = {}  # (scope, id) -> month of its warning
+        self.month = ""
+        self.project_spent: dict[str, int] = {}  # this month
+        self.key_spent: dict[str, int] = {}
+        self.warnings = 0
+
+    def roll(self, now: float) -> None:
+        if month_of(now) != self.month:
+            self.month = month_of(now)
+            self.project_spent = {}
+
+    def limit_refusal(self, amount: int, project: str | None, key: str | None) -> bool:
+        for scope, sid, spent in (("api_key", key, self.key_spent), ("project", project, self.project_spent)):
+            limit = self.limits.get((scope, sid)) if sid is not None else None
+            if limit is not None and spent.get(sid, 0) + amount > limit:
+                last = self.warned.get((scope, sid))
+                if last is None or (scope == "project" and last != self.month):
+                    self.warned[(scope, sid)] = self.month
+                    self.warnings += 1
+                return True
+        return False
+
+    def give_back(self, h: dict, amount: int) -> None:
+        if h["project"] is not None and h["month"] == self.month and amount:
+            self.project_spent[h["project"]] -= amount
+        if h["key"] is not None and amount:
+            self.key_spent[h["key"]] -= amount
 
     def live(self):
         return [lot for lot in self.lots.values() if not lot["expired"]]
@@ -131,11 +165,13 @@ class Model:
         self.check_low()
         return ("ok", lot_id)
 
-    def place(self, hid, amount):
+    def place(self, hid, amount, project=None, key=None):
         if hid in self.holds:
             return ("ok", self.holds[hid]["status"])
         if amount > self.available():
             return ("err", InsufficientCredits)
+        if self.limit_refusal(amount, project, key):
+            return ("err", SpendLimitReached)
         left, slices = amount, []
         for lot in self.order():
             free = lot["remaining"] - lot["reserved"]
@@ -145,7 +181,12 @@ class Model:
                 slices.append((lot["id"], take))
                 left -= take
         assert left == 0
-        self.holds[hid] = {"status": "held", "amount": amount, "slices": slices}
+        self.holds[hid] = {"status": "held", "amount": amount, "slices": slices, "project": project, "key": key,
+                           "month": self.month}
+        if project is not None:
+            self.project_spent[project] = self.project_spent.get(project, 0) + amount
+        if key is not None:
+            self.key_spent[key] = self.key_spent.get(key, 0) + amount
         self.check_low()
         return ("ok", "held")
 
@@ -166,9 +207,11 @@ class Model:
                 left -= c
                 self.lots[lot_id]["remaining"] -= c
                 self.lots[lot_id]["reserved"] -= s
+            self.give_back(h, h["amount"] - amount)
         else:
             for lot_id, s in h["slices"]:
                 self.lots[lot_id]["reserved"] -= s
+            self.give_back(h, h["amount"])
         h["status"] = want
         h["slices"] = []
         self.check_low()
@@ -192,7 +235,8 @@ def ops(draw):
     kind = draw(st.sampled_from(["hold", "hold", "hold", "capture", "capture", "partial", "partial", "release",
                                  "grant"]))
     if kind == "hold":
-        return PlaceHold(draw(hold_ids), draw(amounts))
+        return PlaceHold(draw(hold_ids), draw(amounts), project_id=draw(st.sampled_from([None, "p1", "p2"])),
+                         api_key_id=draw(st.sampled_from([None, "k1"])))
     if kind == "capture":
         return Capture(draw(hold_ids))
     if kind == "partial":
@@ -253,7 +297,7 @@ class BalanceMachine(RuleBasedStateMachine):
             return m.grant(msg.grant_id, reply["id"], msg.amount_uc, self.actor.lots[reply["id"]].expires_at,
                            reply["created_at"], now)
         if isinstance(msg, PlaceHold):
-            return m.place(msg.hold_id, msg.amount_uc)
+            return m.place(msg.hold_id, msg.amount_uc, msg.project_id, msg.api_key_id)
         if isinstance(msg, Capture):
             return m.settle(msg.hold_id, msg.amount_uc)
         return m.settle(msg.hold_id, False)
@@ -278,6 +322,7 @@ class BalanceMachine(RuleBasedStateMachine):
     def burst_of(self, msgs):
         replies = self.run_batch(msgs)
         self.model.expire_due(self.clock.t)
+        self.model.roll(self.clock.t)
         for msg, reply in zip(msgs, replies):
             want = self.apply_model(msg, reply)
             assert outcome(reply) == want, (msg, reply, want)
@@ -290,6 +335,32 @@ class BalanceMachine(RuleBasedStateMachine):
         self.model.notified = False
         self.model.check_low()
         assert (reply["low_balance_notified_at"] is not None) == self.model.notified
+
+    @rule(scope=st.sampled_from([("project", "p1"), ("project", "p2"), ("api_key", "k1")]),
+          limit=st.one_of(st.none(), st.integers(0, 20_000).map(lambda c: c * CENT)))
+    def set_limit(self, scope, limit):
+        [reply] = self.run_batch([LimitPut(scope[0], scope[1], limit)])
+        self.model.expire_due(self.clock.t)
+        self.model.roll(self.clock.t)
+        if limit is None:
+            self.model.limits.pop(scope, None)
+        else:
+            self.model.limits[scope] = limit
+        self.model.warned.pop(scope, None)
+        assert reply["limit"] == (None if limit is None else f"{limit / 1_000_000:.2f}")
+
+    @rule()
+    def next_month(self):
+        """Service time jumps to the first instant of the next UTC month (lots due expire)."""
+        t = datetime.fromtimestamp(self.clock.t, UTC)
+        first = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=UTC)
+        self.clock.t = first.timestamp()
+        deadline = self.actor.next_deadline()
+        if deadline is not None and self.clock.now() >= deadline:
+            trio.run(self.actor.on_deadline)
+            self.model.expire_due(self.clock.t)
+        self.run_batch([Sync()])  # the actor's next batch starts the new month (any message would)
+        self.model.roll(self.clock.t)
 
     @rule()
     def advance_to_next_expiry(self):
@@ -349,6 +420,10 @@ class BalanceMachine(RuleBasedStateMachine):
                               for k, h in m.holds.items() if h["status"] == "held"}
         assert s["order"] == [lot["id"] for lot in m.order()]
         assert (s["low_balance_notified_at"] is not None) == m.notified
+        assert s["spend"]["month"] == m.month
+        assert s["spend"]["project_spent"] == {k: v for k, v in m.project_spent.items() if v}
+        assert s["spend"]["key_spent"] == {k: v for k, v in m.key_spent.items() if v}
+        assert s["spend"]["limits"] == m.limits
 
     @invariant()
     def ledger_equals_available_and_db_equals_memory(self):
@@ -362,7 +437,11 @@ class BalanceMachine(RuleBasedStateMachine):
         assert self.fresh().state() == s
         assert self.store.scalar("SELECT COUNT(*) FROM events WHERE event = 'billing.credits_low'") == (
             self.model.crossings)
-        assert self.store.scalar("SELECT COUNT(*) FROM emails") == self.model.crossings
+        assert self.store.scalar("SELECT COUNT(*) FROM emails WHERE kind = 'low_balance'") == self.model.crossings
+        assert self.store.scalar("SELECT COUNT(*) FROM events WHERE event = 'billing.spend_limit_reached'") == (
+            self.model.warnings)
+        assert self.store.scalar("SELECT COUNT(*) FROM emails WHERE kind = 'spend_limit_reached'") == (
+            self.model.warnings)
 
 
 BalanceMachine.TestCase.settings = settings(

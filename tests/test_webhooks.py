@@ -15,7 +15,7 @@ ALL_EVENTS = [
     "member.invited", "member.joined", "member.role_changed", "member.removed",
     "api_key.created", "api_key.revoked",
     "support.ticket.opened", "support.ticket.replied", "support.ticket.state_changed",
-    "billing.credits_low", "webhook.test",
+    "billing.credits_low", "billing.spend_limit_reached", "webhook.test",
 ]
 RECORD_FIELDS = {"id", "url", "events", "description", "is_active", "created_at", "updated_at"}
 

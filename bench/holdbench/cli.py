@@ -26,6 +26,7 @@ from pathlib import Path
 
 import trio
 
+from holdbench import limits as L
 from holdbench import workloads as W
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=20260921)
     ap.add_argument("--dir", type=Path, default=None, help="where the run databases go (default: a temp dir)")
     ap.add_argument("--jsonl", type=Path, default=None, help="also write one JSON line per run here")
-    ap.add_argument("--only", default=None, help="comma-separated workloads (W1,W2,W3,W4,W6)")
+    ap.add_argument("--only", default=None, help="comma-separated workloads (W1,W2,W3,W4,W6,WL)")
+    ap.add_argument("--limit-rounds", type=int, default=1000, help="WL: rounds of 64 submitters at a limit")
     ap.add_argument("--levels", default=None, help="comma-separated W1 requester counts (default 1,16,64)")
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
@@ -128,7 +130,7 @@ def main(argv=None) -> int:
         rounds, dur, levels, w4_orgs = 5, 6.0, (1, 16, 64, 256), 1000
     else:
         rounds, dur, levels, w4_orgs = 3, 2.0, (1, 16, 64), 1000
-    only = set(args.only.split(",")) if args.only else {"W1", "W2", "W3", "W4", "W6"}
+    only = set(args.only.split(",")) if args.only else {"W1", "W2", "W3", "W4", "W6", "WL"}
     if args.levels:
         levels = tuple(int(x) for x in args.levels.split(","))
     if args.rounds:
@@ -198,6 +200,24 @@ def main(argv=None) -> int:
     if "W6" in only:
         single["W6"] = record(W.w6(base, 32, dur * 1.5, args.seed))
 
+    wl: dict = {}
+    if "WL" in only:
+        ratios = []
+        for r in range(rounds):
+            seed = args.seed + r * 101 + 64
+            p = record(L.plain(base, 64, dur, seed))
+            lim = record(L.w1_limited(base, 64, dur, seed))
+            ratios.append(lim["holds_per_s"] / p["holds_per_s"] if p["holds_per_s"] else None)
+        exact = L.exact_rounds(base, args.limit_rounds, 64, args.seed)
+        if exact["wrong_count"] or exact["overspend_uc"] or exact["figure_mismatch"]:
+            violations.append(f"WL: {exact}")
+        wl = {"limits_vs_plain_64": med(ratios), "ratios": [round(x, 2) for x in ratios if x is not None],
+              **exact}
+        print(f"WL limits vs plain holds/s at 64: {wl['limits_vs_plain_64']} {wl['ratios']}; {exact['rounds']} "
+              f"rounds of 64 at a 20-hold limit: accepted {exact['accepted']}, refused {exact['refused']}, "
+              f"rounds not exactly 20: {exact['wrong_count']}, overspend {exact['overspend']}, "
+              f"figure mismatches {exact['figure_mismatch']}", flush=True)
+
     total_ops = sum(r["ops"] for r in runs)
     print()
     print("## Summary (medians over rounds; ratio = median of per-round actor/naive pairs/s)")
@@ -249,6 +269,8 @@ def main(argv=None) -> int:
         "naive_p99_ms_64": get("W1", 64, "naive_p99_ms"),
         "w2_vs_naive": get("W2", 16, "ratio"), "w4_vs_naive": get("W4", 64, "ratio"),
         "w4_pairs_per_s": get("W4", 64, "actor_pairs_per_s"),
+        "limit_overspend": wl.get("overspend"), "limits_vs_plain_64": wl.get("limits_vs_plain_64"),
+        "limit_rounds_not_20": wl.get("wrong_count"),
         "total_ops": total_ops, "violations": len(violations), "load_start": env["load_start"],
         "load_end": machine_load(),
     }

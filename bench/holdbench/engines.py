@@ -25,7 +25,7 @@ from service.actors.balance import BalanceActor
 from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, Snapshot, Stop, Sync
 from service.actors.runtime import Registry
 from service.clock import Clock, iso
-from service.errors import InsufficientCredits, ServiceError
+from service.errors import InsufficientCredits, ServiceError, SpendLimitReached
 from service.storage import billing as sql
 from service.storage.db import Store, connect
 from service.storage.migrate import apply_all
@@ -76,6 +76,7 @@ class ActorEngine:
         services = SimpleNamespace(store=self.store, clock=self.clock)
         self.registry = Registry("balances", lambda org: BalanceActor(services, org, trace=self.traces[org]),
                                  self.clock)
+        self.scope: tuple[str | None, str | None] = (None, None)  # (project, key) every hold names (WL)
 
     async def start(self, nursery: trio.Nursery) -> None:
         await nursery.start(self.store.run)
@@ -83,8 +84,9 @@ class ActorEngine:
 
     async def hold(self, org: str, hid: str, amount: int):
         try:
-            return OK, await self.registry.ask(org, PlaceHold(hid, amount))
-        except InsufficientCredits:
+            return OK, await self.registry.ask(org, PlaceHold(hid, amount, project_id=self.scope[0],
+                                                              api_key_id=self.scope[1]))
+        except (InsufficientCredits, SpendLimitReached):
             return REFUSED, None
         except ServiceError as e:
             return FAILED, e

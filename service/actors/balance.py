@@ -50,10 +50,12 @@ from typing import Any, Callable
 
 import trio
 
-from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, SettingsPut, Snapshot, Stop, Sync
+from service.actors.billing_messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
+                                            SpendCheck, Stop, Sync)
 from service.actors.runtime import Actor, Deferred, fail
 from service.clock import iso, parse_iso
 from service.credits.book import CreditBook, Unread
+from service.credits.limits import month_of
 from service.errors import ApiError, Unavailable
 from service.money import MAX_UC
 from service.storage import billing as sql
@@ -127,8 +129,8 @@ class BalanceActor(Actor):
         self._load()
 
     def _load(self) -> None:
-        lots, holds, settings = sql.load_org(self.store, self.org_id)
-        self.book.load(lots, [(r, sql.load_slices(r["slices"])) for r in holds], settings)
+        lots, holds, settings, spend = sql.load_org(self.store, self.org_id, month_of(self.clock.now()))
+        self.book.load(lots, [(r, sql.load_slices(r["slices"])) for r in holds], settings, spend)
 
     # -- the loop's hooks ----------------------------------------------------------------------
     def batch_limit(self, waiting: int) -> int:
@@ -349,18 +351,31 @@ class BalanceActor(Actor):
                 placed = [(lot.id, uc) for lot, uc in h.slices] if h.status == "held" else h.placed_slices
                 w.hold_inserts.append((h.id, org, h.job_id, h.workflow_run_id, h.project_id, h.description,
                                        h.status, h.amount, h.captured, sql.dump_slices(placed or []),
-                                       h.created_at, h.settled_at))
+                                       h.created_at, h.settled_at, h.api_key_id))
             else:
                 w.hold_updates.append((h.status, h.captured, h.settled_at, h.id))
         if book.settings_dirty:
             w.settings = (org, book.threshold, book.notified_at)
         w.ledger = book.ledger
         w.notices = book.notices
+        spend = book.spend
+        if spend.dirty_spent:
+            w.figures = spend.staged_spent()
+        if spend.dirty_limits:
+            w.limits = spend.staged_limits()
+        w.warnings = spend.warnings
         return w
 
     # -- the messages: the book decides, the actor answers ---------------------------------------
     def _place(self, m: PlaceHold) -> Any:
-        return self.book.place(m.hold_id, m.amount_uc, m.job_id, m.workflow_run_id, m.project_id, m.description)
+        return self.book.place(m.hold_id, m.amount_uc, m.job_id, m.workflow_run_id, m.project_id, m.description,
+                               m.api_key_id)
+
+    def _limit(self, m: LimitPut) -> Any:
+        return self.book.put_limit(m.scope, m.scope_id, m.limit_uc)
+
+    def _check(self, m: SpendCheck) -> Any:
+        return self.book.check_spend(m.amount_uc, m.project_id, m.api_key_id)
 
     def _capture(self, m: Capture) -> Any:
         return self.book.capture(m.hold_id, m.amount_uc)
@@ -393,5 +408,6 @@ class BalanceActor(Actor):
 HANDLERS: dict[type, Callable[[BalanceActor, Any], Any]] = {
     PlaceHold: BalanceActor._place, Capture: BalanceActor._capture, Release: BalanceActor._release,
     Grant: BalanceActor._grant, SettingsPut: BalanceActor._settings, Snapshot: BalanceActor._snapshot,
-    Sync: BalanceActor._sync, Stop: BalanceActor._stop,
+    Sync: BalanceActor._sync, Stop: BalanceActor._stop, LimitPut: BalanceActor._limit,
+    SpendCheck: BalanceActor._check,
 }

@@ -13,6 +13,11 @@ Replies:
   released hold or release of a captured one raises Conflict.
 - Grant -> dict lot row (id, source, amount, remaining, expires_at, reason, created_at);
   repeating a grant_id returns the original lot (a top-up paid twice adds one lot).
+- LimitPut -> {scope, id, limit, spent} (decimal strings; re-arms the limit's warning).
+- SpendCheck -> None when the balance, the key's and the project's limits all cover the
+  amount; raises InsufficientCredits or SpendLimitReached (in that order) and holds nothing.
+- PlaceHold also refuses with SpendLimitReached (details scope, limit, spent, required)
+  when the key's or the project's spend limit would be passed, after the balance.
 - SettingsPut -> dict settings (re-arms the low-balance warning and checks at once).
 - Snapshot -> dict of the actor's memory (tests and the benchmark compare it to the DB).
 - Sync -> {available_uc, held_uc} once every message before it and every due lot expiry is
@@ -34,6 +39,26 @@ class PlaceHold:
     workflow_run_id: str | None = None
     project_id: str | None = None
     description: str | None = None
+    api_key_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LimitPut:
+    """Set a project's monthly (`scope` "project") or an API key's lifetime ("api_key")
+    spend limit; None removes it."""
+
+    scope: str
+    scope_id: str
+    limit_uc: int | None
+
+
+@dataclass(frozen=True)
+class SpendCheck:
+    """Would the balance and the limits cover `amount_uc` now? (a product run's start)"""
+
+    amount_uc: int
+    project_id: str | None = None
+    api_key_id: str | None = None
 
 
 @dataclass(frozen=True)

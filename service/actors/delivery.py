@@ -39,6 +39,7 @@ EVENT_NAMES = (
     "support.ticket.replied",
     "support.ticket.state_changed",
     "billing.credits_low",
+    "billing.spend_limit_reached",
     "webhook.test",
 )
 

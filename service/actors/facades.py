@@ -29,7 +29,7 @@ from service.actors.account_messages import (
     UpdateKey,
     UpdateProject,
 )
-from service.actors.billing_messages import Grant, SettingsPut, Sync
+from service.actors.billing_messages import Grant, LimitPut, SettingsPut, Sync
 from service.actors.delivery import (
     CreateWebhook,
     DeleteWebhook,
@@ -297,6 +297,11 @@ class Balances(Registry):
 
     async def sync(self, org_id: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(org_id, Sync(), timeout)
+
+    async def limit_put(self, org_id: str, scope: str, scope_id: str, limit_uc: int | None,
+                        timeout: float = ASK_TIMEOUT) -> Any:
+        """A project's monthly or an API key's spend limit (service.credits.limits)."""
+        return await self.ask(org_id, LimitPut(scope, scope_id, limit_uc), timeout)
 
 
 class Webhooks(DeliveryRegistry):

@@ -12,7 +12,8 @@ Interfaces
         `service.errors` exceptions. The project must already be resolved (404/409 first).
     resp = await gen.submit(plan, org_id=..., project_id=..., source="api",
                             webhook_url=None, workflow_run_id=None, notify=None)
-        Places the hold (402 InsufficientCredits creates nothing: no job row, no hold),
+        Places the hold (402 InsufficientCredits, then 402 SpendLimitReached of the key
+        given as `api_key_id=`, then of the project, create nothing: no job row, no hold),
         persists the job `queued`, answers the 202 body `{status, request_id, status_url,
         cancel_url, credits_estimate}`.
         `job_id=` lets the caller choose the id (a product step records it first); a Submit
@@ -216,10 +217,10 @@ class Generation:
     async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
                      webhook_url: str | None = None, workflow_run_id: str | None = None,
                      notify: Notify | None = None, idempotency: dict | None = None,
-                     job_id: str | None = None) -> dict:
+                     job_id: str | None = None, api_key_id: str | None = None) -> dict:
         job_id = job_id or str(uuid.uuid4())
         return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
-                                                  webhook_url, notify, idempotency))
+                                                  webhook_url, notify, idempotency, api_key_id))
 
     async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable) -> dict:
         """`await make(claim)` once per (organization, key) within 24 h: the one flow of

@@ -23,6 +23,7 @@ class Submit:
     webhook_url: str | None = None
     notify: Notify | None = None
     idempotency: dict | None = None  # {organization_id, key, request_hash}
+    api_key_id: str | None = None  # the key it was submitted with: its spend limit counts the hold
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from service.actors.runtime import Actor
 from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged
 from service.clock import parse_iso
 from service.crash import crashpoint
-from service.errors import ApiError, InsufficientCredits, NotFound, ServiceError
+from service.errors import ApiError, InsufficientCredits, NotFound, ServiceError, SpendLimitReached
 from service.idempotency import KeyTaken, key_taken
 from service.storage import generation as sql
 from service.views import jobs as views
@@ -162,8 +162,9 @@ class JobActor(JobEffects, Actor):
         try:
             await gen.balances().ask(msg.org_id, PlaceHold(
                 hold_id, p.price_uc, job_id=self.job_id, workflow_run_id=msg.workflow_run_id,
-                project_id=msg.project_id, description=f"{p.capability} on {p.model} ({p.tier})"))
-        except InsufficientCredits:
+                project_id=msg.project_id, description=f"{p.capability} on {p.model} ({p.tier})",
+                api_key_id=msg.api_key_id))
+        except (InsufficientCredits, SpendLimitReached):
             self.done = True
             raise
         except BaseException:

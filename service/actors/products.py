@@ -10,9 +10,11 @@ Interfaces
         `details.input`), product available for those inputs (503
         `request.service_unavailable`, details `product`, `reasons`), the balance covers the
         whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
-        nothing reserved). Then the run actor persists the run `queued` with every step
-        `pending` and answers the ProductRun (HTTP 202). With an Idempotency-Key: the same
-        key and the same request within 24 h answer the first 202 body and start nothing;
+        nothing reserved), then the key's (`api_key_id`) and the project's spend limits do
+        (402 `billing.spend_limit_reached`; nothing reserved; each step's hold is checked
+        again). Then the run actor persists the run `queued` with every step `pending` and
+        answers the ProductRun (HTTP 202). With an Idempotency-Key: the same key and the same
+        request within 24 h answer the first 202 body and start nothing;
         another request under that key is 422.
     view  = await products.cancel(org_id, run_id)     spec's cancel rules; 404 NotFound
     view  = products.get(org_id, run_id)              any project of the organization
@@ -27,6 +29,7 @@ import logging
 import uuid
 from typing import Any
 
+from service.actors.billing_messages import SpendCheck
 from service.actors.run_messages import CancelRun, Create, StepJobEnded
 from service.actors.run_ops import RunRegistry
 from service.actors.runs import RunActor
@@ -134,15 +137,18 @@ class Products:
 
     # runs -----------------------------------------------------------------------------------
     async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict,
-                    idempotency_key: str | None = None, request_hash: str | None = None) -> dict:
+                    idempotency_key: str | None = None, request_hash: str | None = None,
+                    api_key_id: str | None = None) -> dict:
         if idempotency_key is None:
-            return await self._start(org_id, user_id, slug, inputs, project, None)
+            return await self._start(org_id, user_id, slug, inputs, project, None, api_key_id)
         if request_hash is None:
             request_hash = idem_hash({"product": slug, "project_id": project["id"], "inputs": inputs})
         return await self.keys.once(org_id, idempotency_key, request_hash,
-                                    lambda claim: self._start(org_id, user_id, slug, inputs, project, claim))
+                                    lambda claim: self._start(org_id, user_id, slug, inputs, project, claim,
+                                                              api_key_id))
 
-    async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None) -> dict:
+    async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None,
+                     api_key_id: str | None = None) -> dict:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project["id"], inputs)
         estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
@@ -150,6 +156,8 @@ class Products:
         if available_uc < estimate_uc:
             raise InsufficientCredits("Not enough credits to start this run.",
                                       {"required": fmt(estimate_uc), "available": fmt(available_uc)})
+        # the whole estimate against the key's and the project's spend limits (nothing held)
+        await self.node.balances.ask(org_id, SpendCheck(estimate_uc, project["id"], api_key_id))
         run_id = str(uuid.uuid4())
         now = self.clock.iso_now()
         run = {
@@ -157,6 +165,7 @@ class Products:
             "product_version": p.version, "status": "queued", "inputs": json.dumps(inputs),
             "run_values": json.dumps(values), "outputs": None, "estimate_uc": estimate_uc, "actual_uc": None,
             "error": None, "created_by": user_id, "created_at": now, "started_at": None, "finished_at": None,
+            "api_key_id": api_key_id,
         }
         steps = [
             {"run_id": run_id, "key": s.key, "position": i, "capability": s.capability, "op": s.op,

@@ -53,7 +53,8 @@ from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
 from service.catalog.product_types import Product
 from service.crash import crashpoint
-from service.errors import ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError
+from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
+                            SpendLimitReached)
 from service.idempotency import KeyTaken, key_taken
 from service.machines import RUN
 from service.storage import generation as gen_sql
@@ -74,6 +75,12 @@ def insufficient_message(e: InsufficientCredits) -> str:
     d = e.details or {}
     return (f"Not enough credits to start this step (required {d.get('required')}, "
             f"available {d.get('available')}).")
+
+
+def limit_message(e: SpendLimitReached) -> str:
+    d = e.details or {}
+    return (f"{e.message} The step needs {d.get('required')}; {d.get('spent')} of the {d.get('limit')} limit "
+            "is spent.")
 
 
 # -- the actor --------------------------------------------------------------------------------
@@ -261,9 +268,12 @@ class RunActor(RunEffects, Actor):
             # Submit under the step's own job id (chosen and committed before), so a restart
             # can tell whether the job was created; a repeated id answers the existing job.
             await gen.submit(plan, org_id=run["organization_id"], project_id=run["project_id"],
-                             source="workflow", workflow_run_id=self.run_id, notify=notify, job_id=job_id)
+                             source="workflow", workflow_run_id=self.run_id, notify=notify, job_id=job_id,
+                             api_key_id=run.get("api_key_id"))
         except InsufficientCredits as e:
             await self._fail(key, insufficient_message(e))
+        except SpendLimitReached as e:
+            await self._fail(key, limit_message(e))
         except ApiError as e:
             await self._fail(key, e.message)
         except (AskTimeout, ActorGone) as e:

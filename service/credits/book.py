@@ -12,7 +12,9 @@ rows, `notices`, `settled`, the optional `trace`), and the actor turns that into
 commits it and replies. Lot and ledger ids come from `new_id` and expiry timestamps from
 `expiry` (given by the actor), so tests can drive the book with plain functions.
 
-(A little over 400 lines on purpose: every rule reads and changes the same lots, holds and
+The spend limits of projects and keys are `service.credits.limits`, asked by `place`.
+
+(Over 400 lines on purpose: every rule reads and changes the same lots, holds and
 staged rows; cut in two, each half would reach into the other's state.)
 """
 
@@ -22,6 +24,7 @@ import bisect
 from collections import OrderedDict
 from typing import Any, Callable
 
+from service.credits.limits import SpendLimits, month_of
 from service.credits.records import Hold, Lot, Settled
 from service.credits.rules import available, free_part, is_due
 from service.errors import Conflict, InsufficientCredits, NotFound, Unprocessable
@@ -48,6 +51,7 @@ class CreditBook:
         self.org_id = org_id
         self.new_id = new_id      # ids of new lots and ledger rows
         self.expiry = expiry      # a grant's expires_at -> (stored deadline, its ISO text)
+        self.spend = SpendLimits()  # project and key spend limits (service.credits.limits)
         self.reset()
         self.begin(0.0, "", 0, False)
 
@@ -64,9 +68,11 @@ class CreditBook:
         self.notified_at: str | None = None
 
     def load(self, lots: list[dict], holds: list[tuple[dict, list[tuple[str, int]]]],
-             settings: dict | None) -> None:
-        """Rebuild from stored rows: lots, the held holds with their slices, the settings row."""
+             settings: dict | None, spend: tuple[str, list[dict], list[dict]] | None = None) -> None:
+        """Rebuild from stored rows: lots, the held holds with their slices, the settings row,
+        and the spend limits (this month, limit rows, figure rows)."""
         self.reset()
+        self.spend.load(*(spend or ("", [], [])))
         persisted_reserved = {}
         for r in lots:
             lot = Lot(r["id"], r["grant_id"], r["source"], r["amount_uc"], r["remaining_uc"], 0, r["expired_uc"],
@@ -80,7 +86,7 @@ class CreditBook:
                 lot.reserved += uc
             self.active[r["id"]] = Hold(r["id"], r["job_id"], r["workflow_run_id"], r["project_id"],
                                         r["description"], "held", r["amount_uc"], None, slices, r["created_at"],
-                                        None)
+                                        None, r.get("api_key_id"), r["created_at"][:7])
             self.held += r["amount_uc"]
         for lot in self.lots.values():
             if lot.reserved != persisted_reserved[lot.id]:
@@ -100,6 +106,7 @@ class CreditBook:
         self.now = now
         self.now_iso = now_iso
         self.serial = serial
+        self.spend.begin(now_iso, month_of(now))
         self.dirty_lots: dict[str, Lot] = {}
         self.dirty_holds: dict[str, Hold] = {}
         self.settings_dirty = False
@@ -181,7 +188,9 @@ class CreditBook:
         return h
 
     def place(self, hold_id: Any, amount: Any, job_id: str | None = None, workflow_run_id: str | None = None,
-              project_id: str | None = None, description: str | None = None) -> dict:
+              project_id: str | None = None, description: str | None = None,
+              api_key_id: str | None = None) -> dict:
+        """Refusals in order: the amount, the balance, the key's limit, the project's limit."""
         if not isinstance(hold_id, str) or not hold_id:
             raise Unprocessable("hold_id is required.", {"hold_id": hold_id})
         h = self.find(hold_id)
@@ -190,7 +199,8 @@ class CreditBook:
             return self.hold_reply(h)
         if hold_id in self.foreign:
             raise Conflict("This hold id is already in use.", {"hold_id": hold_id})
-        if hold_id in self.unread and (bad_amount(amount, zero_ok=True) or amount > self.available):
+        if hold_id in self.unread and (bad_amount(amount, zero_ok=True) or amount > self.available
+                                       or self.spend.check(project_id, api_key_id, amount) is not None):
             self.unread.discard(hold_id)  # refusing: a repeat must get its original hold instead
             raise Unread(hold_id)
         if bad_amount(amount, zero_ok=True):
@@ -200,9 +210,13 @@ class CreditBook:
             self._record("hold", self.now, hold_id, amount, None, self.available)
             raise InsufficientCredits("Not enough credits.",
                                       {"required": fmt(amount), "available": fmt(self.available)})
+        over = self.spend.check(project_id, api_key_id, amount)
+        if over is not None:
+            self._record("limit", self.now, hold_id, amount, over[0], over[1])
+            raise self.spend.refuse(over, amount)
         status, effects = HOLD.apply(NEW, "place")
         h = Hold(hold_id, job_id, workflow_run_id, project_id, description, status, amount, None, [],
-                 self.now_iso, None)
+                 self.now_iso, None, api_key_id, self.spend.month)
         for e in effects:
             HOLD_EFFECTS[e](self, h, amount)
         self.active[h.id] = h
@@ -233,6 +247,7 @@ class CreditBook:
         assert left == 0, "available disagrees with the lots"
         self.available -= amount
         self.held += amount
+        self.spend.add(h.project_id, h.api_key_id, amount)
 
     def _settle(self, hold_id: Any, event: str) -> tuple[Hold | None, tuple[str, ...]]:
         """Common part of capture and release: the hold and the effects of `event`, or
@@ -295,6 +310,7 @@ class CreditBook:
             dirty[lot.id] = lot
             if lot.remaining == 0 and lot.expired_at is None:
                 self.order.remove(lot)
+        self.spend.give_back(h.project_id, h.api_key_id, h.month, h.amount - amount)
 
     def release(self, hold_id: Any) -> dict:
         h, effects = self._settle(hold_id, "release")
@@ -315,6 +331,7 @@ class CreditBook:
             self._ledger("release", s, lot, h, "Hold released")
             self._return_part(lot, s, h)
             dirty[lot.id] = lot
+        self.spend.give_back(h.project_id, h.api_key_id, h.month, h.amount)
 
     def _finish(self, h: Hold, status: str, captured: int | None) -> None:
         if h.new_in == self.serial:  # placed in this batch: its insert carries the slices
@@ -394,6 +411,28 @@ class CreditBook:
         for e in effects:
             LOW_BALANCE_EFFECTS[e](self)
 
+    # -- spend limits ------------------------------------------------------------------------------
+    def put_limit(self, scope: Any, scope_id: Any, limit: Any) -> dict:
+        """Set a project's monthly or a key's lifetime limit (None: none); re-arms its warning."""
+        if scope not in ("project", "api_key") or not isinstance(scope_id, str) or not scope_id:
+            raise Unprocessable("A spend limit needs a scope (project or api_key) and an id.", {"scope": scope})
+        if limit is not None and bad_amount(limit, zero_ok=True):
+            raise Unprocessable("A spend limit must be a whole number of micro-credits, zero or more.",
+                                {"limit_uc": limit})
+        self.spend.put(scope, scope_id, limit)
+        self._record("limit_put", self.now, scope, scope_id, limit)
+        return self.spend.view(scope, scope_id)
+
+    def check_spend(self, amount: int, project_id: str | None, api_key_id: str | None) -> None:
+        """A product run's start: the refusal a hold of `amount` would meet now (the
+        balance, then the key, then the project), without holding anything."""
+        if amount > self.available:
+            raise InsufficientCredits("Not enough credits to start this run.",
+                                      {"required": fmt(amount), "available": fmt(self.available)})
+        over = self.spend.check(project_id, api_key_id, amount)
+        if over is not None:
+            raise self.spend.refuse(over, amount)
+
     # -- inspection ------------------------------------------------------------------------------
     def state(self) -> dict:
         """Canonical memory state; a fresh book loaded from the DB must give the same."""
@@ -411,6 +450,7 @@ class CreditBook:
                       for h in self.active.values()},
             "low_balance_threshold_uc": self.threshold,
             "low_balance_notified_at": self.notified_at,
+            "spend": self.spend.state(),
         }
 
 

@@ -54,10 +54,10 @@ class Settled(NamedTuple):
 
 class Hold:
     __slots__ = ("id", "job_id", "workflow_run_id", "project_id", "description", "status", "amount", "captured",
-                 "slices", "created_at", "settled_at", "new_in", "placed_slices")
+                 "slices", "created_at", "settled_at", "new_in", "placed_slices", "api_key_id", "month")
 
     def __init__(self, id, job_id, workflow_run_id, project_id, description, status, amount, captured, slices,
-                 created_at, settled_at) -> None:
+                 created_at, settled_at, api_key_id=None, month="") -> None:
         self.id = id
         self.job_id = job_id
         self.workflow_run_id = workflow_run_id
@@ -71,6 +71,8 @@ class Hold:
         self.settled_at = settled_at
         self.new_in = -1                  # serial of the batch that placed it (its INSERT)
         self.placed_slices: list[tuple[str, int]] | None = None  # a hold settled in the batch that placed it
+        self.api_key_id = api_key_id      # the key its work was submitted with (spend limits)
+        self.month = month                # UTC month it was placed in, `YYYY-MM` (spend limits)
 
     def settled(self) -> tuple:
         """The plain tuple of `Settled`'s fields."""

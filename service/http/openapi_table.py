@@ -116,6 +116,9 @@ def _submit_body(node) -> dict:
 
 SUBMIT_ERRORS = (402, 404, 409, 422, 503)
 PROJECT_BODY = {"name": non_blank(), "slug": nullable(SLUG), "description": nullable(STR)}
+SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,2})?$",
+                        "description": "Credits, at most two decimals, \"0\" or more (\"0\" stops all spending); "
+                                       "null: no limit (else 400 request.validation_failed)."})
 
 
 def operations(node=None) -> dict[tuple[str, str], Op]:
@@ -210,7 +213,8 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
                          "$response.body#/data/id")),
         ("PATCH", "/v1/projects/<project_id>"): Op(
             200, Data(R.Project), (404, 409, 422, 503),
-            body={"name": non_blank(), "slug": SLUG, "description": nullable(STR)}),
+            body={"name": non_blank(), "slug": SLUG, "description": nullable(STR),
+                  "monthly_spend_limit": SPEND_LIMIT}),
         ("POST", "/v1/projects/<project_id>/archive"): Op(200, Data(R.Project), (404, 409, 503)),
         # billing
         ("GET", "/v1/billing/balance"): Op(200, Data(R.Balance)),
@@ -243,11 +247,11 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("POST", "/v1/api-keys"): Op(
             201, Data(R.ApiKeyCreated), (422, 503),
             body={"name": non_blank(), "role_id": nullable({"enum": list(ROLE_IDS.values())}),
-                  "expires_at": nullable(TS)},
+                  "expires_at": nullable(TS), "spend_limit": SPEND_LIMIT},
             links=_links(("get_key", "update_key", "revoke_key"), "key_id", "$response.body#/data/id"),
             example={"name": "CI deploys", "role_id": ROLE_IDS["member"]}),
         ("PATCH", "/v1/api-keys/<key_id>"): Op(200, Data(R.ApiKey), (404, 422, 503),
-                                               body={"name": nullable(non_blank())}),
+                                               body={"name": nullable(non_blank()), "spend_limit": SPEND_LIMIT}),
         ("DELETE", "/v1/api-keys/<key_id>"): Op(204, None, (404, 503)),
         # roles
         ("GET", "/v1/roles"): Op(200, Data(list[R.Role]),

@@ -93,6 +93,19 @@ def low_balance(org_name: str, available: str, threshold: str) -> Mail:
         "crossing; saving the low-balance settings arms it again."])
 
 
+def spend_limit_reached(scope: str, name: str, limit: str, spent: str) -> Mail:
+    if scope == "project":
+        what, period = f"project \u201c{name}\u201d", "this month"
+        where = "Raise it on the project's settings page, or wait for the next month."
+    else:
+        what, period = f"API key \u201c{name}\u201d", "in total"
+        where = "Raise it on the dashboard's API keys page."
+    return _mail("spend_limit_reached", f"Spend limit reached: {name}", [
+        f"Work submitted for the {what} was refused: it has spent {spent} of its {limit} credit limit "
+        f"{period}.", where,
+        "This warning comes once per limit per period; setting the limit again arms it again."])
+
+
 def support_reply(number: int, subject_line: str, author: str, body: str) -> Mail:
     return _mail("support_reply", f"Re: [#{number}] {subject_line}", [
         f"{author} replied to your support ticket #{number} \u201c{subject_line}\u201d:", body,

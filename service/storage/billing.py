@@ -52,9 +52,11 @@ from service.money import fmt
 from service.storage.events import emit
 from service.storage.mail import mail_low_balance
 from service.storage.rows import rows_in
+from service.storage import spend
 
 HOLD_COLUMNS = ("id, organization_id, job_id, workflow_run_id, project_id, description, status, amount_uc, "
                 "captured_uc, slices, created_at, settled_at")
+HOLD_KEYED = HOLD_COLUMNS + ", api_key_id"  # the actor's inserts and loads: with the key (spend limits)
 LOT_COLUMNS = ("id, organization_id, grant_id, source, amount_uc, remaining_uc, reserved_uc, expired_uc, "
                "expires_at, expires_ts, expired_at, reason, created_at")
 
@@ -84,7 +86,7 @@ class Writes:
     """Row changes of one actor batch, as tuples ready for executemany."""
 
     __slots__ = ("lot_inserts", "lot_updates", "hold_inserts", "hold_updates", "ledger", "settings",
-                 "notices")
+                 "notices", "limits", "figures", "warnings")
 
     def __init__(self) -> None:
         self.lot_inserts: list[tuple] = []
@@ -94,16 +96,21 @@ class Writes:
         self.ledger: list[tuple] = []
         self.settings: tuple | None = None
         self.notices: list[tuple[str, str, str]] = []
+        self.limits: list[tuple] = []    # spend limits (service.storage.spend)
+        self.figures: list[tuple] = []
+        self.warnings: list[tuple] = []
 
     def empty(self) -> bool:
         return not (self.lot_inserts or self.lot_updates or self.hold_inserts or self.hold_updates
-                    or self.ledger or self.settings is not None or self.notices)
+                    or self.ledger or self.settings is not None or self.notices or self.limits
+                    or self.figures or self.warnings)
 
 
 SQL_LOT_INSERT = f"INSERT INTO credit_lots ({LOT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
 SQL_LOT_UPDATE = ("UPDATE credit_lots SET remaining_uc = ?, reserved_uc = ?, expired_uc = ?, expired_at = ? "
                   "WHERE id = ?")
 SQL_HOLD_INSERT = f"INSERT INTO credit_holds ({HOLD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+SQL_HOLD_INSERT_KEYED = f"INSERT INTO credit_holds ({HOLD_KEYED}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
 SQL_HOLD_UPDATE = "UPDATE credit_holds SET status = ?, captured_uc = ?, settled_at = ? WHERE id = ?"
 SQL_LEDGER_INSERT = ("INSERT INTO credit_ledger (id, organization_id, created_at, kind, amount_uc, source, "
                      "lot_id, hold_id, project_id, job_id, workflow_run_id, description) "
@@ -126,7 +133,7 @@ def persist(conn, org_id: str, w: Writes) -> None:
         conn.executemany(SQL_LOT_UPDATE, w.lot_updates)
     if w.hold_inserts:
         try:
-            conn.executemany(SQL_HOLD_INSERT, w.hold_inserts)
+            conn.executemany(SQL_HOLD_INSERT_KEYED, w.hold_inserts)
         except sqlite3.IntegrityError as e:
             if "credit_holds.id" in str(e):
                 raise HoldIdTaken(str(e)) from e
@@ -140,6 +147,8 @@ def persist(conn, org_id: str, w: Writes) -> None:
     for left, threshold, now_iso in w.notices:
         emit(conn, org_id, "billing.credits_low", {"available": left, "threshold": threshold}, now_iso)
         mail_low_balance(conn, org_id, left, threshold, now_iso)
+    if w.limits or w.figures or w.warnings:
+        spend.persist(conn, org_id, w.limits, w.figures, w.warnings)
 
 
 # -- the actor's loads ---------------------------------------------------------------------------
@@ -154,15 +163,17 @@ def snapshot(store):
         conn.execute("COMMIT")
 
 
-def load_org(store, org_id: str) -> tuple[list[dict], list[dict], dict | None]:
-    """Every lot, every held hold and the settings row of one organization."""
+def load_org(store, org_id: str, month: str = "") -> tuple[list[dict], list[dict], dict | None, tuple]:
+    """Every lot, every held hold and the settings row of one organization, and its spend
+    limits with the figures of `month` (`YYYY-MM`)."""
     with snapshot(store):
         lots = store.all(f"SELECT {LOT_COLUMNS} FROM credit_lots WHERE organization_id = ?", (org_id,))
-        holds = store.all(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE organization_id = ? "
+        holds = store.all(f"SELECT {HOLD_KEYED} FROM credit_holds WHERE organization_id = ? "
                           "AND status = 'held'", (org_id,))
         settings = store.one("SELECT low_balance_threshold_uc, low_balance_notified_at FROM billing_settings "
                              "WHERE organization_id = ?", (org_id,))
-    return lots, holds, settings
+        limits, figures = spend.load(store, org_id, month)
+    return lots, holds, settings, (month, limits, figures)
 
 
 def holds_by_ids(store, ids: list[str]) -> list[dict]:

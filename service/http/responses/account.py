@@ -11,7 +11,7 @@ from service.actors.tickets import PRIORITIES, TYPES
 from service.machines import TICKET
 from service.roles import ROLE_IDS, ROLE_NAMES
 
-from .types import Shape, Timestamp, Uuid, known, sorted_states
+from .types import Credits, Shape, Timestamp, Uuid, known, sorted_states
 
 RoleName = Annotated[str, known(ROLE_NAMES, "role")]
 EventName = Annotated[str, known(EVENT_NAMES, "event name")]
@@ -29,6 +29,10 @@ class Project(Shape):
     created_at: Timestamp
     updated_at: Timestamp | None
     archived_at: Timestamp | None
+    monthly_spend_limit: Credits | None = Field(
+        description="Credits the project may spend per UTC calendar month; null: no limit.")
+    month_spent: Credits = Field(description="Credits held or captured for the project's work "
+                                 "since the start of the current UTC month.")
 
 
 class ApiKey(Shape):
@@ -41,6 +45,10 @@ class ApiKey(Shape):
     is_active: bool
     created_at: Timestamp
     last_used_at: Timestamp | None
+    spend_limit: Credits | None = Field(description="Credits work submitted with this key may "
+                                        "ever spend; null: no limit.")
+    spent: Credits = Field(description="Credits held or captured for work submitted with "
+                           "this key, ever.")
 
 
 class ApiKeyCreated(ApiKey):

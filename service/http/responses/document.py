@@ -93,7 +93,8 @@ ERROR_TEXT = {
          "(request.validation_failed, with details.errors[] = {message, key, source}).",
     401: "Missing, unknown, revoked, paused or expired key (flat body).",
     402: "billing.insufficient_credits: available credits do not cover the price (details required, "
-         "available); nothing created or charged.",
+         "available); or billing.spend_limit_reached: the API key's or the project's spend limit does not "
+         "(details scope, limit, spent, required); nothing created or charged.",
     403: "The key's role lacks the route's permission (flat body).",
     404: "Not found in the organization (another organization's ids answer the same), or unknown project.",
     408: "The route's time limit was exceeded (flat timeout body).",

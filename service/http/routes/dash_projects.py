@@ -1,6 +1,7 @@
 """Projects in the dashboard: the header's switcher (`POST /projects/switch`) and the
 Projects page: list (Default first), create and archive where the role allows
-(`projects:write`), through the same accounts actor as `POST /v1/projects`.
+(`projects:write`), through the same accounts actor as `POST /v1/projects`; each project's
+spend this month against its monthly limit, which owners and admins set there.
 
 The chosen project is kept in a plain cookie (`gs_project`, an id: not a secret, checked
 against the organization on every page)."""
@@ -10,11 +11,13 @@ from __future__ import annotations
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
+from service.credits.limits import parse_limit
 from service.errors import ApiError
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page, safe_next, set_cookie
 from service.http.dashboard import PROJECT_COOKIE, show
 from service.storage import accounts as sql
+from service.views import spend
 
 bp = Blueprint("dash_projects", __name__)
 
@@ -38,7 +41,31 @@ async def switch():
 @hide
 @page("projects:read")
 async def projects_page():
-    return show("projects.html", title="Projects")
+    return projects_view()
+
+
+def projects_view(status: int = 200, **ctx):
+    """The page with every project's spend-limit fields (`spend[id]`)."""
+    svc, org_id = node(), principal().org_id
+    views = spend.projects(svc.store, org_id, [{"id": r["id"]} for r in sql.list_projects(svc.store, org_id)],
+                           svc.clock.now())
+    return show("projects.html", status, title="Projects", spend={v["id"]: v for v in views}, **ctx)
+
+
+@bp.post("/projects/<project_id>/limit")
+@hide
+@page("projects:write")
+@csrf_protected
+async def set_limit(project_id: str):
+    """The monthly spend limit (empty: none), as `PATCH /v1/projects/{id}` sets it."""
+    p = principal()
+    try:
+        limit = parse_limit((await request.form).get("limit", "").strip() or None, "monthly_spend_limit")
+        row = await node().accounts.update_project(p.org_id, project_id, {})
+        await node().balances.limit_put(p.org_id, "project", row["id"], limit)
+    except ApiError as e:
+        return projects_view(e.status, error=e.message)
+    return redirect("/projects", 303)
 
 
 @bp.post("/projects")
@@ -52,7 +79,7 @@ async def create():
         row = await node().accounts.create_project(p.org_id, p.user_id, form.get("name", "").strip(),
                                                    form.get("slug", "").strip() or None)
     except ApiError as e:
-        return show("projects.html", e.status, title="Projects", error=e.message)
+        return projects_view(e.status, error=e.message)
     resp = redirect("/projects", 303)
     set_cookie(resp, PROJECT_COOKIE, row["id"], YEAR)
     return resp
@@ -66,5 +93,5 @@ async def archive(project_id: str):
     try:
         await node().accounts.archive_project(principal().org_id, project_id)
     except ApiError as e:
-        return show("projects.html", e.status, title="Projects", error=e.message)
+        return projects_view(e.status, error=e.message)
     return redirect("/projects", 303)

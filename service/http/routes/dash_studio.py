@@ -25,6 +25,7 @@ from service.http.dashboard import current_project, show, session_still_allowed,
 from service.machines import JOB
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
+from service.views import spend
 from service.http.topics import job_stream, respond
 
 bp = Blueprint("dash_studio", __name__)
@@ -93,8 +94,10 @@ def assets_for(project_id: str) -> list[dict]:
 def studio_page(state: dict, status: int = 200, error: str | None = None, short: bool = False, fragment=False):
     project = current_project()
     template = "studio_form.html" if fragment else "studio.html"
+    svc = node()
+    left = spend.left_this_month(svc.store, principal().org_id, project["id"], svc.clock.now())
     return show(template, status, title="Studio", state=state, price=price(state), error=error, short=short,
-                assets=assets_for(project["id"]), project=project)
+                assets=assets_for(project["id"]), project=project, project_left=left)
 
 
 @bp.get("/studio")

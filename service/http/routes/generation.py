@@ -79,7 +79,7 @@ async def _submit(data: SubmitBody, *, capability: str | None = None, model: str
         plan = g.plan(p.org_id, project["id"], capability=capability, model=model, body=fields)
         g.check_active_limit(p.org_id)
         return await g.submit(plan, org_id=p.org_id, project_id=project["id"], source="api",
-                              webhook_url=data.webhook_url, idempotency=idempotency)
+                              webhook_url=data.webhook_url, idempotency=idempotency, api_key_id=p.key_id)
 
     key = idempotency_key()
     if key is None:

@@ -97,5 +97,5 @@ async def start_run(slug: str, data: RunBody):
         digest = request_hash({"product": slug, "body": data.model_dump(exclude_unset=True),
                                "project": request.headers.get("X-Service-Project")})
     view = await pr.start(p.org_id, p.user_id, slug, data.inputs, project, idempotency_key=key,
-                          request_hash=digest)
+                          request_hash=digest, api_key_id=p.key_id)
     return {"data": view}, 202

@@ -1,12 +1,15 @@
-"""Projects: list, get, create, update, archive (spec "Projects"; operations.md)."""
+"""Projects: list, get, create, update, archive (spec "Projects"; operations.md), with the
+spend-limit fields of operations.md "Spend limits" (`monthly_spend_limit`, `month_spent`)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 from quart import Blueprint
 
+from service.credits.limits import parse_limit
 from service.errors import NotFound
 from service.views import accounts as views
+from service.views import spend
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, body
 from service.storage import accounts as sql
@@ -24,12 +27,18 @@ class ProjectUpdate(Body):
     name: str | None = None
     slug: str | None = None
     description: str | None = None
+    monthly_spend_limit: str | None = Field(default=None, description="Credits per UTC month; null: none.")
+
+
+def _views(rows: list[dict]) -> list[dict]:
+    svc = node()
+    return spend.projects(svc.store, principal().org_id, [views.project(r) for r in rows], svc.clock.now())
 
 
 @bp.get("/v1/projects")
 @requires("projects:read")
 async def list_projects():
-    return {"data": [views.project(r) for r in sql.list_projects(node().store, principal().org_id)]}
+    return {"data": _views(sql.list_projects(node().store, principal().org_id))}
 
 
 @bp.get("/v1/projects/<project_id>")
@@ -38,7 +47,7 @@ async def get_project(project_id: str):
     row = sql.get_project(node().store, principal().org_id, project_id)
     if row is None:
         raise NotFound("Project not found.")
-    return {"data": views.project(row)}
+    return {"data": _views([row])[0]}
 
 
 @bp.post("/v1/projects")
@@ -47,7 +56,7 @@ async def get_project(project_id: str):
 async def create_project(data: ProjectCreate):
     p = principal()
     row = await node().accounts.create_project(p.org_id, p.user_id, data.name or "", data.slug, data.description)
-    return {"data": views.project(row)}, 201
+    return {"data": _views([row])[0]}, 201
 
 
 @bp.patch("/v1/projects/<project_id>")
@@ -55,12 +64,17 @@ async def create_project(data: ProjectCreate):
 @body(ProjectUpdate)
 async def update_project(project_id: str, data: ProjectUpdate):
     fields = data.model_dump(exclude_unset=True)
-    row = await node().accounts.update_project(principal().org_id, project_id, fields)
-    return {"data": views.project(row)}
+    setting = "monthly_spend_limit" in fields
+    limit = parse_limit(fields.pop("monthly_spend_limit", None), "monthly_spend_limit")
+    org_id = principal().org_id
+    row = await node().accounts.update_project(org_id, project_id, fields)
+    if setting:
+        await node().balances.limit_put(org_id, "project", row["id"], limit)
+    return {"data": _views([row])[0]}
 
 
 @bp.post("/v1/projects/<project_id>/archive")
 @requires("projects:write")
 async def archive_project(project_id: str):
     row = await node().accounts.archive_project(principal().org_id, project_id)
-    return {"data": views.project(row)}
+    return {"data": _views([row])[0]}
