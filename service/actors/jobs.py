@@ -89,7 +89,7 @@ class JobActor(JobEffects, Actor):
         job = self.job
         if job is None or job["status"] != "rendering" or not job["started_at"]:
             return None
-        model = self.gen.catalog.model(job["model"])
+        model = self.gen.model_for(self.job_id, job["model"])
         return parse_iso(job["started_at"]) + (model.timeout_s if model else DEFAULT_TIMEOUT_S)
 
     async def on_deadline(self) -> None:
