@@ -47,7 +47,7 @@ async def organizations():
         raise PageError(400, "Unknown status", f"Status: choose one of {', '.join(STATUS_WHERE)}, or all.")
     offset = offset_arg()
     rows, total = sql.org_page(svc.store, search=q, status=status or None, offset=offset, now=svc.clock.now())
-    return show("operator_orgs.html", title="Organizations", rows=rows, total=total, q=q, status=status,
+    return show("operator_orgs.html", title="Organizations", rows=rows, total=total, q=q, chosen=status,
                 statuses=list(STATUS_WHERE), offset=offset, page=sql.PAGE, fmt=fmt,
                 note=NOTES.get(request.args.get("note", "")))
 
