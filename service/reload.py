@@ -32,7 +32,7 @@ async def reload_catalog(node: Node, who: str) -> ReloadOutcome:
     try:
         catalog = check_catalog(load_catalog(node.settings.catalog_file))
     except CatalogError as e:
-        problems = [line for line in str(e).splitlines() if line.strip()]
+        problems = [line.strip() for line in str(e).splitlines() if line.strip()]
         outcome = ReloadOutcome(at, False, [m.id for m in node.catalog.models], problems, who)
         node.console.last_reload = outcome
         log.warning("catalog reload refused; the catalog in force is unchanged: %s", "; ".join(problems))
