@@ -113,15 +113,14 @@ class Engines:
                 if scope is not None:
                     scope.cancel()
         for model_id, m in wanted.items():
-            pool = self.pools.get(model_id)
-            if pool is not None:
-                pool.resize(_urls(m.engine), m.concurrency)
+            if model_id in self.pools:
+                self.pools[model_id].resize(_urls(m.engine), m.concurrency)
                 if model_id in self._watchers:
                     continue
             else:
-                pool = self.pools[model_id] = Pool(model_id, _urls(m.engine), m.concurrency)
+                self.pools[model_id] = Pool(model_id, _urls(m.engine), m.concurrency)
             if self._nursery is not None:
-                await self._nursery.start(self._watch, pool)
+                await self._nursery.start(self._watch, self.pools[model_id])
 
     async def aclose(self) -> None:
         """The node is stopping: jobs running on engines are left to finish there."""
