@@ -88,7 +88,7 @@ async def test_a_grant_needs_a_reason_and_then_adds_a_lot(node):
     assert available(node, oid) == "212.50"
     _, html = await page(node.client, f"/operator/organizations/{oid}?note=granted")
     assert "Credits granted." in html and "outage on the 3rd" in html and "212.50 credits" in html
-    assert "g@acme.test" in html and "Default" in html and "<svg class=\"chart\"" in html
+    assert "g@acme.test" in html and "Default" in html and "No credits used in the last 30 days." in html
     assert await audit_actions(node) == [("credits.grant", oid)]
 
 
@@ -177,3 +177,16 @@ async def test_a_failed_mail_is_retried_and_a_lost_link_is_not(node):
     assert await audit_actions(node) == [("mail.retry", plain)]
     r = await node.client.get("/operator/mail?state=nope")
     assert r.status_code == 400
+
+
+async def test_the_usage_chart_shows_credits_captured_per_day(node, org):
+    r = await node.call("POST", "/v1/generation/models/proc-image", org["api_key"], json={"prompt": "a quick hill"})
+    job_id = (await r.get_json())["request_id"]
+    from tests.conftest import until
+
+    await until(lambda: node.store.scalar("SELECT hold_settled FROM jobs WHERE id = ?", (job_id,)) == 1)
+    await sign_in(node.client)
+    _, html = await page(node.client, f"/operator/organizations/{org['organization_id']}")
+    day = node.clock.iso_now()[:10]
+    assert '<svg class="chart"' in html and f"<title>{day}: 1.00 credits</title>" in html
+    assert 'y="0" width="8" height="100"' in html  # the one day with usage is the tallest bar

@@ -76,7 +76,7 @@ def _detail(org_id: str, status: int = 200, **ctx):
     for i in range(CHART_DAYS):
         day = iso(start + i * 86400)[:10]
         chart.append((day, days.get(day, 0)))
-    top = max((uc for _, uc in chart), default=0) or 1
+    top = max((uc for _, uc in chart), default=0)
     return show("operator_org.html", status, title=org["name"], org=org,
                 members=sql.members(svc.store, org_id), invitations=sql.invitations(svc.store, org_id),
                 projects=accounts_sql.list_projects(svc.store, org_id),
