@@ -64,8 +64,11 @@ def _serializer() -> URLSafeSerializer:
 
 
 def csrf_token() -> str:
-    op = current_operator()
-    return _serializer().dumps(op.binding if op else "-")
+    """The token of this operator's forms (signed once per request: a list has one per row)."""
+    if "operator_csrf" not in g:
+        op = current_operator()
+        g.operator_csrf = _serializer().dumps(op.binding if op else "-")
+    return g.operator_csrf
 
 
 async def check_csrf() -> None:

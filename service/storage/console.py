@@ -10,7 +10,7 @@ import hashlib
 
 from service.storage.mail import STATUS_WHERE, org_status
 
-PAGE = 50
+PAGE = 25
 
 
 def digest(token: str) -> str:
@@ -90,7 +90,8 @@ def org_page(store, *, search: str, status: str | None, offset: int, now: float)
         " AND l.remaining_uc > 0 AND l.expired_at IS NULL AND (l.expires_ts IS NULL OR l.expires_ts > ?)) AS available_uc, "
         "(SELECT COALESCE(SUM(h.captured_uc), 0) FROM credit_holds h WHERE h.organization_id = o.id "
         " AND h.status = 'captured') AS used_uc "
-        f"FROM organizations o WHERE {cond} ORDER BY o.created_at DESC, o.id LIMIT ? OFFSET ?",
+        f"FROM (SELECT * FROM organizations o WHERE {cond} ORDER BY o.created_at DESC, o.id LIMIT ? OFFSET ?) o "
+        "ORDER BY o.created_at DESC, o.id",  # the page's rows first: the sums run for those only
         [now, *params, PAGE, offset])
     for r in rows:
         r["status"] = org_status(r)
