@@ -5,6 +5,9 @@
     GET      /operator         what needs the operator: sign-ups waiting, jobs, engines, mail
     GET      /operator/audit   every operator action, newest first
 
+Changes made through the operator API (`/operator/v1`, `genservice admin`) are audited too,
+as "operator API" with the route and the answer's status (`audit_operator_api`).
+
 A wrong token gets the same 401 page whatever was typed; attempts are throttled per client
 address like logins (429 page with Retry-After), and refused ones are audited.
 """
@@ -131,3 +134,15 @@ async def audit_log():
     rows = sql.audit_page(node().store, int(before) if before.isdigit() else None)
     more = len(rows) == sql.PAGE
     return show("operator_audit.html", title="Audit log", rows=rows, next_before=rows[-1]["seq"] if more else None)
+
+
+@bp.after_app_request
+async def audit_operator_api(response):
+    """A change the operator API made (a write method answered below 400) goes to the audit
+    log; the catalog reload writes its own entry with its outcome."""
+    if (request.path.startswith("/operator/v1/") and request.method not in ("GET", "HEAD", "OPTIONS")
+            and response.status_code < 400 and request.path != "/operator/v1/catalog/reload"):
+        rule = request.url_rule.rule if request.url_rule is not None else request.path
+        await node().console.audit("operator API", address(), f"{request.method} {rule}", request.path,
+                                   str(response.status_code))
+    return response
