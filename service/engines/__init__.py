@@ -112,15 +112,17 @@ class Engines:
                 scope = self._watchers.pop(model_id, None)
                 if scope is not None:
                     scope.cancel()
-        for model_id, m in wanted.items():
+        unwatched = []
+        for model_id, m in wanted.items():  # every pool in place before the first await
             if model_id in self.pools:
                 self.pools[model_id].resize(_urls(m.engine), m.concurrency)
-                if model_id in self._watchers:
-                    continue
             else:
                 self.pools[model_id] = Pool(model_id, _urls(m.engine), m.concurrency)
+            if model_id not in self._watchers:
+                unwatched.append(self.pools[model_id])
+        for pool in unwatched:
             if self._nursery is not None:
-                await self._nursery.start(self._watch, self.pools[model_id])
+                await self._nursery.start(self._watch, pool)
 
     async def aclose(self) -> None:
         """The node is stopping: jobs running on engines are left to finish there."""
