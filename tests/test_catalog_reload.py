@@ -23,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("cheap_hashes")
 
 def model(mid: str, credits: str, backend: str = "procedural_image", extra: str = "") -> str:
     return (f'[[models]]\nid = "{mid}"\ncapability = "image.generate"\nbackend = "{backend}"\n'
-            f'resolutions = ["1k"]\nconcurrency = 1\nprices = [{{ resolution = "1k", credits = "{credits}" }}]\n{extra}\n')
+            f'resolutions = ["1k"]\nconcurrency = 1\n'
+            f'prices = [{{ resolution = "1k", credits = "{credits}" }}]\n{extra}\n')
 
 
 COG = '[models.engine]\nurls = ["{url}"]\n[models.engine.bind]\nprompt = "prompt"\n'

@@ -86,8 +86,10 @@ def org_page(store, *, search: str, status: str | None, offset: int, now: float)
         "SELECT o.id, o.name, o.created_at, o.approved_at, o.unconfirmed, "
         "(SELECT email FROM users u WHERE u.organization_id = o.id AND u.role = 'owner' AND u.is_active = 1 "
         " ORDER BY u.created_at LIMIT 1) AS owner_email, "
-        "(SELECT COALESCE(SUM(l.remaining_uc - l.reserved_uc), 0) FROM credit_lots l WHERE l.organization_id = o.id "
-        " AND l.remaining_uc > 0 AND l.expired_at IS NULL AND (l.expires_ts IS NULL OR l.expires_ts > ?)) AS available_uc, "
+        # `available` of service.credits.rules: the free part of the lots live at `now`
+        "(SELECT COALESCE(SUM(l.remaining_uc - l.reserved_uc), 0) FROM credit_lots l "
+        " WHERE l.organization_id = o.id AND l.remaining_uc > 0 AND l.expired_at IS NULL "
+        " AND (l.expires_ts IS NULL OR l.expires_ts > ?)) AS available_uc, "
         "(SELECT COALESCE(SUM(h.captured_uc), 0) FROM credit_holds h WHERE h.organization_id = o.id "
         " AND h.status = 'captured') AS used_uc "
         f"FROM (SELECT * FROM organizations o WHERE {cond} ORDER BY o.created_at DESC, o.id LIMIT ? OFFSET ?) o "
