@@ -2,7 +2,8 @@
 bytes it sends, with a realistic organization, against the API calls that feed Billing and
 History in the same run. Loopback only, never in CI.
 
-    .venv/bin/python bench/pages.py [--jobs 1000] [--runs 100] [--rounds 40]
+    .venv/bin/python bench/pages.py [--jobs 1000] [--runs 100] [--rounds 40] [--orgs 1000]
+                                    [--only dashboard|operator]
 
 Starts a fresh test-mode `genservice serve` (bench/server.py) and builds one organization
 through the real API and pages: `--jobs` image jobs spread over 365 days of the service
@@ -13,6 +14,10 @@ session (httpx with the session cookie) reads every page `--rounds` times, inter
 the API reads, and prints per page: server p50/p99 (ms), HTML bytes on the wire, and HTML plus
 the page's scripts and stylesheet on a first visit (no cache; gzip accepted, as browsers do). Images the page shows are signed
 links loaded lazily and are not counted. Last line: one JSON object.
+
+The operator console (bench/operator_pages.py) is measured on its own server with `--orgs`
+organizations: each console page's p50 against the summed p50 of the API reads it replaces,
+and its bytes (the issue's bar: under 200 KB, p50 within 3x).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import operator_pages  # noqa: E402
 from server import create_org, running_server  # noqa: E402
 
 PASSWORD = "bench passphrase 2026"
@@ -150,7 +156,38 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--orgs", type=int, default=1000)
+    ap.add_argument("--only", choices=("dashboard", "operator"))
     args = ap.parse_args()
+    if args.only != "dashboard":
+        console(args.orgs, args.rounds)
+    if args.only != "operator":
+        dashboard(args)
+
+
+def console(orgs: int, rounds: int) -> None:
+    load = os.getloadavg()
+    with running_server() as (url, token, _data):
+        op = {"Authorization": f"Bearer {token}"}
+        started = time.monotonic()
+        org = trio.run(operator_pages.seed, url, op, orgs)
+        seeded = time.monotonic() - started
+        m = operator_pages.measure(url, token, org, rounds)
+    print(f"operator console: seeded {orgs} organizations in {seeded:.0f} s; load average at start {load[0]:.2f}, "
+          f"{os.cpu_count()} cores; {rounds} rounds")
+    print(f"{'console page':42} {'p50 ms':>8} {'p99 ms':>8} {'API p50':>8} {'ratio':>6} {'HTML B':>9}")
+    worst = 0.0
+    for p, times in m["page"].items():
+        api = m["api"][p]
+        ratio = pct(times, .5) / pct(api, .5) if api else float("nan")
+        worst = max(worst, ratio) if api else worst
+        api_p50 = f"{pct(api, .5):8.2f}" if api else f"{'-':>8}"
+        print(f"{p:42} {pct(times, .5):8.2f} {pct(times, .99):8.2f} {api_p50} {ratio:6.2f} {m['size'][p]:9d}")
+    print(json.dumps({"operator_max_page_bytes": max(m["size"].values()), "operator_worst_ratio": worst,
+                      "organizations": orgs, "load_avg_start": load[0]}))
+
+
+def dashboard(args) -> None:
     load = os.getloadavg()
     with running_server() as (url, token, _data):
         op = {"Authorization": f"Bearer {token}"}

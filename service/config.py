@@ -24,6 +24,8 @@ class Settings(BaseModel):
     data_dir: Path = Path("./data")
     base_url: str | None = None
     operator_token: str | None = None
+    # People (comma-separated emails) who reach the operator console through their own login
+    operator_emails: str | None = None
     test_mode: bool = False
     webhook_ca_file: str | None = None
     webhook_allow_private: bool = False

@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from functools import partial
 
 import trio
@@ -26,6 +27,7 @@ from service.descriptors import quiet_accept_loop, raise_nofile
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.node import build
+from service.reload import reload_on_sighup
 from service.storage.db import Store
 from service.sealing import NodeKey
 from service.storage.migrate import apply_all
@@ -135,6 +137,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
         async with trio.open_nursery() as actors:
             node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
+            if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+                await actors.start(reload_on_sighup, node)  # SIGHUP: read the catalog file again
             app = create_app(node)
             # Everything built at start lives for the whole run: keep it out of the cyclic
             # collector's full passes (they paused the loop ~100 ms with many live actors).

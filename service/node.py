@@ -43,6 +43,7 @@ from service.catalog.catalog import Catalog, CatalogError, Model, load_catalog
 from service.catalog.engines import ENGINE_BACKENDS, missing_tokens
 from service.engines import Engines
 from service.clock import Clock
+from service.console import Console
 from service.assets.signing import load_secret
 from service.config import Settings
 from service.net.client import Sender
@@ -99,6 +100,7 @@ class Node:
     login_by_account: Throttle
     oidc: dict[str, OidcProvider]  # identity providers by their key
     mail: MailOutbox  # the mail outbox's dispatcher (SMTP, or the log without a host)
+    console: Console  # the operator console's sessions, audit log and last catalog reload
 
     def __init__(self, settings: Settings, store: Store, clock: Clock) -> None:
         self.settings = settings
@@ -225,4 +227,5 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     oidc_http = httpx.AsyncClient(follow_redirects=False)
     node.closers.append(oidc_http.aclose)
     node.oidc = {p.key: OidcProvider(p, clock, oidc_http) for p in configured(settings)}
+    node.console = Console(store, clock, settings.operator_emails)
     return node

@@ -111,7 +111,7 @@ def test_a_hosted_api_has_no_servers_and_a_job_waiting_for_a_live_server_is_queu
         'urls = ["http://gpu1:8188"]', 'urls = ["http://gpu1:8188", "http://gpu2:8188"]'), base_dir=tmp_path)
     pool = Pool("comfy-image", ["http://gpu1:8188", "http://gpu2:8188"], 2)
     pool.servers[0].busy, pool.servers[1].down = 2, True  # 4 slots held, 2 jobs on the one live server
-    queues = EngineQueues(cat, _Slots({"fal-flux": (3, 5), "comfy-image": (4, 1)}), lambda: {"comfy-image": pool})
+    queues = EngineQueues(lambda: cat, _Slots({"fal-flux": (3, 5), "comfy-image": (4, 1)}), lambda: {"comfy-image": pool})
     for waited in (1.0, 9.0, 2.0):
         queues.started("comfy-image", waited)
     queues.started("proc-image", 50.0)  # a built-in: not kept

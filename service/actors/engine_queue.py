@@ -11,28 +11,32 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 START_WINDOW = 256
 
 
 class EngineQueues:
-    def __init__(self, catalog, slots, pools: Callable[[], dict]) -> None:
-        self._models = [m.id for m in catalog.models if m.engine is not None]
+    def __init__(self, catalog: Callable[[], Any], slots, pools: Callable[[], dict]) -> None:
+        """`catalog` is read on every call: a catalog reload (service/reload.py) adds and
+        removes engine models without a restart."""
+        self._catalog = catalog
         self._slots = slots
         self._pools = pools  # model id -> engines.pool.Pool (read only)
-        self._starts: dict[str, deque[float]] = {m: deque(maxlen=START_WINDOW) for m in self._models}
+        self._starts: dict[str, deque[float]] = {}
+
+    @property
+    def _models(self) -> list[str]:
+        return [m.id for m in self._catalog().models if m.engine is not None]
 
     def started(self, model_id: str, waited_s: float) -> None:
         """A job of the model went from `queued` to `rendering` after `waited_s`."""
-        window = self._starts.get(model_id)
-        if window is not None:
-            window.append(max(0.0, waited_s))
+        self._starts.setdefault(model_id, deque(maxlen=START_WINDOW)).append(max(0.0, waited_s))
 
     def view(self, model_id: str) -> dict | None:
         """`{queued, running, servers_up, servers_down, time_to_start_p50_s}` of an engine
         model; None for a built-in one."""
-        if model_id not in self._starts:
+        if model_id not in self._models:
             return None
         holding, waiting = self._slots.stats(model_id)
         pool = self._pools().get(model_id)
@@ -42,7 +46,7 @@ class EngineQueues:
             running = min(holding, sum(s.busy for s in pool.servers))
             down = sum(1 for s in pool.servers if s.down)
             up = len(pool.servers) - down
-        starts = self._starts[model_id]
+        starts = self._starts.get(model_id, ())
         return {"queued": waiting + holding - running, "running": running, "servers_up": up,
                 "servers_down": down,
                 "time_to_start_p50_s": round(statistics.median(starts), 3) if starts else None}

@@ -59,7 +59,7 @@ from service.assets.files import FileStore
 from service.assets.signing import UrlSigner, load_secret
 from service.backends import RenderRequest, render_limiter, runnable
 from service.catalog.assets import AssetInfo
-from service.catalog.catalog import tier_label
+from service.catalog.catalog import Model, tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import NotFound, ServiceError
 from service.idempotency import Gate
@@ -100,7 +100,15 @@ class Generation:
         self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
         # engine models' waits and servers (the model list's `queue`, /metrics); pools are
         # read from node.engines, built after this part
-        self.queues = EngineQueues(self.catalog, self.slots, lambda: node.engines.pools)
+        self.queues = EngineQueues(lambda: self.catalog, self.slots, lambda: node.engines.pools)
+        # job id -> the model as it was when the job was submitted, for jobs open across a
+        # catalog reload (service/reload.py); every other job reads the catalog
+        self.pinned: dict[str, Model] = {}
+
+    def model_for(self, job_id: str, model_id: str) -> Model | None:
+        """The model definition a job runs with: the one it was submitted under."""
+        pinned = self.pinned.get(job_id)
+        return pinned if pinned is not None else self.catalog.model(model_id)
 
     def publish(self, job: dict, status: dict | None = None) -> None:
         """After a commit: the job's status object to the streams following it or its

@@ -49,7 +49,7 @@ async def render_task(gen: Generation, job_id: str, handle: RenderHandle, req: R
     hashed: list = []
     try:
         with handle.scope:
-            model = gen.catalog.model(req.model)
+            model = gen.model_for(job_id, req.model)
             if model is not None and model.engine is not None:
                 outcome = await gen.node.engines.render(req, model)
             else:
@@ -61,6 +61,7 @@ async def render_task(gen: Generation, job_id: str, handle: RenderHandle, req: R
         outcome, hashed = Failed(MSG_INTERNAL), []
     if handle.scope.cancelled_caught:
         outcome, hashed = None, []
+    gen.pinned.pop(job_id, None)
     gen.jobs.tell(job_id, RenderDone(handle, outcome, hashed))
 
 

@@ -92,7 +92,7 @@ class JobActor(JobEffects, Actor):
             return None
         budget = sql.params_of(job).get("timeout_s")
         if budget is None:
-            model = self.gen.catalog.model(job["model"])
+            model = self.gen.model_for(self.job_id, job["model"])
             budget = model.timeout_s if model else DEFAULT_TIMEOUT_S
         return parse_iso(job["started_at"]) + budget
 

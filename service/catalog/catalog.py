@@ -1,7 +1,8 @@
 """The model catalog: which models exist, what they take, what each tier costs.
 
-Loaded once from TOML (`default.toml` in this package unless the operator
-gives another file) and then read-only. Whether a model can run *here* is not
+Loaded from TOML (`default.toml` in this package unless the operator gives
+another file) and then read-only: a reload (service/reload.py) builds a new
+Catalog and swaps it in whole. Whether a model can run *here* is not
 catalog data: it depends on the backends present, so every view takes a
 `runnable(backend_name) -> bool` callback from the caller.
 """

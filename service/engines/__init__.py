@@ -52,11 +52,12 @@ class Engines:
         self.context = Context(self.http, base_url, hook_secret, progress)
         # servers the operator runs have a pool (health-checked); hosted APIs do not
         self.pools: dict[str, Pool] = {
-            m.id: Pool(m.id, _urls(m.engine), m.concurrency)
-            for m in catalog.models if isinstance(m.engine, (ComfyEngine, CogEngine, OpenAIEngine))
+            m.id: Pool(m.id, _urls(m.engine), m.concurrency) for m in catalog.models if _pooled(m)
         }
         self._catalog = catalog
         self._replicate_keys = replicate.SigningKeys()
+        self._nursery: trio.Nursery | None = None
+        self._watchers: dict[str, trio.CancelScope] = {}
 
     def serves(self, model: Model) -> bool:
         return model.engine is not None
@@ -71,22 +72,57 @@ class Engines:
         closed when the node's tasks end (after the render tasks were cancelled)."""
         try:
             async with trio.open_nursery() as n:
+                self._nursery = n
                 for model_id, pool in self.pools.items():
-                    model = self._catalog.model(model_id)
-                    assert model is not None  # pools are made from the catalog's models
-                    await n.start(pool.watch, self._health_check(model.engine))
+                    await n.start(self._watch, pool)
                 task_status.started()
                 await trio.sleep_forever()  # hosted APIs have no pool, but use the client too
         finally:
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
-    def _health_check(self, engine):
-        if isinstance(engine, ComfyEngine):
-            return lambda url: comfyui.healthy(self.http, url)
-        if isinstance(engine, CogEngine):
-            return lambda url: cog.healthy(self.http, url)
-        return lambda url: openai.healthy(self.http, url, engine)
+    async def _watch(self, pool: Pool, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            self._watchers[pool.model_id] = scope
+            await pool.watch(self._health_check(pool.model_id), task_status=task_status)
+
+    def _health_check(self, model_id: str):
+        """A check of one server by the model's engine as the catalog now declares it."""
+        async def healthy(url: str) -> bool:
+            model = self._catalog.model(model_id)
+            engine = model.engine if model is not None else None
+            if isinstance(engine, ComfyEngine):
+                return await comfyui.healthy(self.http, url)
+            if isinstance(engine, CogEngine):
+                return await cog.healthy(self.http, url)
+            if isinstance(engine, OpenAIEngine):
+                return await openai.healthy(self.http, url, engine)
+            return False
+        return healthy
+
+    async def reload(self, catalog: Catalog) -> None:
+        """A catalog reload: pools of new engine models are made and watched, pools whose
+        servers changed are resized, pools of models gone take no new job (their running
+        jobs finish on their servers)."""
+        self._catalog = catalog
+        wanted = {m.id: m for m in catalog.models if _pooled(m)}
+        for model_id, pool in self.pools.items():
+            if model_id not in wanted:
+                pool.resize([], pool.concurrency)
+                scope = self._watchers.pop(model_id, None)
+                if scope is not None:
+                    scope.cancel()
+        unwatched = []
+        for model_id, m in wanted.items():  # every pool in place before the first await
+            if model_id in self.pools:
+                self.pools[model_id].resize(_urls(m.engine), m.concurrency)
+            else:
+                self.pools[model_id] = Pool(model_id, _urls(m.engine), m.concurrency)
+            if model_id not in self._watchers:
+                unwatched.append(self.pools[model_id])
+        for pool in unwatched:
+            if self._nursery is not None:
+                await self._nursery.start(self._watch, pool)
 
     async def aclose(self) -> None:
         """The node is stopping: jobs running on engines are left to finish there."""
@@ -131,6 +167,10 @@ class Engines:
         except Exception as e:  # noqa: BLE001 - reported as failure 5
             log.exception("job %s: engine %s crashed", req.job_id, model.backend)
             return _failed(req, e, MSG_INTERNAL)
+
+
+def _pooled(m: Model) -> bool:
+    return isinstance(m.engine, (ComfyEngine, CogEngine, OpenAIEngine))
 
 
 def _urls(engine) -> list[str]:

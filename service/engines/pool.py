@@ -32,6 +32,8 @@ class Server:
     url: str
     busy: int = 0
     down: bool = False
+    retired: bool = False  # taken out by a catalog reload: no new jobs, dropped once idle
+    error: str | None = None  # why the last health check failed (the operator console shows it)
 
 
 class Pool:
@@ -43,7 +45,7 @@ class Pool:
 
     @property
     def all_down(self) -> bool:
-        return all(s.down for s in self.servers)
+        return all(s.down or s.retired for s in self.servers)
 
     def mark(self, server: Server, down: bool) -> None:
         if server.down != down:
@@ -57,7 +59,7 @@ class Pool:
         while True:
             if self.all_down:
                 raise Unreachable(f"every server of {self.model_id} is down")
-            free = [s for s in self.servers if not s.down and s.busy < self.concurrency]
+            free = [s for s in self.servers if not s.down and not s.retired and s.busy < self.concurrency]
             if free:
                 break
             changed = self._changed
@@ -68,7 +70,20 @@ class Pool:
             yield server
         finally:
             server.busy -= 1
+            if server.retired and server.busy == 0 and server in self.servers:
+                self.servers.remove(server)
             self._wake()
+
+    def resize(self, urls: list[str], concurrency: int) -> None:
+        """A catalog reload: servers not listed before are added (checked at the next round,
+        up until then), servers no longer listed take no new job and leave once idle."""
+        for s in self.servers:
+            s.retired = s.url not in urls
+        self.servers = [s for s in self.servers if not (s.retired and s.busy == 0)]
+        known = {s.url for s in self.servers}
+        self.servers += [Server(u) for u in urls if u not in known]
+        self.concurrency = concurrency
+        self._wake()
 
     async def watch(self, healthy: Callable[[str], Awaitable[bool]], period: float = HEALTH_S, *,
                     task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -85,13 +100,16 @@ class Pool:
     async def _round(self, healthy: Callable[[str], Awaitable[bool]]) -> None:
         async with trio.open_nursery() as n:
             for s in self.servers:
-                n.start_soon(self._check, s, healthy)
+                if not s.retired:
+                    n.start_soon(self._check, s, healthy)
 
     async def _check(self, server: Server, healthy: Callable[[str], Awaitable[bool]]) -> None:
+        error = "the health check answered not ready"
         try:
             ok = await healthy(server.url)
-        except Exception:  # noqa: BLE001 - any failure to answer is "down"
-            ok = False
+        except Exception as e:  # noqa: BLE001 - any failure to answer is "down"
+            ok, error = False, f"{type(e).__name__}: {e}"[:300]
+        server.error = None if ok else error
         self.mark(server, not ok)
 
     def _wake(self) -> None:
