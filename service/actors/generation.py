@@ -56,6 +56,7 @@ from service.actors.runtime import Registry
 from service.assets.files import FileStore
 from service.assets.signing import UrlSigner, load_secret
 from service.backends import RenderRequest, render_limiter, runnable
+from service.backends.base import ChatTurn
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
@@ -97,6 +98,7 @@ class Generation:
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
         self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
+        self.chat_turns: dict[str, ChatTurn] = {}  # job id -> its front-door chat (service/http/openai_chat.py)
 
     def publish(self, job: dict, status: dict | None = None) -> None:
         """After a commit: the job's status object to the streams following it or its
