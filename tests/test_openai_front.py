@@ -16,7 +16,7 @@ import trio
 from PIL import Image
 
 from engine_support import engine_node
-from test_engines_openai import llama, model  # noqa: F401 - the session's llama server fixture
+from test_engines_openai import INCOMPLETE, llama, model  # noqa: F401 - llama: the session's server fixture
 from test_generation_support import balance, holds, wait_hold
 
 BUILTINS = """
@@ -249,3 +249,31 @@ async def test_the_request_limit_is_429_rate_limit_exceeded(llama, tmp_path):  #
             for _ in range(5):
                 await c.models.list()
         assert e.value.code == "rate_limit_exceeded" and int(e.value.response.headers["Retry-After"]) >= 1
+
+
+async def test_a_read_only_key_is_403_permission_denied(front):
+    n, key, org = front
+    viewer = (await n.add_member(org["organization_id"], "read_only", "viewer@acme.test"))["api_key"]
+    assert [m.id async for m in sdk(n, viewer).models.list()]  # reading is allowed
+    with pytest.raises(openai.PermissionDeniedError) as e:
+        await sdk(n, viewer).images.generate(model="proc-image", prompt="fox")
+    assert e.value.code == "permission_denied"
+    assert e.value.body["message"] == "The API key's role does not allow this request."
+
+
+async def test_an_engine_failure_releases_the_hold_plain_and_streamed(front):
+    # the model's chat template refuses "[refuse]": llama-cpp-python has already sent 200
+    n, key, _ = front
+    c = sdk(n, key)
+    with pytest.raises(openai.InternalServerError) as e:
+        await c.chat.completions.create(model="tiny-greedy", messages=[{"role": "user", "content": "please [refuse]"}])
+    assert e.value.code == "generation_failed"
+    assert e.value.body["message"] == INCOMPLETE
+    with pytest.raises(openai.APIError) as e:
+        async with await c.chat.completions.create(model="tiny-greedy", stream=True, messages=[
+                {"role": "user", "content": "please [refuse]"}]) as stream:
+            async for _ in stream:
+                pass
+    assert e.value.body["code"] == "generation_failed" and e.value.body["message"] == INCOMPLETE
+    assert [h["status"] for h in await holds(n, key)] == ["released", "released"]
+    assert (await balance(n, key))["available"] == "200.00"
