@@ -88,9 +88,11 @@ def sse_event(events: dict[str, dict]) -> dict:
     """One server-sent event as tools read it: `{event, id, data}`, `data` being the JSON
     text of the shape its event name documents (`contentMediaType` + `contentSchema`). In
     OpenAPI 3.1 a `text/event-stream` schema describes each event (3.2 names this
-    `itemSchema`). Open like every response: an event name not listed here is accepted."""
-    return {
-        "type": "object", "required": ["event", "data"], "description": "Server-sent events.",
+    `itemSchema`). Open like every response: an event name not listed here is accepted.
+    The string branch is the body read whole, as generated clients (openapi-python-client)
+    read a stream's answer."""
+    event = {
+        "type": "object", "required": ["event", "data"],
         "properties": {"event": {"type": "string", "examples": list(events)}, "id": STR, "data": STR,
                        "retry": {"type": "integer"}},
         "allOf": [{"if": {"properties": {"event": {"const": name}}, "required": ["event"]},
@@ -98,6 +100,8 @@ def sse_event(events: dict[str, dict]) -> dict:
                                                     "contentSchema": schema}}}}
                   for name, schema in events.items()],
     }
+    return {"description": "Server-sent events.",
+            "anyOf": [event, {"type": "string", "description": "The stream's text, read whole."}]}
 
 
 def stream(description: str, errors: tuple[int, ...], events: dict[str, dict], project_header: bool = False,
