@@ -33,7 +33,7 @@ def served(llama, tmp_path_factory):  # noqa: F811
 
 
 def test_the_page_has_its_examples():
-    assert len(BLOCKS) == 2
+    assert len(BLOCKS) == 3
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
@@ -42,6 +42,6 @@ def test_example_runs(served, index, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(BLOCKS[index])
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env={"GENSERVICE_URL": url, "GENSERVICE_API_KEY": key, "PATH": "/usr/bin:/bin"})
+                         env={"GENSERVICE_URL": url, "GENSERVICE_API_KEY": key, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip()
