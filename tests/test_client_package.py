@@ -122,3 +122,19 @@ def test_verify_webhook_checks_the_signature():
     assert not gc.verify_webhook("whsec_abc", {"X-Service-Signature": sig}, body + b" ")
     assert not gc.verify_webhook("other", {"x-service-signature": sig}, body)
     assert not gc.verify_webhook("whsec_abc", {}, body)
+
+
+async def test_the_async_client_generates_uploads_and_raises_the_same_errors(live, tmp_path):
+    node, org = live
+    async with gc.AsyncClient(org["api_key"], node.url) as c:
+        job = await c.generate("image.generate", "a red fox")
+        assert job["status"] == "completed" and (await c.status(job["request_id"]))["status"] == "completed"
+        assert len(await c.download(job["outputs"][0], tmp_path / "fox.png")) > 0
+        assert job["request_id"] in [j["request_id"] for j in await c.jobs()]
+        assert (await c.upload(png(), content_type="image/png", filename="in.png"))["kind"] == "image"
+        accepted = await c.generate("image.generate", "fox", wait=False)
+        assert (await c.cancel(accepted["request_id"]))["status"] in ("canceled", "completed")
+        assert (await c.balance())["available"]
+        with pytest.raises(gc.InsufficientCredits) as e:
+            await c.generate("image.generate", "fox", model="pricey")
+        assert e.value.code == "billing.insufficient_credits"

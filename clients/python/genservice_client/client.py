@@ -148,7 +148,7 @@ class Client:
             if r.status_code >= 400:
                 r.read()
                 raise from_response(r)
-            name, data = None, []
+            name, data, final = None, [], None
             for line in r.iter_lines():
                 if line.startswith("id:"):
                     last_id = line[3:].strip()
@@ -161,9 +161,9 @@ class Client:
                     if on_event is not None:
                         on_event(name, payload)
                     if name in ("status", "reset") and payload.get("status") in FINAL:
-                        return payload, last_id
+                        final = payload  # the node ends the stream after it: read to the end
                     name, data = None, []
-        return None, last_id
+        return final, last_id
 
     def status(self, job_id: str) -> dict:
         return self.request("GET", f"/v1/generation/requests/{job_id}/status")
