@@ -58,6 +58,7 @@ from service.actors.runtime import Registry
 from service.assets.files import FileStore
 from service.assets.signing import UrlSigner, load_secret
 from service.backends import RenderRequest, render_limiter, runnable
+from service.backends.base import ChatTurn
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import Model, tier_label
 from service.catalog.rules import Plan, estimate, plan_submit
@@ -104,6 +105,7 @@ class Generation:
         # job id -> the model as it was when the job was submitted, for jobs open across a
         # catalog reload (service/reload.py); every other job reads the catalog
         self.pinned: dict[str, Model] = {}
+        self.chat_turns: dict[str, ChatTurn] = {}  # job id -> its front-door chat (service/http/openai_chat.py)
 
     def model_for(self, job_id: str, model_id: str) -> Model | None:
         """The model definition a job runs with: the one it was submitted under."""

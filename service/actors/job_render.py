@@ -99,4 +99,5 @@ def render_request(gen: Generation, job_id: str, job: dict) -> RenderRequest:
         prompt=job["prompt"], seed=int(seed), aspect_ratio=params.get("aspect_ratio"),
         resolution=params["resolution"], duration=None if duration is None else float(duration),
         inputs=inputs, work_dir=gen.files.work_dir(job_id), test_mode=gen.settings.test_mode,
+        chat=gen.chat_turns.get(job_id),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 # The spec's failed-job messages, in its order; operations.md's `[[fail:...]]`
 # directives select them by position.
@@ -46,6 +47,21 @@ class RenderRequest:
     work_dir: Path  # outputs are written here
     test_mode: bool
     resumed: bool = False  # the job was already rendering before a restart (an engine may still hold it)
+    chat: ChatTurn | None = None  # a chat asked through the OpenAI-compatible front door
+
+
+@dataclass
+class ChatTurn:
+    """A chat asked through `/openai/v1/chat/completions`: its messages and sampling replace
+    the job's one-message prompt, and each piece of the reply goes to `on_text` as the
+    engine reads it, so the front door can stream it on (kept in memory only: the caller's
+    connection is the only one who reads it)."""
+
+    messages: list[dict]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    on_text: Callable[[str], None] | None = None
+    finish_reason: str | None = None  # set by the engine when the reply is whole
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,16 @@ async def render(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine,
 
 
 async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, url: str) -> tuple[list[Output], dict]:
-    body = {"model": cfg.model, "messages": [{"role": "user", "content": req.prompt}], "seed": req.seed,
+    turn = req.chat  # a front-door chat: its own messages and sampling, its reply streamed on
+    messages = turn.messages if turn is not None else [{"role": "user", "content": req.prompt}]
+    body: dict[str, object] = {"model": cfg.model, "messages": messages, "seed": req.seed,
             "stream": True, "stream_options": {"include_usage": True}}
-    if cfg.max_tokens is not None:
-        body["max_tokens"] = cfg.max_tokens
-    if cfg.temperature is not None:
-        body["temperature"] = cfg.temperature
+    caps = [t for t in (cfg.max_tokens, turn.max_tokens if turn is not None else None) if t is not None]
+    if caps:  # the operator's cap stays a cap
+        body["max_tokens"] = min(caps)
+    temperature = turn.temperature if turn is not None and turn.temperature is not None else cfg.temperature
+    if temperature is not None:
+        body["temperature"] = temperature
     parts: list[str] = []
     usage: dict = {}
     finish = None
@@ -86,7 +90,10 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
                 if chunk.get("error"):
                     raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
                 for choice in chunk.get("choices") or []:
-                    parts.append((choice.get("delta") or {}).get("content") or "")
+                    piece = (choice.get("delta") or {}).get("content") or ""
+                    parts.append(piece)
+                    if piece and turn is not None and turn.on_text is not None:
+                        turn.on_text(piece)
                     finish = choice.get("finish_reason") or finish
                 if chunk.get("usage"):
                     usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -99,6 +106,8 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
     if not done and finish is None:  # the server broke off (llama-cpp-python: an error after the 200)
         raise Incomplete("the chat stream ended before [DONE]")
     text = "".join(parts)
+    if turn is not None:
+        turn.finish_reason = finish or "stop"
     if not text:
         raise NoOutput(f"the chat ended ({finish}) with no text")
     return [await store_text(req, 0, text)], ({"usage": usage} if usage else {})

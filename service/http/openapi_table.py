@@ -75,10 +75,40 @@ class Op:
     description: str | None = None                # of the success response
 
 
-def stream(description: str, errors: tuple[int, ...], project_header: bool = False, **kw) -> Op:
+def shape_ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+PROGRESS = {"type": "object", "required": ["request_id", "value", "max"], "properties": {
+    "request_id": UUID, "value": {"type": "number"}, "max": {"type": "number"},
+    "step": {"type": ["string", "null"]}}}
+
+
+def sse_event(events: dict[str, dict]) -> dict:
+    """One server-sent event as tools read it: `{event, id, data}`, `data` being the JSON
+    text of the shape its event name documents (`contentMediaType` + `contentSchema`). In
+    OpenAPI 3.1 a `text/event-stream` schema describes each event (3.2 names this
+    `itemSchema`). Open like every response: an event name not listed here is accepted.
+    The string branch is the body read whole, as generated clients (openapi-python-client)
+    read a stream's answer."""
+    event = {
+        "type": "object", "required": ["event", "data"],
+        "properties": {"event": {"type": "string", "examples": list(events)}, "id": STR, "data": STR,
+                       "retry": {"type": "integer"}},
+        "allOf": [{"if": {"properties": {"event": {"const": name}}, "required": ["event"]},
+                   "then": {"properties": {"data": {"contentMediaType": "application/json",
+                                                    "contentSchema": schema}}}}
+                  for name, schema in events.items()],
+    }
+    return {"description": "Server-sent events.",
+            "anyOf": [event, {"type": "string", "description": "The stream's text, read whole."}]}
+
+
+def stream(description: str, errors: tuple[int, ...], events: dict[str, dict], project_header: bool = False,
+           **kw) -> Op:
     """A `text/event-stream` answer: frames `id:`, `event:`, `data:` (one JSON object), and
     comment keep-alives every 15 seconds."""
-    return Op(200, {"type": "string", "description": "Server-sent events."}, errors, project_header,
+    return Op(200, sse_event(events), errors, project_header,
               media="text/event-stream", description=description,
               headers={"Cache-Control": {"schema": STR, "description": "no-cache"}}, **kw)
 
@@ -189,15 +219,18 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             "`status` events (data: the job status object) whenever it changes, `progress` events "
             "(data: `{request_id, value, max, step}`, at most about 4 per second); closed after the final "
             "status. Resume with `Last-Event-ID`; a resume point too old gets one `reset` event (data: "
-            "the current job status object).", (404,)),
+            "the current job status object).", (404,),
+            {"status": shape_ref("JobStatus"), "progress": PROGRESS, "reset": shape_ref("JobStatus")}),
         ("GET", "/v1/workflows/runs/<run_id>/events"): stream(
             "`run` events (data: the ProductRun) whenever a step or the run changes; closed once the run "
             "is final. Resume with `Last-Event-ID`; too old: one `reset` event (data: the ProductRun).",
-            (404,)),
+            (404,), {"run": shape_ref("ProductRun"), "reset": shape_ref("ProductRun")}),
         ("GET", "/v1/events"): stream(
             "Every job (`status`, `progress`) and run (`run`) change of the resolved project. Opens with a "
             "`feed` event (data: the first page of `GET /v1/runs`, `{items, total, next_cursor}`). Resume "
-            "with `Last-Event-ID`; too old: one `reset` event (data: that first page).", (404,), True,
+            "with `Last-Event-ID`; too old: one `reset` event (data: that first page).", (404,),
+            {"feed": shape_ref("RunsPage"), "status": shape_ref("JobStatus"), "progress": PROGRESS,
+             "run": shape_ref("ProductRun"), "reset": shape_ref("RunsPage")}, True,
             query={"source": {"enum": list(SOURCES)}}),
         ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, Data(R.ProductRun), (404, 503)),
         ("GET", "/v1/runs"): Op(

@@ -1,0 +1,11 @@
+"""A Python client for a genservice node (`docs/clients.md`)."""
+
+from .aio import AsyncClient
+from .client import Client
+from .errors import (AuthenticationError, BadRequest, Conflict, GenserviceError, InsufficientCredits, JobFailed,
+                     NotFound, PermissionDenied, RateLimited, ServerError, Unprocessable)
+from .webhooks import verify_webhook
+
+__all__ = ["Client", "AsyncClient", "GenserviceError", "BadRequest", "AuthenticationError", "InsufficientCredits",
+           "PermissionDenied", "NotFound", "Conflict", "Unprocessable", "RateLimited", "ServerError", "JobFailed",
+           "verify_webhook"]

@@ -1,0 +1,146 @@
+"""The async client (any event loop httpx runs on: asyncio or trio): the sync client's calls
+with the same retries, Idempotency-Key and stream-following rules (genservice_client.client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import httpx
+
+from .client import FINAL, RETRY_STATUS, _backoff, _file_part
+from .errors import GenserviceError, JobFailed, from_response
+
+
+class AsyncClient:
+    def __init__(self, api_key: str | None = None, base_url: str | None = None, *, project: str | None = None,
+                 max_retries: int = 3, timeout: float = 60.0) -> None:
+        key = api_key or os.environ.get("GENSERVICE_API_KEY")
+        url = base_url or os.environ.get("GENSERVICE_URL")
+        if not key or not url:
+            raise ValueError("api_key and base_url are required (or GENSERVICE_API_KEY and GENSERVICE_URL)")
+        headers = {"Authorization": f"Bearer {key}"}
+        if project:
+            headers["X-Service-Project"] = project
+        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.max_retries = max_retries
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def request(self, method: str, path: str, *, submit: bool = False, retry: bool | None = None, **kw) -> Any:
+        if submit:
+            kw.setdefault("headers", {})["Idempotency-Key"] = str(uuid.uuid4())
+        safe = retry if retry is not None else (submit or method in ("GET", "PUT", "PATCH", "DELETE")
+                                                or path.endswith("/cancel"))
+        attempt = 0
+        while True:
+            error: GenserviceError | None = None
+            try:
+                r = await self.http.request(method, path, **kw)
+            except httpx.TransportError:
+                if not safe or attempt >= self.max_retries:
+                    raise
+            else:
+                if r.status_code < 400:
+                    return r.json() if r.content else None
+                error = from_response(r)
+                if r.status_code not in RETRY_STATUS or not safe or attempt >= self.max_retries:
+                    raise error
+            await anyio.sleep(_backoff(attempt, error))
+            attempt += 1
+
+    async def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None,
+                     **fields: Any) -> dict:
+        body = {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
+        return await self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True)
+
+    async def generate(self, capability: str, prompt: str | None = None, *, wait: bool = True,
+                       timeout: float = 600.0, on_event=None, **fields: Any) -> dict:
+        accepted = await self.submit(capability, prompt, **fields)
+        if not wait:
+            return accepted
+        job = await self.wait(accepted["request_id"], timeout=timeout, on_event=on_event)
+        if job["status"] != "completed":
+            raise JobFailed(job)
+        return job
+
+    async def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> dict:
+        deadline = time.monotonic() + timeout
+        last_id: str | None = None
+        for _ in range(5):
+            try:
+                final, last_id = await self._follow(job_id, last_id, deadline, on_event)
+            except (httpx.TransportError, ValueError):
+                continue
+            if final is not None:
+                return final
+        while time.monotonic() < deadline:
+            job = await self.status(job_id)
+            if job["status"] in FINAL:
+                return job
+            await anyio.sleep(0.5)
+        raise TimeoutError(f"job {job_id} did not end in {timeout} s")
+
+    async def _follow(self, job_id: str, last_id: str | None, deadline: float, on_event):
+        headers = {"Last-Event-ID": last_id} if last_id else {}
+        timeout = httpx.Timeout(max(deadline - time.monotonic(), 1.0), connect=10.0)
+        async with self.http.stream("GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
+                                    timeout=timeout) as r:
+            if r.status_code >= 400:
+                await r.aread()
+                raise from_response(r)
+            name, data, final = None, [], None
+            async for line in r.aiter_lines():
+                if line.startswith("id:"):
+                    last_id = line[3:].strip()
+                elif line.startswith("event:"):
+                    name = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif line == "" and data:
+                    payload = json.loads("\n".join(data))
+                    if on_event is not None:
+                        on_event(name, payload)
+                    if name in ("status", "reset") and payload.get("status") in FINAL:
+                        final = payload  # the node ends the stream after it: read to the end
+                    name, data = None, []
+        return final, last_id
+
+    async def status(self, job_id: str) -> dict:
+        return await self.request("GET", f"/v1/generation/requests/{job_id}/status")
+
+    async def cancel(self, job_id: str) -> dict:
+        return await self.request("POST", f"/v1/generation/requests/{job_id}/cancel")
+
+    async def jobs(self, limit: int = 50) -> list[dict]:
+        return (await self.request("GET", "/v1/generation/requests", params={"limit": limit}))["data"]
+
+    async def balance(self) -> dict:
+        return (await self.request("GET", "/v1/billing/balance"))["data"]
+
+    async def upload(self, file: str | os.PathLike | bytes | IO[bytes], *, filename: str | None = None,
+                     content_type: str | None = None) -> dict:
+        answer = await self.request("POST", "/v1/generation/uploads",
+                                    files={"file": _file_part(file, filename, content_type)}, retry=False)
+        return answer.get("data", answer)
+
+    async def download(self, output: dict | str, path: str | os.PathLike | None = None) -> bytes:
+        asset_id = output if isinstance(output, str) else output["id"]
+        r = await self.http.get(f"/v1/generation/assets/{asset_id}/content", follow_redirects=True)
+        if r.status_code >= 400:
+            raise from_response(r)
+        if path is not None:
+            Path(path).write_bytes(r.content)
+        return r.content

@@ -1,0 +1,121 @@
+"""`genservice-client`: the package's calls from a shell. The key and address come from
+GENSERVICE_API_KEY / GENSERVICE_URL, else the config file (`~/.config/genservice/client.toml`
+or GENSERVICE_CONFIG: `api_key = "..."`, `url = "..."`). `--json` prints the answer as JSON
+for scripts; errors go to stderr with the spec's code and exit status 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .client import Client
+from .errors import GenserviceError
+
+
+def _config() -> dict:
+    path = Path(os.environ.get("GENSERVICE_CONFIG") or Path.home() / ".config" / "genservice" / "client.toml")
+    return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def _pairs(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected NAME=VALUE, got {item!r}")
+        try:
+            out[name] = json.loads(value)  # numbers, lists
+        except ValueError:
+            out[name] = value
+    return out
+
+
+def _show(args, data, line: str) -> None:
+    print(json.dumps(data, indent=2) if args.json else line)
+
+
+def _generate(c: Client, args) -> None:
+    bar = None if args.json else tqdm(total=1.0, bar_format="{desc:>10} {percentage:3.0f}%|{bar}|",
+                                           file=sys.stderr)
+
+    def on_event(name: str, data: dict) -> None:
+        if bar is None:
+            return
+        if name == "progress" and data.get("max"):
+            bar.n = min(data["value"] / data["max"], 1.0)
+            bar.set_description_str(data.get("step") or "")
+        elif name in ("status", "reset"):
+            bar.set_description_str(data.get("status", ""))
+            if data.get("status") == "completed":
+                bar.n = 1.0
+        bar.refresh()
+
+    try:
+        job = c.generate(args.capability, args.prompt, model=args.model, on_event=on_event, **_pairs(args.param))
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.output:
+        c.download(job["outputs"][0], args.output)
+    _show(args, job, f"{job['request_id']} completed, {job['credits']['actual']} credits"
+          + (f", saved {args.output}" if args.output else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="genservice-client", description="A genservice node from the shell.")
+    ap.add_argument("--json", action="store_true", help="print answers as JSON")
+    ap.add_argument("--url", help="the node's address (else GENSERVICE_URL or the config file)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="submit a job and wait for it")
+    g.add_argument("capability")
+    g.add_argument("prompt")
+    g.add_argument("-o", "--output", help="save the first output here")
+    g.add_argument("--model")
+    g.add_argument("--param", action="append", default=[], help="NAME=VALUE (aspect_ratio=16:9, seed=3)")
+    r = sub.add_parser("run", help="run a product and wait for it")
+    r.add_argument("slug")
+    r.add_argument("--input", action="append", default=[], help="NAME=VALUE")
+    j = sub.add_parser("jobs", help="jobs of the project")
+    j.add_argument("action", choices=["list"])
+    j.add_argument("--limit", type=int, default=20)
+    sub.add_parser("balance", help="the credit balance")
+    u = sub.add_parser("upload", help="upload a file as an asset")
+    u.add_argument("file")
+    u.add_argument("--content-type")
+    args = ap.parse_args(argv)
+    cfg = _config()
+    key = os.environ.get("GENSERVICE_API_KEY") or cfg.get("api_key")
+    url = args.url or os.environ.get("GENSERVICE_URL") or cfg.get("url")
+    if not key or not url:
+        print("genservice-client: set GENSERVICE_API_KEY and GENSERVICE_URL (or the config file)", file=sys.stderr)
+        return 2
+    try:
+        with Client(key, url) as c:
+            if args.command == "generate":
+                _generate(c, args)
+            elif args.command == "run":
+                run = c.products.run(args.slug, **_pairs(args.input))
+                _show(args, run, f"{run['id']} {run['status']}")
+            elif args.command == "jobs":
+                jobs = c.jobs(args.limit)
+                _show(args, jobs, "\n".join(f"{x['request_id']}  {x['status']:<10} {x['model']}" for x in jobs))
+            elif args.command == "balance":
+                bal = c.balance()
+                _show(args, bal, f"{bal['available']} credits available")
+            elif args.command == "upload":
+                asset = c.upload(args.file, content_type=args.content_type)
+                _show(args, asset, f"{asset['id']} {asset['content_type']}")
+    except GenserviceError as e:
+        print(f"genservice-client: {e.status} {e.code}: {e.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The sync client. Submits carry an automatic `Idempotency-Key`, so the retries this
+client makes (network errors, 408, 429 with Retry-After, 5xx, with backoff) never pay
+twice; other requests are retried only where the spec's "Retrying" table says it is safe."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from .errors import GenserviceError, JobFailed, from_response
+
+FINAL = ("completed", "failed", "nsfw", "canceled")
+RETRY_STATUS = (408, 429, 500, 502, 503, 504)
+
+
+def _backoff(attempt: int, error: GenserviceError | None) -> float:
+    if error is not None and error.retry_after is not None:
+        return min(error.retry_after, 30.0)
+    return min(0.25 * 2 ** attempt, 8.0)
+
+
+def _file_part(file: str | os.PathLike | bytes | IO[bytes], filename: str | None, content_type: str | None):
+    if isinstance(file, (str, os.PathLike)):
+        path = Path(file)
+        return (filename or path.name, path.read_bytes(), content_type or "application/octet-stream")
+    data = file if isinstance(file, bytes) else file.read()
+    return (filename or getattr(file, "name", "upload.bin"), data, content_type or "application/octet-stream")
+
+
+class Products:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(self) -> list[dict]:
+        return self._c.request("GET", "/v1/workflows/products")["data"]
+
+    def run(self, slug: str, wait: bool = True, timeout: float = 600.0, **inputs: Any) -> dict:
+        """Start a product run (Idempotency-Key automatic) and, with `wait`, poll it to its end."""
+        run = self._c.request("POST", f"/v1/workflows/products/{slug}/runs", json={"inputs": inputs}, submit=True)
+        run = run.get("data", run)
+        deadline = time.monotonic() + timeout
+        while wait and run["status"] not in ("completed", "failed", "canceled"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run['id']} still {run['status']}")
+            time.sleep(0.5)
+            run = self._c.request("GET", f"/v1/workflows/runs/{run['id']}")["data"]
+        return run
+
+
+class Client:
+    """`Client(api_key=None, base_url=None)`: the key and address default to the environment's
+    GENSERVICE_API_KEY and GENSERVICE_URL."""
+
+    def __init__(self, api_key: str | None = None, base_url: str | None = None, *, project: str | None = None,
+                 max_retries: int = 3, timeout: float = 60.0, http: httpx.Client | None = None) -> None:
+        key = api_key or os.environ.get("GENSERVICE_API_KEY")
+        url = base_url or os.environ.get("GENSERVICE_URL")
+        if not key or not url:
+            raise ValueError("api_key and base_url are required (or GENSERVICE_API_KEY and GENSERVICE_URL)")
+        headers = {"Authorization": f"Bearer {key}"}
+        if project:
+            headers["X-Service-Project"] = project
+        self.http = http or httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        if http is not None:
+            self.http.headers.update(headers)
+        self.max_retries = max_retries
+        self.products = Products(self)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # transport --------------------------------------------------------------------------
+    def request(self, method: str, path: str, *, submit: bool = False, retry: bool | None = None, **kw) -> Any:
+        """One API call, answered as parsed JSON; errors raise `GenserviceError` subclasses."""
+        if submit:
+            kw.setdefault("headers", {})["Idempotency-Key"] = str(uuid.uuid4())
+        safe = retry if retry is not None else (submit or method in ("GET", "PUT", "PATCH", "DELETE")
+                                                or path.endswith("/cancel"))
+        attempt = 0
+        while True:
+            error: GenserviceError | None = None
+            try:
+                r = self.http.request(method, path, **kw)
+            except httpx.TransportError:
+                if not safe or attempt >= self.max_retries:
+                    raise
+            else:
+                if r.status_code < 400:
+                    return r.json() if r.content else None
+                error = from_response(r)
+                if r.status_code not in RETRY_STATUS or not safe or attempt >= self.max_retries:
+                    raise error
+            time.sleep(_backoff(attempt, error))
+            attempt += 1
+
+    # generation -------------------------------------------------------------------------
+    def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None, **fields: Any) -> dict:
+        body = {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
+        return self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True)
+
+    def generate(self, capability: str, prompt: str | None = None, *, wait: bool = True, timeout: float = 600.0,
+                 on_event=None, **fields: Any) -> dict:
+        """Submit, and with `wait` follow the job to its end (its event stream, resumed with
+        Last-Event-ID after a drop, polling when the stream cannot be read). A job that
+        ends other than completed raises `JobFailed`."""
+        accepted = self.submit(capability, prompt, **fields)
+        if not wait:
+            return accepted
+        job = self.wait(accepted["request_id"], timeout=timeout, on_event=on_event)
+        if job["status"] != "completed":
+            raise JobFailed(job)
+        return job
+
+    def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> dict:
+        deadline = time.monotonic() + timeout
+        last_id: str | None = None
+        for _ in range(5):  # stream drops: resume from the last event id
+            try:
+                final, last_id = self._follow(job_id, last_id, deadline, on_event)
+            except (httpx.TransportError, ValueError):
+                continue
+            if final is not None:
+                return final
+        while time.monotonic() < deadline:  # no usable stream: poll
+            job = self.status(job_id)
+            if job["status"] in FINAL:
+                return job
+            time.sleep(0.5)
+        raise TimeoutError(f"job {job_id} did not end in {timeout} s")
+
+    def _follow(self, job_id: str, last_id: str | None, deadline: float, on_event) -> tuple[dict | None, str | None]:
+        headers = {"Last-Event-ID": last_id} if last_id else {}
+        timeout = httpx.Timeout(max(deadline - time.monotonic(), 1.0), connect=10.0)
+        with self.http.stream("GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
+                              timeout=timeout) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise from_response(r)
+            name, data, final = None, [], None
+            for line in r.iter_lines():
+                if line.startswith("id:"):
+                    last_id = line[3:].strip()
+                elif line.startswith("event:"):
+                    name = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif line == "" and data:
+                    payload = json.loads("\n".join(data))
+                    if on_event is not None:
+                        on_event(name, payload)
+                    if name in ("status", "reset") and payload.get("status") in FINAL:
+                        final = payload  # the node ends the stream after it: read to the end
+                    name, data = None, []
+        return final, last_id
+
+    def status(self, job_id: str) -> dict:
+        return self.request("GET", f"/v1/generation/requests/{job_id}/status")
+
+    def cancel(self, job_id: str) -> dict:
+        return self.request("POST", f"/v1/generation/requests/{job_id}/cancel")
+
+    def jobs(self, limit: int = 50) -> list[dict]:
+        return self.request("GET", "/v1/generation/requests", params={"limit": limit})["data"]
+
+    def balance(self) -> dict:
+        return self.request("GET", "/v1/billing/balance")["data"]
+
+    # files ------------------------------------------------------------------------------
+    def upload(self, file: str | os.PathLike | bytes | IO[bytes], *, filename: str | None = None,
+               content_type: str | None = None) -> dict:
+        """Upload from a path, bytes or a binary file object; answers the asset."""
+        answer = self.request("POST", "/v1/generation/uploads",
+                              files={"file": _file_part(file, filename, content_type)}, retry=False)
+        return answer.get("data", answer)
+
+    def download(self, output: dict | str, path: str | os.PathLike | None = None) -> bytes:
+        """An output's bytes (an asset output object or its id); written to `path` if given."""
+        asset_id = output if isinstance(output, str) else output["id"]
+        r = self.http.get(f"/v1/generation/assets/{asset_id}/content", follow_redirects=True)
+        if r.status_code >= 400:
+            raise from_response(r)
+        if path is not None:
+            Path(path).write_bytes(r.content)
+        return r.content

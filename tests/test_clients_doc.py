@@ -1,0 +1,47 @@
+"""docs/clients.md's examples, run as written: every `python` block as its own process
+against a real `genservice serve` (built-ins plus the llama-cpp-python chat model), with
+the node's address and a fresh organization's key in the environment."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serve_process import HARNESS_ENV, ServeProcess
+from test_engines_openai import llama  # noqa: F401 - the session's llama-cpp-python server
+from test_openai_front import catalog
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "clients.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+
+
+@pytest.fixture(scope="module")
+def served(llama, tmp_path_factory):  # noqa: F811
+    tmp = tmp_path_factory.mktemp("clients-doc")
+    (tmp / "catalog.toml").write_text(catalog(llama.url))
+    with ServeProcess(tmp / "data", {**HARNESS_ENV, "GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml")},
+                      operator_token="doc-operator", log_dir=tmp) as node:
+        r = httpx.post(f"{node.url}/operator/v1/organizations", headers=node.op, timeout=30,
+                       json={"name": "Docs", "owner_email": "docs@acme.test", "approved": True})
+        assert r.status_code == 201, r.text
+        yield node.url, r.json()["data"]["api_key"]
+
+
+def test_the_page_has_its_examples():
+    assert len(BLOCKS) == 3
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_example_runs(served, index, tmp_path):
+    url, key = served
+    script = tmp_path / "example.py"
+    script.write_text(BLOCKS[index])
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={"GENSERVICE_URL": url, "GENSERVICE_API_KEY": key, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip()
