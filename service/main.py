@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import secrets
 import socket
 from functools import partial
 
@@ -24,6 +23,7 @@ from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
+from service.local_node import ensure_operator_token, write_url
 from service.node import build
 from service.storage.db import Store
 from service.sealing import NodeKey
@@ -31,19 +31,6 @@ from service.storage.migrate import apply_all
 from service.storage.sealed import seal_at_rest
 
 log = logging.getLogger("service")
-
-
-def ensure_operator_token(settings: Settings) -> str:
-    """Use GENSERVICE_OPERATOR_TOKEN, else DATA_DIR/operator-token (created 0600 once)."""
-    if settings.operator_token:
-        return settings.operator_token
-    path = settings.data_dir / "operator-token"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
-    os.chmod(path, 0o600)
-    return path.read_text().strip()
 
 
 def prebind(settings: Settings) -> socket.socket | None:
@@ -141,7 +128,11 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                                                 shutdown_trigger=shutdown.wait))
                 if not settings.base_url:  # port 0: URLs the API returns follow the bound port
                     settings.base_url = urls[0]
+                write_url(settings, settings.public_base_url)  # for `genservice admin` (service/local_node.py)
                 log.info("genservice listening on %s", ", ".join(urls))
+                if settings.test_mode:
+                    log.warning("TEST MODE: prompt directives, the test payment provider (top-ups paid "
+                                "without money) and the test clock are on. Never run a real node like this.")
                 task_status.started(urls)
                 # streams end when shutdown begins, so the HTTP drain does not wait for them
                 http.start_soon(_end_streams_at, shutdown, node)

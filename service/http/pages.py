@@ -44,8 +44,7 @@ def wants_page() -> bool:
     asking for a path outside the API. API clients keep the JSON envelope."""
     from quart import request
 
-    return (not request.path.startswith(API_PREFIXES) and request.path != "/"
-            and "text/html" in request.headers.get("Accept", ""))
+    return not request.path.startswith(API_PREFIXES) and "text/html" in request.headers.get("Accept", "")
 
 
 def error_page(e: PageError) -> Response:
