@@ -44,6 +44,7 @@ id = "proc-image"
 capability = "image.generate"
 backend = "procedural_image"
 resolutions = ["1k"]
+concurrency = 1
 prices = [{ resolution = "1k", credits = "1.00" }]
 
 [[models]]
@@ -52,6 +53,7 @@ capability = "image.generate"
 backend = "cog"
 description = "SDXL on Cog"
 resolutions = ["1k"]
+concurrency = 1
 prices = [{ resolution = "1k", credits = "2.00" }]
 
 [models.engine]
@@ -74,8 +76,8 @@ async def test_the_api_reference_page_loads_the_vendored_viewer(node):
     r = await node.client.get("/docs", headers=HTML)
     html = await r.get_data(as_text=True)
     assert r.status_code == 200 and 'data-url="/v1/openapi.json"' in html
-    for src in ('/static/vendor/swagger-ui-5.35.0/swagger-ui-bundle.js', '/static/vendor/swagger-ui-5.35.0/swagger-ui.css',
-                '/static/docs-1.js'):
+    vendor = "/static/vendor/swagger-ui-5.35.0/"
+    for src in (vendor + "swagger-ui-bundle.js", vendor + "swagger-ui.css", "/static/docs-1.js"):
         assert src in html
         r = await node.client.get(src)
         assert r.status_code == 200 and r.headers["Cache-Control"] == "public, max-age=86400"
