@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from quart import Response, request
 
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import SESSION_COOKIE
 from service.http.pages import render
@@ -65,8 +66,10 @@ def show(template: str, status: int = 200, **ctx) -> Response:
     ctx.setdefault("project", current_project())
     balance = billing_sql.balance(svc.store, p.org_id, svc.clock.now()) if can("billing:read") else None
     nav = [(path, label) for path, label, perm in NAV if perm is None or can(perm)]
+    for name, value in forms.take().items():  # what the last form post left to say (Post/Redirect/Get)
+        ctx.setdefault(name, value)
     return render(template, status, projects=projects(), balance=balance, nav=nav, can=can,
-                  here=request.path, **ctx)
+                  here=request.path, form_token=forms.new_token, **ctx)
 
 
 def relative(url: str) -> str:

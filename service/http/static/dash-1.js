@@ -59,3 +59,14 @@
     });
   });
 })();
+// Studio's upload form returns to Studio with the form as it is now (choices and prompt);
+// the tokens stay out of that address.
+document.addEventListener("submit", function (e) {
+  var up = e.target, studio = document.getElementById("studio-form");
+  if (up.id !== "studio-upload-form" || !studio || !up.elements.next) { return; }
+  var params = new URLSearchParams();
+  new FormData(studio).forEach(function (v, k) {
+    if (k !== "csrf_token" && k !== "form_token" && typeof v === "string") { params.append(k, v); }
+  });
+  up.elements.next.value = "/studio?" + params.toString();
+});
