@@ -101,14 +101,6 @@ class ModelSlot(Shape):
     kinds: list[AssetKind]
     count: int
     required: bool  # count > 0: a submit to this model without it is refused (422)
-    required: bool  # count > 0: a submit to this model without it is refused (422)
-
-
-class ModelSlot(Shape):
-    name: str
-    kinds: list[AssetKind]
-    count: int
-    required: bool  # count > 0: a submit to this model without it is refused (422)
 
 
 class Price(Shape):
