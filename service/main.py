@@ -33,6 +33,17 @@ from service.storage.sealed import seal_at_rest
 log = logging.getLogger("service")
 
 
+def first_steps(settings: Settings) -> list[str]:
+    """What to do once the node listens: where to open it and the operator's first commands."""
+    url = settings.public_base_url
+    lines = [f"open {url}/ in a browser: sign up there (or log in); the API reference is {url}/docs",
+             "approve a sign-up: genservice admin pending, then genservice admin approve-org ORG_ID; "
+             "or make an organization at once: genservice admin create-org NAME OWNER_EMAIL"]
+    if not settings.smtp_host:
+        lines.append("no GENSERVICE_SMTP_HOST: mails (sign-up confirmation links) are written to this log")
+    return lines
+
+
 def prebind(settings: Settings) -> socket.socket | None:
     """Port 0: bind the listening socket before the node is built and put the bound port in
     the settings, so every URL the node keeps from its base URL (status and cancel URLs,
@@ -133,6 +144,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                 if settings.test_mode:
                     log.warning("TEST MODE: prompt directives, the test payment provider (top-ups paid "
                                 "without money) and the test clock are on. Never run a real node like this.")
+                for line in first_steps(settings):
+                    log.info("%s", line)
                 task_status.started(urls)
                 # streams end when shutdown begins, so the HTTP drain does not wait for them
                 http.start_soon(_end_streams_at, shutdown, node)

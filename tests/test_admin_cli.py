@@ -81,4 +81,5 @@ def test_admin_finds_a_node_started_on_another_port_through_the_data_directory(t
     finally:
         assert node.stop() == 0
     log = node.log.read_text()
-    assert "TEST MODE" in log
+    assert "TEST MODE: prompt directives, the test payment provider" in log
+    assert f"open {node.url}/ in a browser" in log and "genservice admin approve-org ORG_ID" in log
