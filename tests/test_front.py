@@ -118,3 +118,12 @@ async def test_the_404_page_leads_somewhere(node):
     r = await node.client.get("/no-such-page", headers=HTML)
     html = await r.get_data(as_text=True)
     assert r.status_code == 404 and 'href="/"' in html and 'href="/login"' in html
+
+
+def test_times_show_minutes_in_utc_for_the_page_script_to_localise():
+    from service.http.pages import when
+
+    assert str(when("2026-11-26T13:50:10.826123Z")) == (
+        '<time datetime="2026-11-26T13:50:10.826123Z">2026-11-26 13:50 UTC</time>')
+    assert str(when(None)) == "—" and str(when("", "never")) == "never"
+    assert str(when('2026-11-26T13:50:10Z"><script>')).count("<script>") == 0

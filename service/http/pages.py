@@ -7,10 +7,23 @@ that cannot finish) raises `PageError`; `service.http.errors` renders it with it
 from __future__ import annotations
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from quart import Response
 
 _env = Environment(loader=PackageLoader("service.http", "templates"), autoescape=select_autoescape(),
                    trim_blocks=True, lstrip_blocks=True)
+
+
+def when(value: str | None, empty: str = "—") -> Markup:
+    """An ISO time as `<time>`: minutes in UTC without microseconds, put in the reader's own
+    time zone by the page script (static/dash-1.js) where script runs."""
+    if not value:
+        return Markup(empty)
+    shown = value[:16].replace("T", " ") + " UTC"
+    return Markup('<time datetime="{}">{}</time>').format(value, shown)
+
+
+_env.filters["when"] = when
 
 
 class PageError(Exception):

@@ -69,3 +69,28 @@ def test_studio_upload_keys_and_top_up_without_a_dead_end(page, node, tmp_path):
     page.wait_for_url(re.compile(r"/billing\?topup=.*checkout=success"))
     expect(page.get_by_role("status").first).to_contain_text("Top-up paid: 500.00 credits were added.")
     assert float(page.locator("#available").inner_text().split()[0]) == before + 500
+
+
+def test_history_reflows_on_a_phone_with_times_in_the_readers_zone(browser, node):
+    context = browser.new_context(base_url=node.url, timezone_id="Asia/Tokyo",
+                                  viewport={"width": WIDTHS["phone"][0], "height": WIDTHS["phone"][1]})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        org = login_new_org(page, node)
+        for _ in range(2):
+            r = node.api("POST", "/v1/generation/capabilities/image.generate", org["api_key"],
+                         json={"prompt": "a red fox in the snow at dawn"})
+            assert r.status_code == 202
+        page.goto("/history")
+        expect(page.locator("tr[data-id]")).to_have_count(2)
+        assert fits_the_width(page), "History is wider than a phone"
+        box = page.locator("tr[data-id] td[data-label=Created]").first.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= WIDTHS["phone"][0], "Created falls off the screen"
+        created = page.locator("tr[data-id] td[data-label=Created] time").first
+        expect(created).to_have_attribute("data-local", "1")
+        assert "UTC" not in created.inner_text() and created.get_attribute("title").endswith(" UTC")
+        page.goto("/products")
+        assert fits_the_width(page), "Products is wider than a phone"
+    finally:
+        context.close()
