@@ -131,3 +131,24 @@ async def test_no_token_in_any_address(node, path):
     r, html = await page(node.client, path)
     assert r.status_code == 200
     assert "csrf_token=" not in html and "form_token=" not in html
+
+
+def test_notices_wait_ten_minutes_at_most_and_memory_is_bounded():
+    from service.http import forms
+
+    mem = forms.FormMemory()
+    mem.add_notice("s1", {"text": "Key created.", "created": {"key": "aak_secret"}}, now=0.0)
+    assert mem.take_notices("s1", now=forms.NOTICE_TTL + 1) == []  # too late: dropped
+    mem.add_notice("s1", {"text": "old"}, now=0.0)
+    mem.add_notice("s2", {"text": "new"}, now=forms.NOTICE_TTL + 1)  # s1's expired notice goes
+    assert list(mem.notices) == ["s2"]
+    for i in range(forms.MAX_SESSIONS + 5):
+        mem.add_notice(f"x{i}", {"text": "n"}, now=1000.0)
+    assert len(mem.notices) == forms.MAX_SESSIONS and "x0" not in mem.notices
+    for i in range(forms.MAX_NOTICES + 3):
+        mem.add_notice("many", {"text": str(i)}, now=1000.0)
+    kept = [n["text"] for n in mem.take_notices("many", now=1000.0)]
+    assert kept == [str(i) for i in range(3, forms.MAX_NOTICES + 3)]
+    for i in range(forms.MAX_TOKENS + 5):
+        mem.remember(("s", str(i)), "/keys")
+    assert len(mem.tokens) == forms.MAX_TOKENS and ("s", "0") not in mem.tokens

@@ -10,11 +10,13 @@ for the first post of a token; a repeat (while the first runs, or after) is sent
 the first went to, with a notice, and creates nothing. A refused post frees its token: the
 page shown again has a new one anyway. Both live in the node's memory, bounded (the oldest go
 first); a restart forgets them, which only matters for a form sent again across a restart.
+A notice not taken within ten minutes is dropped: a secret shown once never waits longer.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from collections import OrderedDict
 from typing import Awaitable, Callable
 
@@ -26,6 +28,7 @@ ALREADY_SENT = "This form was already sent; nothing was done again."
 MAX_SESSIONS = 10_000   # sessions with notices waiting
 MAX_NOTICES = 5         # per session
 MAX_TOKENS = 100_000    # used form tokens remembered
+NOTICE_TTL = 600.0      # seconds a notice waits for the next page view
 
 
 class FormMemory:
@@ -33,13 +36,18 @@ class FormMemory:
         self.notices: OrderedDict[str, list[dict]] = OrderedDict()
         self.tokens: OrderedDict[tuple[str, str], str] = OrderedDict()  # -> where the first went ("": running)
 
-    def add_notice(self, session_id: str, notice: dict) -> None:
+    def add_notice(self, session_id: str, notice: dict, now: float) -> None:
         waiting = self.notices.setdefault(session_id, [])
         self.notices.move_to_end(session_id)
-        waiting.append(notice)
+        waiting.append({**notice, "_at": now})
         del waiting[:-MAX_NOTICES]
-        while len(self.notices) > MAX_SESSIONS:
+        # oldest first: drop sessions past the bound, and those whose last notice expired
+        while self.notices and (len(self.notices) > MAX_SESSIONS
+                                or next(iter(self.notices.values()))[-1]["_at"] < now - NOTICE_TTL):
             self.notices.popitem(last=False)
+
+    def take_notices(self, session_id: str, now: float) -> list[dict]:
+        return [n for n in self.notices.pop(session_id, []) if n["_at"] >= now - NOTICE_TTL]
 
     def remember(self, key: tuple[str, str], where: str) -> None:
         self.tokens[key] = where
@@ -61,7 +69,7 @@ def notify(text: str | None, **shown_once) -> None:
     """Tell the session's next page view: `text` as its notice, `shown_once` as page values."""
     s = current_session()
     if s is not None:
-        memory().add_notice(s.id, {"text": text, **shown_once})
+        memory().add_notice(s.id, {"text": text, **shown_once}, time.monotonic())
 
 
 def take() -> dict:
@@ -70,13 +78,13 @@ def take() -> dict:
     s = current_session()
     if s is None or request.method != "GET" or request.headers.get("HX-Request"):
         return {}
-    waiting = memory().notices.pop(s.id, [])
+    waiting = memory().take_notices(s.id, time.monotonic())
     out: dict = {}
     texts = [n["text"] for n in waiting if n.get("text")]
     if texts:
         out["flash"] = " ".join(texts)
     for n in waiting:
-        out.update({k: v for k, v in n.items() if k != "text"})
+        out.update({k: v for k, v in n.items() if k not in ("text", "_at")})
     return out
 
 
