@@ -110,9 +110,11 @@ async def test_a_bad_upload_in_studio_comes_back_to_studio_with_its_reason(node)
     body, ctype = multipart([("csrf_token", csrf(html)), ("next", back),
                              ("file", "s.png", "image/png", image_bytes("PNG"))])
     r = await node.client.post("/assets/upload", data=body, headers={"Content-Type": ctype})
-    assert r.status_code == 303 and r.headers["Location"] == back
-    _, shown = await page(node.client, back)
+    asset_id = node.store.scalar("SELECT id FROM assets")
+    assert r.status_code == 303 and r.headers["Location"] == back + "&input_start_frame=" + asset_id  # picked
+    _, shown = await page(node.client, r.headers["Location"])
     assert "Uploaded image" in shown and 'id="upload-error"' not in shown
+    assert f'<option value="{asset_id}" selected>' in shown
 
 
 async def test_a_next_off_this_site_goes_to_assets(node):

@@ -12,6 +12,7 @@ picked, and a refused file comes back there too with the reason beside the uploa
 from __future__ import annotations
 
 import uuid
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from quart import Blueprint, redirect, request
 from quart_schema import hide
@@ -94,8 +95,22 @@ async def upload():
     finally:
         if not handed_over:
             temp.unlink(missing_ok=True)
+    if back.startswith("/studio"):
+        back = picked(back, row["kind"], asset_id)
     forms.notify(f"Uploaded {row['kind']} {info_text(row)}." + (" Pick it in the form." if back != "/assets" else ""))
     return redirect(back, 303)
+
+
+def picked(back: str, kind: str, asset_id: str) -> str:
+    """Studio's address with the new file chosen in the first input of its model that takes it."""
+    parts = urlsplit(back)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    model = node().catalog.model(query.get("model", ""))
+    slot = next((s for s in model.slots if kind in s.kinds and s.count > 0), None) if model else None
+    if slot is None:
+        return back
+    query["input_" + slot.name] = asset_id
+    return f"{parts.path}?{urlencode(query)}"
 
 
 def info_text(row: dict) -> str:
