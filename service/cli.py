@@ -1,17 +1,22 @@
-"""`genservice serve` and `genservice admin ...` (the operator API for a person at a shell)."""
+"""`genservice serve` and `genservice admin ...` (the operator API for a person at a shell).
+
+Each command imports what it needs inside its function: `admin` loads the settings and
+calls the node over HTTP with the standard library, without importing the node itself.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import signal
 import sys
-
-import trio
 
 
 def _serve(args) -> int:
+    import logging
+    import signal
+
+    import trio
+
     from service.config import load_settings
     from service.main import serve
 
@@ -50,22 +55,45 @@ def _serve(args) -> int:
 
 
 def _admin(args) -> int:
-    import httpx
+    import urllib.error
+    import urllib.request
 
     from service.config import load_settings
-    from service.main import ensure_operator_token
+    from service.local_node import ensure_operator_token, node_url
 
-    settings = load_settings(args.config)
+    try:
+        settings = load_settings(args.admin_config or args.config)
+    except (OSError, ValueError) as e:
+        print("genservice admin: cannot read the settings: " + " ".join(str(e).split()), file=sys.stderr)
+        return 2
     if not settings.operator_token:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings.operator_token = ensure_operator_token(settings)
-    base = (args.url or settings.public_base_url).rstrip("/") + "/operator/v1"
+    base = node_url(settings, args.url)
     method, path, payload = args.handler(args)
-    resp = httpx.request(method, base + path, json=payload,
-                         headers={"Authorization": f"Bearer {settings.operator_token}"}, timeout=30)
-    if resp.content:
-        print(json.dumps(resp.json(), indent=2))
-    return 0 if resp.is_success else 1
+    body = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(base + "/operator/v1" + path, data=body, method=method, headers={
+        "Authorization": f"Bearer {settings.operator_token}", "Content-Type": "application/json",
+        "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            status, content = resp.status, resp.read()
+    except urllib.error.HTTPError as e:  # the node answered with an error: show its body
+        status, content = e.code, e.read()
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        print(f"genservice admin: cannot reach the node at {base} ({reason}). Is `genservice serve` running? "
+              "Give its address with --url, or the same --config and GENSERVICE_* settings as serve.",
+              file=sys.stderr)
+        return 2
+    if content:
+        try:
+            print(json.dumps(json.loads(content), indent=2))
+        except ValueError:
+            print(f"genservice admin: {base} answered {status} with a body that is not JSON: is it a genservice node?",
+                  file=sys.stderr)
+            return 2
+    return 0 if 200 <= status < 300 else 1
 
 
 def _add_model(args) -> int:
@@ -80,7 +108,7 @@ def _backup(args) -> int:
     from service.storage.backup import BackupError, backup
 
     try:
-        print(json.dumps(backup(load_settings(args.config).data_dir, args.dest), indent=2))
+        print(json.dumps(backup(load_settings(args.admin_config or args.config).data_dir, args.dest), indent=2))
     except BackupError as e:
         print(f"backup failed: {e}", file=sys.stderr)
         return 1
@@ -92,7 +120,7 @@ def _restore(args) -> int:
     from service.storage.backup import BackupError, restore
 
     try:
-        print(json.dumps(restore(args.src, load_settings(args.config).data_dir), indent=2))
+        print(json.dumps(restore(args.src, load_settings(args.admin_config or args.config).data_dir), indent=2))
     except BackupError as e:
         print(f"restore failed: {e}", file=sys.stderr)
         return 1
@@ -107,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_serve)
 
     a = sub.add_parser("admin", help="call the operator API")
-    a.add_argument("--url", help="service base URL (default: GENSERVICE_BASE_URL or host:port)")
+    a.add_argument("--url", help="the node's base URL (default: GENSERVICE_BASE_URL, else GENSERVICE_HOST/PORT "
+                                 "when set, else the URL the node on this data directory listens on)")
+    a.add_argument("--config", dest="admin_config", help="TOML settings file, as for serve")
     asub = a.add_subparsers(dest="admin_command", required=True)
 
     def cmd(name, handler, *arguments, help=None):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import secrets
 import socket
 import threading
 from functools import partial
@@ -26,6 +25,7 @@ from service.config import Settings
 from service.descriptors import quiet_accept_loop, raise_nofile
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
+from service.local_node import ensure_operator_token, write_url
 from service.node import build
 from service.reload import reload_on_sighup
 from service.storage.db import Store
@@ -36,17 +36,15 @@ from service.storage.sealed import seal_at_rest
 log = logging.getLogger("service")
 
 
-def ensure_operator_token(settings: Settings) -> str:
-    """Use GENSERVICE_OPERATOR_TOKEN, else DATA_DIR/operator-token (created 0600 once)."""
-    if settings.operator_token:
-        return settings.operator_token
-    path = settings.data_dir / "operator-token"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
-    os.chmod(path, 0o600)
-    return path.read_text().strip()
+def first_steps(settings: Settings) -> list[str]:
+    """What to do once the node listens: where to open it and the operator's first commands."""
+    url = settings.public_base_url
+    lines = [f"open {url}/ in a browser: sign up there (or log in); the API reference is {url}/docs",
+             "approve a sign-up: genservice admin pending, then genservice admin approve-org ORG_ID; "
+             "or make an organization at once: genservice admin create-org NAME OWNER_EMAIL"]
+    if not settings.smtp_host:
+        lines.append("no GENSERVICE_SMTP_HOST: mails (sign-up confirmation links) are written to this log")
+    return lines
 
 
 def prebind(settings: Settings) -> socket.socket | None:
@@ -149,9 +147,15 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                                                 shutdown_trigger=shutdown.wait))
                 if not settings.base_url:  # port 0: URLs the API returns follow the bound port
                     settings.base_url = urls[0]
+                write_url(settings, settings.public_base_url)  # for `genservice admin` (service/local_node.py)
                 log.info("genservice listening on %s", ", ".join(urls))
                 log.info("file descriptors: limit %d (hard %d); event streams at most %d", soft, hard,
                          node.streams.limits.total)
+                if settings.test_mode:
+                    log.warning("TEST MODE: prompt directives, the test payment provider (top-ups paid "
+                                "without money) and the test clock are on. Never run a real node like this.")
+                for line in first_steps(settings):
+                    log.info("%s", line)
                 task_status.started(urls)
                 # streams end when shutdown begins, so the HTTP drain does not wait for them
                 http.start_soon(_end_streams_at, shutdown, node)

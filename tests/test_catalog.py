@@ -49,13 +49,15 @@ def test_capability_outputs_and_prompt_rules(default):
 def test_capability_slots(default):
     view = {c["id"]: c["inputs"] for c in default.capabilities_view(everything)}
     assert view["image.generate"] == [] and view["audio.speech"] == [] and view["text.llm"] == []
-    assert view["video.generate"] == [{"name": "start_frame", "kinds": ["image"], "min": 0, "max": 1}]
-    assert view["image.edit"] == [{"name": "image", "kinds": ["image"], "min": 1, "max": 1}]
-    assert view["mask.segment"] == [{"name": "image", "kinds": ["image"], "min": 1, "max": 1}]
-    assert view["media.upscale"] == [{"name": "media", "kinds": ["image", "video"], "min": 1, "max": 1}]
+    assert view["video.generate"] == [
+        {"name": "start_frame", "kinds": ["image"], "min": 0, "max": 1, "required": False}]
+    assert view["image.edit"] == [{"name": "image", "kinds": ["image"], "min": 1, "max": 1, "required": True}]
+    assert view["mask.segment"] == [{"name": "image", "kinds": ["image"], "min": 1, "max": 1, "required": True}]
+    assert view["media.upscale"] == [
+        {"name": "media", "kinds": ["image", "video"], "min": 1, "max": 1, "required": True}]
     assert view["video.lipsync"] == [
-        {"name": "video", "kinds": ["video"], "min": 1, "max": 1},
-        {"name": "audio", "kinds": ["audio"], "min": 1, "max": 1},
+        {"name": "video", "kinds": ["video"], "min": 1, "max": 1, "required": True},
+        {"name": "audio", "kinds": ["audio"], "min": 1, "max": 1, "required": True},
     ]
 
 
@@ -82,7 +84,7 @@ def test_default_models_and_offerings(default):
         "available": True,
         "resolutions": ["480p", "720p"],
         "durations": [5],
-        "inputs": [{"name": "start_frame", "kinds": ["image"], "count": 1}],
+        "inputs": [{"name": "start_frame", "kinds": ["image"], "count": 1, "required": True}],
         "prices": [
             {"resolution": "480p", "duration": 5, "credits": "10.00"},
             {"resolution": "720p", "duration": 5, "credits": "20.00"},
@@ -93,7 +95,8 @@ def test_default_models_and_offerings(default):
         {"resolution": "2k", "duration": None, "credits": "2.00"},
     ]
     assert view["media.upscale"][0]["prices"] == [{"resolution": "2x", "duration": None, "credits": "0.50"}]
-    assert view["media.upscale"][0]["inputs"] == [{"name": "media", "kinds": ["image", "video"], "count": 1}]
+    assert view["media.upscale"][0]["inputs"] == [
+        {"name": "media", "kinds": ["image", "video"], "count": 1, "required": True}]
 
 
 def test_default_model_details(default):

@@ -26,6 +26,9 @@ ASPECT_RATIOS: tuple[str, ...] = (
 
 ASSET_KINDS: tuple[str, ...] = ("image", "video", "audio", "mask", "text")
 
+# The longest prompt a submit takes (characters); the spec leaves it open (docs/design.md).
+PROMPT_MAX_CHARS = 10_000
+
 
 @dataclass(frozen=True)
 class SlotSpec:
@@ -37,8 +40,11 @@ class SlotSpec:
     max: int
 
     def view(self) -> dict:
-        """`{name, kinds, min, max}` as listed in a capability's `inputs`."""
-        return {"name": self.name, "kinds": list(self.kinds), "min": self.min, "max": self.max}
+        """`{name, kinds, min, max, required}` as listed in a capability's `inputs`; `required`
+        when every model of the capability needs it (a model may still need an optional one:
+        its offering's `inputs` say so)."""
+        return {"name": self.name, "kinds": list(self.kinds), "min": self.min, "max": self.max,
+                "required": self.min > 0}
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Capability:
     prompt_meaning: str
     inputs: tuple[SlotSpec, ...]
     aspect_ratios: tuple[str, ...]
+    prompt_max_chars: int = PROMPT_MAX_CHARS
 
     def slot(self, name: str) -> SlotSpec | None:
         return next((s for s in self.inputs if s.name == name), None)

@@ -39,8 +39,9 @@ class ModelSlot:
     count: int
 
     def view(self) -> dict:
-        """`{name, kinds, count}` as listed in an offering's `inputs`."""
-        return {"name": self.name, "kinds": list(self.kinds), "count": self.count}
+        """`{name, kinds, count, required}` as listed in an offering's `inputs`; `required`:
+        this model refuses a submit without the slot's assets."""
+        return {"name": self.name, "kinds": list(self.kinds), "count": self.count, "required": self.count > 0}
 
 
 @dataclass(frozen=True)

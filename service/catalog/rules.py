@@ -20,6 +20,8 @@ Decisions where the spec is open:
   Known: <slots or none>.`, reported before counts.
 - Inside `inputs`: unknown slot, counts, then values that are not ours, then
   missing/other-project assets, then kinds.
+- A prompt over the capability's `prompt_max_chars` (10,000 today):
+  `prompt must be at most <max> characters; got <n>.` (after the empty check).
 - Lists in messages are comma-separated (`must be one of 1k, 2k.`).
 - An unknown capability in the route is 404 `request.not_found`.
 """
@@ -124,6 +126,9 @@ def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
     prompt = body.get("prompt") or ""
     if inputs_check is not None and cap.prompt_required and not prompt.strip():
         raise Unprocessable("prompt is required.", {"field": "prompt"})
+    if inputs_check is not None and len(prompt) > cap.prompt_max_chars:
+        raise Unprocessable(f"prompt must be at most {cap.prompt_max_chars} characters; got {len(prompt)}.",
+                            {"field": "prompt", "max_length": cap.prompt_max_chars, "length": len(prompt)})
     aspect_ratio = _aspect_ratio(cap, body.get("aspect_ratio"))
     resolution = _resolution(m, body.get("resolution"))
     duration = _duration(m, body.get("duration"))

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from quart import Response, request
 
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import SESSION_COOKIE, current_session
 from service.http.pages import render
@@ -69,8 +70,10 @@ def show(template: str, status: int = 200, **ctx) -> Response:
     nav = [(path, label) for path, label, perm in NAV if perm is None or can(perm)]
     session = current_session()
     orgs = identity_sql.memberships(svc.store, session.email) if session is not None else []
+    for name, value in forms.take().items():  # what the last form post left to say (Post/Redirect/Get)
+        ctx.setdefault(name, value)
     return render(template, status, projects=projects(), balance=balance, nav=nav, can=can,
-                  here=request.path, orgs=orgs, **ctx)
+                  here=request.path, orgs=orgs, form_token=forms.new_token, **ctx)
 
 
 def relative(url: str) -> str:

@@ -107,4 +107,11 @@ def install(app: Quart) -> None:
     @app.errorhandler(Exception)
     async def on_crash(e: Exception):
         log.exception("internal error (request_id=%s)", g.get("request_id"))
+        if wants_page():
+            try:
+                return error_page(PageError(500, "Something went wrong",
+                                            "Something went wrong on our side. Try again in a moment; if it "
+                                            f"keeps failing, tell the operator this reference: {g.get('request_id')}."))
+            except Exception:  # the page itself failed: the JSON answer below still goes out
+                log.exception("error page failed (request_id=%s)", g.get("request_id"))
         return envelope(500, "request.internal_error", "Something went wrong on our side.")

@@ -7,6 +7,7 @@ that cannot finish) raises `PageError`; `service.http.errors` renders it with it
 from __future__ import annotations
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from quart import Response
 
 # Every page's scripts and styles are files under /static (no inline script, style element or
@@ -18,6 +19,18 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 _env = Environment(loader=PackageLoader("service.http", "templates"), autoescape=select_autoescape(),
                    trim_blocks=True, lstrip_blocks=True)
+
+
+def when(value: str | None, empty: str = "—") -> Markup:
+    """An ISO time as `<time>`: minutes in UTC without microseconds, put in the reader's own
+    time zone by the page script (static/dash-1.js) where script runs."""
+    if not value:
+        return Markup(empty)
+    shown = value[:16].replace("T", " ") + " UTC"
+    return Markup('<time datetime="{}">{}</time>').format(value, shown)
+
+
+_env.filters["when"] = when
 
 
 class PageError(Exception):
@@ -52,8 +65,7 @@ def wants_page() -> bool:
     asking for a path outside the API. API clients keep the JSON envelope."""
     from quart import request
 
-    return (not request.path.startswith(API_PREFIXES) and request.path != "/"
-            and "text/html" in request.headers.get("Accept", ""))
+    return not request.path.startswith(API_PREFIXES) and "text/html" in request.headers.get("Accept", "")
 
 
 def error_page(e: PageError) -> Response:

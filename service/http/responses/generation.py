@@ -95,12 +95,14 @@ class CapabilitySlot(Shape):
     kinds: list[AssetKind]
     min: int
     max: int
+    required: bool  # min > 0: every model of the capability needs this slot filled
 
 
 class ModelSlot(Shape):
     name: str
     kinds: list[AssetKind]
     count: int
+    required: bool  # count > 0: a submit to this model without it is refused (422)
 
 
 class Price(Shape):

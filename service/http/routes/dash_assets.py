@@ -2,19 +2,23 @@
 signed URLs only), and an upload form that stores a file exactly as
 `POST /v1/generation/uploads` does (same streaming parser, checks, messages and actor).
 
-The upload body is streamed (never buffered whole), so its CSRF token travels in the query
-string rather than in the form (the form cannot be read before the file); the Origin check
-applies as for every form. `next` (a path on this site) is where a good upload returns:
-Studio's own upload form comes back to the form, where the file can be picked."""
+The upload body is streamed (never buffered whole): its CSRF token and `next` are text fields
+of the multipart body (before the file in the form, so a browser sends them first), checked
+once the body is read and before anything is stored; the Origin check comes first, as for
+every form. No token travels in a URL. `next` (a path on this site) is where the upload
+returns, with a notice: Studio's own upload form comes back to Studio, where the file can be
+picked, and a refused file comes back there too with the reason beside the upload form."""
 
 from __future__ import annotations
 
 import uuid
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.errors import ApiError, BadRequest, Unprocessable
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import check_csrf_value, forged, page, safe_next, same_site_origin
 from service.http.dashboard import current_project, show, signed
@@ -23,6 +27,9 @@ from service.http.routes.uploads import FILE_TOO_BIG, MAX_FILE, TooLarge, _drain
 from service.storage import generation as sql
 
 bp = Blueprint("dash_assets", __name__)
+
+FORM_FIELDS = ("csrf_token", "next")  # the upload form's text fields, besides the file
+NEXT_MAX = 100_000  # characters: Studio's `next` carries its form as it was (the prompt too)
 
 SHOWN = 100
 
@@ -53,7 +60,7 @@ async def close_if_unread(response):
 @hide
 @page("generation:write")
 async def upload():
-    if not same_site_origin() or not check_csrf_value(request.args.get("csrf_token", "")):
+    if not same_site_origin():
         await _drain()
         raise forged()
     p, gen = principal(), node().generation
@@ -61,12 +68,15 @@ async def upload():
     boundary = request.mimetype_params.get("boundary")
     asset_id = str(uuid.uuid4())
     temp = gen.files.upload_temp(asset_id)
-    handed_over = False
+    handed_over, back = False, "/assets"
     try:
         if request.mimetype != "multipart/form-data" or not boundary or not boundary.isascii():
             await _drain()
             raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
-        got = await receive(boundary, temp)
+        got = await receive(boundary, temp, FORM_FIELDS, NEXT_MAX)
+        back = safe_next(got.fields.get("next")) if got.fields.get("next") else "/assets"
+        if not check_csrf_value(got.fields.get("csrf_token", "")):
+            raise forged()
         if got.malformed or not got.file_seen or got.errors:
             raise BadRequest("Choose one file to upload.")
         if got.too_big:
@@ -78,9 +88,30 @@ async def upload():
     except TooLarge:
         raise PageError(413, "Upload refused", "The request body is too large.", {"Connection": "close"}) from None
     except ApiError as e:
+        if back.startswith("/studio"):  # Studio keeps its form; the reason shows by its upload form
+            forms.notify(None, upload_error=e.message)
+            return redirect(back, 303)
         return assets_page(e.status, error=e.message)
     finally:
         if not handed_over:
             temp.unlink(missing_ok=True)
-    back = request.args.get("next")
-    return redirect(safe_next(back) if back else "/assets", 303)
+    if back.startswith("/studio"):
+        back = picked(back, row["kind"], asset_id)
+    forms.notify(f"Uploaded {row['kind']} {info_text(row)}." + (" Pick it in the form." if back != "/assets" else ""))
+    return redirect(back, 303)
+
+
+def picked(back: str, kind: str, asset_id: str) -> str:
+    """Studio's address with the new file chosen in the first input of its model that takes it."""
+    parts = urlsplit(back)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    model = node().catalog.model(query.get("model", ""))
+    slot = next((s for s in model.slots if kind in s.kinds and s.count > 0), None) if model else None
+    if slot is None:
+        return back
+    query["input_" + slot.name] = asset_id
+    return f"{parts.path}?{urlencode(query)}"
+
+
+def info_text(row: dict) -> str:
+    return f"({row['width']}×{row['height']})" if row.get("width") else f"({row['content_type']})"

@@ -21,6 +21,7 @@ from quart_schema import hide
 
 from service.clock import iso
 from service.errors import ActorGone, ApiError, AskTimeout, Unavailable
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import projects, show
@@ -161,6 +162,10 @@ async def usage_csv():
 @csrf_protected
 async def topup():
     form = await request.form
+    return await forms.once(form, lambda: start_topup(form), "/billing")
+
+
+async def start_topup(form):
     p = principal()
     try:
         credits = int(form.get("credits", "").strip())
@@ -184,4 +189,5 @@ async def threshold():
         await node().balances.settings_put(principal().org_id, uc)
     except ApiError as e:
         return await billing_page(e.status, error=e.message)
+    forms.notify("Low-balance threshold saved.")
     return redirect("/billing#threshold", 303)

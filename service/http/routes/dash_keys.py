@@ -18,6 +18,7 @@ from quart_schema import hide
 from service.clock import iso
 from service.credits.limits import parse_limit
 from service.errors import ApiError, Unprocessable
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
@@ -63,6 +64,10 @@ def expiry(value: str) -> str | None:
 @csrf_protected
 async def create():
     form = await request.form
+    return await forms.once(form, lambda: create_key(form), "/keys")
+
+
+async def create_key(form):
     p = principal()
     name = form.get("name", "").strip()
     role = form.get("role", "")
@@ -79,14 +84,16 @@ async def create():
             await limit_or_revoke(p.org_id, row["id"], limit)
     except ApiError as e:
         return keys_page(e.status, error=e.message)
-    return keys_page(201, created=row)
+    forms.notify(None, created=row)  # the key itself, shown once on the page the redirect opens
+    return redirect("/keys", 303)
 
 
-async def change(call: Awaitable[object]) -> object:
+async def change(call: Awaitable[object], done: str) -> object:
     try:
         await call
     except ApiError as e:
         return keys_page(e.status, error=e.message)
+    forms.notify(done)
     return redirect("/keys", 303)
 
 
@@ -95,7 +102,7 @@ async def change(call: Awaitable[object]) -> object:
 @page("api_keys:create")
 @csrf_protected
 async def pause(key_id: str):
-    return await change(node().accounts.update_key(principal().org_id, key_id, {"is_active": 0}))
+    return await change(node().accounts.update_key(principal().org_id, key_id, {"is_active": 0}), "Key paused.")
 
 
 @bp.post("/keys/<key_id>/resume")
@@ -103,7 +110,7 @@ async def pause(key_id: str):
 @page("api_keys:create")
 @csrf_protected
 async def resume(key_id: str):
-    return await change(node().accounts.update_key(principal().org_id, key_id, {"is_active": 1}))
+    return await change(node().accounts.update_key(principal().org_id, key_id, {"is_active": 1}), "Key resumed.")
 
 
 @bp.post("/keys/<key_id>/limit")
@@ -127,4 +134,4 @@ async def set_limit(key_id: str):
 @page("api_keys:revoke")
 @csrf_protected
 async def revoke(key_id: str):
-    return await change(node().accounts.revoke_key(principal().org_id, key_id))
+    return await change(node().accounts.revoke_key(principal().org_id, key_id), "Key revoked.")

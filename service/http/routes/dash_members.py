@@ -14,6 +14,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.errors import ApiError, Forbidden
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
@@ -51,6 +52,10 @@ def sent(out: dict) -> dict:
 @csrf_protected
 async def invite():
     form = await request.form
+    return await forms.once(form, lambda: send_invitation(form), "/members")
+
+
+async def send_invitation(form):
     p = principal()
     email, role = form.get("email", "").strip(), form.get("role", "")
     try:
@@ -59,7 +64,8 @@ async def invite():
         out = await node().accounts.invite(p.org_id, email, role)
     except ApiError as e:
         return members_page(e.status, error=e.message)
-    return members_page(201, invited=sent(out))
+    forms.notify(None, invited=sent(out))  # never the link: it goes only by mail
+    return redirect("/members", 303)
 
 
 @bp.post("/members/invitations/<invitation_id>/resend")
@@ -67,6 +73,11 @@ async def invite():
 @page("users:create")
 @csrf_protected
 async def resend(invitation_id: str):
+    form = await request.form
+    return await forms.once(form, lambda: resend_invitation(invitation_id), "/members")
+
+
+async def resend_invitation(invitation_id: str):
     p = principal()
     row = accounts_sql.get_invitation(node().store, p.org_id, invitation_id)
     if row is not None and not within(row["role"], p.role):
@@ -75,7 +86,8 @@ async def resend(invitation_id: str):
         out = await node().accounts.resend_invite(p.org_id, invitation_id)
     except ApiError as e:
         return members_page(e.status, error=e.message)
-    return members_page(200, invited=sent(out))
+    forms.notify(None, invited=sent(out))  # never the link: it goes only by mail
+    return redirect("/members", 303)
 
 
 @bp.post("/members/<user_id>/role")
@@ -88,6 +100,7 @@ async def change_role(user_id: str):
         await node().accounts.change_role(principal().org_id, user_id, role, caller_role=principal().role)
     except ApiError as e:
         return members_page(e.status, error=e.message)
+    forms.notify(f"Role changed to {role}.")
     return redirect("/members", 303)
 
 
@@ -100,4 +113,5 @@ async def remove(user_id: str):
         await node().accounts.remove_member(principal().org_id, user_id, caller_role=principal().role)
     except ApiError as e:
         return members_page(e.status, error=e.message)
+    forms.notify("Member removed.")
     return redirect("/members", 303)

@@ -16,6 +16,7 @@ from quart_schema import hide
 
 from service.catalog.products import list_products
 from service.errors import ApiError, InsufficientCredits
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import current_project, session_still_allowed, show, signed
@@ -81,9 +82,13 @@ def inputs_of(product: dict, form) -> dict:
 @page("generation:write")
 @csrf_protected
 async def start(slug: str):
+    form = await request.form
+    return await forms.once(form, lambda: start_run(slug, form), f"/products/{slug}")
+
+
+async def start_run(slug: str, form):
     pr, p = products(), principal()
     product = pr.product_view(pr.product_or_404(slug))
-    form = await request.form
     values = {k[3:]: v for k, v in form.items() if k.startswith("in_")}
     project = current_project()
     try:
@@ -130,4 +135,5 @@ async def cancel(run_id: str):
         await products().cancel(principal().org_id, run_id)
     except ApiError as e:
         return show("product_run.html", e.status, title="Run", run=run_view(run_id), error=e.message)
+    forms.notify("Run canceled.")
     return redirect(f"/products/runs/{run_id}", 303)

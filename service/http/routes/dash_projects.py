@@ -13,6 +13,7 @@ from quart_schema import hide
 
 from service.credits.limits import parse_limit
 from service.errors import ApiError
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page, safe_next, set_cookie
 from service.http.dashboard import PROJECT_COOKIE, show
@@ -74,12 +75,17 @@ async def set_limit(project_id: str):
 @csrf_protected
 async def create():
     form = await request.form
+    return await forms.once(form, lambda: create_project(form), "/projects")
+
+
+async def create_project(form):
     p = principal()
     try:
         row = await node().accounts.create_project(p.org_id, p.user_id, form.get("name", "").strip(),
                                                    form.get("slug", "").strip() or None)
     except ApiError as e:
         return projects_view(e.status, error=e.message)
+    forms.notify(f"Project {row['name']} created; new work goes into it.")
     resp = redirect("/projects", 303)
     set_cookie(resp, PROJECT_COOKIE, row["id"], YEAR)
     return resp
@@ -94,4 +100,5 @@ async def archive(project_id: str):
         await node().accounts.archive_project(principal().org_id, project_id)
     except ApiError as e:
         return projects_view(e.status, error=e.message)
+    forms.notify("Project archived.")
     return redirect("/projects", 303)

@@ -7,6 +7,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.errors import ApiError
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
@@ -38,4 +39,5 @@ async def rename():
         await node().accounts.rename_org(principal().org_id, (await request.form).get("name", ""))
     except ApiError as e:
         return settings_page(e.status, error=e.message)
+    forms.notify("Organization renamed.")
     return redirect("/settings", 303)

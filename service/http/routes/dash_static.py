@@ -1,4 +1,5 @@
-"""`GET /static/<name>`: the dashboard's vendored files (htmx, the stylesheet, the page script).
+"""`GET /static/<name>`: the dashboard's vendored files (htmx, the stylesheet, the page script);
+`GET /static/vendor/<package>/<name>`: a vendored package kept whole with its licence.
 
 No build step and no CDN: the files ship in the package (service/http/static). Names carry
 their version, so they are cached for a day and revalidated by ETag after that. A client
@@ -21,7 +22,7 @@ from service.errors import NotFound
 bp = Blueprint("dash_static", __name__)
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
-TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".ico": "image/x-icon"}
 
 
 @lru_cache(maxsize=16)
@@ -34,10 +35,24 @@ def load(name: str) -> tuple[bytes, bytes, str]:
 @bp.get("/static/<name>")
 @hide
 async def static_file(name: str):
-    path = STATIC / name
-    if "/" in name or name.startswith(".") or path.suffix not in TYPES or not path.is_file():
+    return await serve_file(name)
+
+
+@bp.get("/static/vendor/<package>/<name>")
+@hide
+async def vendor_file(package: str, name: str):
+    if "/" in package or package.startswith("."):
         raise NotFound("File not found.")
-    raw, packed, etag = load(name)
+    return await serve_file(f"vendor/{package}/{name}")
+
+
+async def serve_file(relpath: str):
+    """A file under static/ (at most one folder deep, `vendor/<package>/`), gzipped when accepted."""
+    *folders, name = relpath.split("/")
+    path = STATIC.joinpath(*folders, name)
+    if not name or name.startswith(".") or path.suffix not in TYPES or not path.is_file():
+        raise NotFound("File not found.")
+    raw, packed, etag = load(relpath)
     zipped = "gzip" in request.headers.get("Accept-Encoding", "")
     response = Response(packed if zipped else raw, 200, content_type=TYPES[path.suffix])
     if zipped:

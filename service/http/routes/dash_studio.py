@@ -19,6 +19,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.errors import ApiError, InsufficientCredits, NotFound
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import current_project, show, session_still_allowed, signed
@@ -121,6 +122,12 @@ async def studio_form():
 @csrf_protected
 async def submit():
     form = await request.form
+    if form.get("update"):  # "Update price" without script: the form again, nothing sent
+        return studio_page(choose(form))
+    return await forms.once(form, lambda: submit_job(form), "/studio")
+
+
+async def submit_job(form):
     state = choose(form)
     if state["cap"] is None:
         return studio_page(state, 409, "No model can run on this node right now.")
@@ -194,4 +201,5 @@ async def cancel(job_id: str):
     except ApiError as e:
         job = job_view(job_or_404(job_id))
         return show("studio_job.html", e.status, title="Job", job=job, error=e.message)
+    forms.notify("Job canceled.")
     return redirect(f"/studio/jobs/{job_id}", 303)

@@ -8,6 +8,7 @@ from quart_schema import hide
 
 from service.actors.tickets import PRIORITIES, TYPES
 from service.errors import ApiError, NotFound
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
@@ -41,6 +42,10 @@ async def support():
 @csrf_protected
 async def open_ticket():
     form = await request.form
+    return await forms.once(form, lambda: open_with(form), "/support")
+
+
+async def open_with(form):
     p = principal()
     try:
         row = await node().tickets.open_ticket(
@@ -48,6 +53,7 @@ async def open_ticket():
             form.get("priority", "P3"), form.get("body", "").strip())
     except ApiError as e:
         return support_page(e.status, error=e.message, values=form)
+    forms.notify(f"Ticket {row['number']} opened.")
     return redirect(f"/support/{row['id']}", 303)
 
 
@@ -72,10 +78,15 @@ async def ticket(ticket_id: str):
 @page()
 @csrf_protected
 async def reply(ticket_id: str):
+    form = await request.form
+    return await forms.once(form, lambda: send_reply(ticket_id, form), f"/support/{ticket_id}")
+
+
+async def send_reply(ticket_id: str, form):
     p = principal()
     try:
-        await node().tickets.customer_reply(p.org_id, ticket_id, p.user_id,
-                                            (await request.form).get("body", "").strip())
+        await node().tickets.customer_reply(p.org_id, ticket_id, p.user_id, form.get("body", "").strip())
     except ApiError as e:
         return ticket_page(ticket_id, e.status, error=e.message)
+    forms.notify("Reply sent.")
     return redirect(f"/support/{ticket_id}", 303)

@@ -11,6 +11,7 @@ from quart_schema import hide
 from service.actors import delivery
 from service.senders import account_webhooks
 from service.errors import ApiError, NotFound
+from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
@@ -54,13 +55,18 @@ async def webhooks():
 @csrf_protected
 async def create():
     form = await request.form
+    return await forms.once(form, lambda: create_webhook(form), "/webhooks")
+
+
+async def create_webhook(form):
     try:
         row = await node().webhook_delivery.create_webhook(
             principal().org_id, form.get("url", "").strip(), form.getlist("events"),
             form.get("description", "").strip() or None)
     except ApiError as e:
         return webhooks_page(e.status, error=e.message)
-    return webhooks_page(201, created={**view(row), "secret": row["secret"]})
+    forms.notify(None, created={**view(row), "secret": row["secret"]})  # the secret, shown once
+    return redirect("/webhooks", 303)
 
 
 @bp.get("/webhooks/<webhook_id>")
@@ -75,6 +81,7 @@ async def update(webhook_id: str, fields: dict):
         await node().webhook_delivery.update_webhook(principal().org_id, webhook_id, fields)
     except ApiError as e:
         return hook_page(webhook_id, e.status, error=e.message)
+    forms.notify("Webhook saved.")
     return redirect(f"/webhooks/{webhook_id}", 303)
 
 
@@ -111,6 +118,7 @@ async def delete(webhook_id: str):
         await node().webhook_delivery.delete_webhook(principal().org_id, webhook_id)
     except ApiError as e:
         return webhooks_page(e.status, error=e.message)
+    forms.notify("Webhook deleted.")
     return redirect("/webhooks", 303)
 
 
@@ -136,4 +144,5 @@ async def send_test(webhook_id: str):
     else:
         result = {"is_delivered": outcome.is_delivered, "status_code": outcome.status_code,
                   "error": outcome.error, "duration_ms": outcome.duration_ms}
-    return hook_page(webhook_id, tested=result)
+    forms.notify(None, tested=result)
+    return redirect(f"/webhooks/{webhook_id}", 303)

@@ -15,6 +15,7 @@ from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
+from service.catalog.capabilities import PROMPT_MAX_CHARS
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
@@ -28,7 +29,8 @@ bp = Blueprint("generation", __name__)
 
 class SubmitBody(Body):
     prompt: str | None = Field(default=None, description="Required non-empty when the capability's "
-                               "prompt_required is true.")
+                               "prompt_required is true; at most 10,000 characters (422 beyond).",
+                               json_schema_extra={"maxLength": PROMPT_MAX_CHARS})  # checked by the submit rules
     aspect_ratio: str | None = None
     model: str | None = Field(default=None, description="Model id; default: the capability's first "
                               "available model.")

@@ -1,5 +1,5 @@
-"""Top-ups (spec "Billing": quote, list, create) plus the two routes payment providers
-use outside /v1: the built-in test provider's checkout page and Stripe's webhook.
+"""Top-ups (spec "Billing": quote, list, create) plus Stripe's webhook, outside /v1 (the
+built-in test provider's checkout page is `routes/test_checkout.py`).
 
 Decisions where the spec is open:
 - `GET /v1/billing/topups`: `limit` defaults to 50, clamped to 1..200; newest first.
@@ -20,16 +20,14 @@ Decisions where the spec is open:
 
 from __future__ import annotations
 
-import html
 from urllib.parse import urlsplit
 
 from pydantic import Field
-from quart import Blueprint, Response, request
+from quart import Blueprint, request
 from quart_schema import hide
 
 from service.errors import BadRequest, NotFound, Unavailable, Unprocessable
 from service.http.auth import principal, requires, node
-from service.http.pages import CSP
 from service.http.schemas import Body, Query, body, clamp, query
 from service.money import fmt
 from service.payments import InvalidWebhook, facade
@@ -109,32 +107,6 @@ async def create_topup(data: TopupCreate):
 
 
 # -- payment providers (outside /v1) ---------------------------------------------------------
-@bp.get("/checkout/test/<topup_id>")
-@hide
-async def test_checkout_page(topup_id: str):
-    """The built-in test provider's checkout: says what is being paid; no auth, no form."""
-    svc = node()
-    row = sql.get(svc.store, topup_id)
-    if row is None or row["provider"] != "test" or not svc.settings.test_mode:
-        raise NotFound(ROUTE_MISSING)
-    amount = f"{row['amount_cents'] // 100}.{row['amount_cents'] % 100:02d} {row['currency'].upper()}"
-    e = html.escape
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Test checkout</title></head>
-<body>
-<h1>Test checkout</h1>
-<p>Top-up <code>{e(row['id'])}</code>: <strong>{e(fmt(row['credits_uc']) or '')} credits</strong>
-for <strong>{e(amount)}</strong>.</p>
-<p>Status: <strong>{e(row['status'])}</strong>.</p>
-<p>This is the built-in test payment provider; no money moves. An operator confirms the
-payment with <code>POST /operator/v1/topups/{e(row['id'])}/pay</code>.</p>
-</body></html>
-"""
-    response = Response(page, 200, content_type="text/html; charset=utf-8")
-    response.headers["Content-Security-Policy"] = CSP
-    return response
-
-
 @bp.post("/webhooks/stripe")
 @hide
 async def stripe_webhook():

@@ -80,8 +80,10 @@ class TooLarge(Exception):
 class Received:
     """What the multipart stream held."""
 
-    def __init__(self, temp: Path) -> None:
+    def __init__(self, temp: Path, accepted: tuple[str, ...] = ("project_id",), max_field: int = MAX_FIELD) -> None:
         self.temp = temp
+        self.max_field = max_field
+        self.accepted = accepted  # the text fields taken (the API: project_id; the dashboard: its form's)
         self.fields: dict[str, str] = {}
         self.errors: list[dict] = []
         self.file_seen = False
@@ -115,8 +117,8 @@ class Received:
                     self._reject(event.name, as_file=True)
             elif isinstance(event, FieldEvent):
                 self._end_part()
-                if event.name == "project_id" and "project_id" not in self.fields:
-                    self._part, self._buf = "project_id", bytearray()
+                if event.name in self.accepted and event.name not in self.fields:
+                    self._part, self._buf = event.name, bytearray()
                 else:
                     self._reject(event.name, as_file=False)
             elif isinstance(event, Data):
@@ -153,8 +155,8 @@ class Received:
                 self._write(data)
         elif self._part is not None:
             self._buf.extend(data)
-            if len(self._buf) > MAX_FIELD * 4:
-                self.error(self._part, f"{self._part} must be at most {MAX_FIELD} characters.")
+            if len(self._buf) > self.max_field * 4:
+                self.error(self._part, f"{self._part} must be at most {self.max_field} characters.")
                 self._part = None
 
     def _write(self, data: bytes) -> None:
@@ -171,8 +173,8 @@ class Received:
             except UnicodeDecodeError:
                 self.error(self._part, f"{self._part} must be UTF-8 text.")
             else:
-                if len(text) > MAX_FIELD:
-                    self.error(self._part, f"{self._part} must be at most {MAX_FIELD} characters.")
+                if len(text) > self.max_field:
+                    self.error(self._part, f"{self._part} must be at most {self.max_field} characters.")
                 else:
                     self.fields[self._part] = text
         self._part = None
@@ -183,9 +185,10 @@ class Received:
             self._fh = None
 
 
-async def receive(boundary: str, temp: Path) -> Received:
+async def receive(boundary: str, temp: Path, accepted: tuple[str, ...] = ("project_id",),
+                  max_field: int = MAX_FIELD) -> Received:
     """Read the whole body, parsing what can be parsed; raises TooLarge past 51 MiB."""
-    got = Received(temp)
+    got = Received(temp, accepted, max_field)
     decoder = MultipartDecoder(boundary.encode("latin-1"), MAX_BUFFERED, max_parts=MAX_PARTS)
     try:
         async with aclosing(_body()) as body:

@@ -59,3 +59,28 @@
     });
   });
 })();
+// Studio's upload form returns to Studio with the form as it is now (choices and prompt);
+// the tokens stay out of that address.
+document.addEventListener("submit", function (e) {
+  var up = e.target, studio = document.getElementById("studio-form");
+  if (up.id !== "studio-upload-form" || !studio || !up.elements.next) { return; }
+  var params = new URLSearchParams();
+  new FormData(studio).forEach(function (v, k) {
+    if (k !== "csrf_token" && k !== "form_token" && typeof v === "string") { params.append(k, v); }
+  });
+  up.elements.next.value = "/studio?" + params.toString();
+});
+// Times come as <time datetime="ISO">… UTC</time>: show them in the reader's own time zone.
+(function () {
+  var fmt = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "short"});
+  function local(root) {
+    root.querySelectorAll("time[datetime]:not([data-local])").forEach(function (t) {
+      var d = new Date(t.getAttribute("datetime"));
+      if (!isNaN(d)) { t.title = t.textContent; t.textContent = fmt.format(d); t.dataset.local = "1"; }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { local(document); });
+  new MutationObserver(function (changes) {
+    changes.forEach(function (c) { c.addedNodes.forEach(function (n) { if (n.querySelectorAll) { local(n); } }); });
+  }).observe(document.documentElement, {childList: true, subtree: true});
+})();
