@@ -91,8 +91,10 @@ def _add(args, settings) -> int:
     print(f"wrote model {args.id!r} to {catalog_path} (workflow copied to {workflow_path})")
     if seeded:
         print(f"the node used the built-in catalog: {catalog_path} starts as a copy of it; "
-              f"set GENSERVICE_CATALOG_FILE={catalog_path}")
-    print("restart the node to serve it (genservice serve reads the catalog at start)")
+              f"set GENSERVICE_CATALOG_FILE={catalog_path} and restart the node to serve it")
+    else:  # the running node reads the same file again on a reload (service/reload.py)
+        print("serve it without a restart: \"Reload catalog\" on /operator/catalog, "
+              "POST /operator/v1/catalog/reload, or SIGHUP to genservice serve")
     return 0
 
 

@@ -85,7 +85,8 @@ def test_the_entry_is_written_and_the_node_loads_it(tmp_path, capsys):
     assert "  prompt   <- 6.text" in out and "  seed     <- 3.seed" in out
     assert "  outputs  9 (SaveImage)" in out
     assert "  tier     512x768 at 4.00 credits" in out
-    assert "restart the node to serve it" in out
+    # a node on the built-in catalog must be told to read the new file: a restart
+    assert "set GENSERVICE_CATALOG_FILE=" in out and "restart the node to serve it" in out
     # the built-in catalog is kept: the new file starts as a copy of it
     assert "the node used the built-in catalog" in out
     catalog = load_catalog(str(tmp_path / "catalog.toml"))
@@ -105,6 +106,8 @@ def test_a_second_model_is_appended_and_a_taken_id_is_refused(tmp_path, capsys):
                          model_id="flux")
     assert code == 0, err
     assert "the node used the built-in catalog" not in out
+    # a node reading this file already serves the model after a reload, no restart
+    assert "POST /operator/v1/catalog/reload" in out and "restart" not in out
     raw = tomllib.loads((tmp_path / "catalog.toml").read_text())
     assert [m["id"] for m in raw["models"]][-2:] == ["sd15", "flux"]
     assert raw["models"][-1]["resolutions"] == ["1k"]
