@@ -107,7 +107,7 @@ def test_a_second_model_is_appended_and_a_taken_id_is_refused(tmp_path, capsys):
     assert code == 0, err
     assert "the node used the built-in catalog" not in out
     # a node reading this file already serves the model after a reload, no restart
-    assert "POST /operator/v1/catalog/reload" in out and "restart" not in out
+    assert "POST /operator/v1/catalog/reload" in out and "restart the node" not in out
     raw = tomllib.loads((tmp_path / "catalog.toml").read_text())
     assert [m["id"] for m in raw["models"]][-2:] == ["sd15", "flux"]
     assert raw["models"][-1]["resolutions"] == ["1k"]
