@@ -126,7 +126,7 @@ async def set_limit(key_id: str):
         row = await node().accounts.update_key(org_id, key_id, {})
         await node().balances.limit_put(org_id, "api_key", row["id"], limit)
 
-    return await change(put())
+    return await change(put(), "Spend limit saved.")
 
 
 @bp.post("/keys/<key_id>/revoke")

@@ -66,6 +66,7 @@ async def set_limit(project_id: str):
         await node().balances.limit_put(p.org_id, "project", row["id"], limit)
     except ApiError as e:
         return projects_view(e.status, error=e.message)
+    forms.notify("Spend limit saved.")
     return redirect("/projects", 303)
 
 
