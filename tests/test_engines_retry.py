@@ -314,6 +314,7 @@ async def test_a_comfyui_submit_that_never_arrived_fails_and_is_not_sent_again(t
     with pytest.raises(httpx.ReadError):
         await comfy_render(engine, tmp_path, monkeypatch)
     assert engine.calls["/prompt"] == 1
+    assert engine.calls["/queue"] == len(comfyui.SETTLE_S) + 1  # looked up by its id first
 
 
 def signed_hook(ctx: Context, payload: dict) -> None:
