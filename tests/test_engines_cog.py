@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 
 import httpx
+import pytest
 import trio
+
+from service.engines import common
 
 from engine_support import CogServer, cog_catalog, engine_node
 from test_generation_support import balance, submit, wait_hold, wait_status
@@ -22,6 +25,13 @@ COG = "/v1/generation/models/cog-image"
 async def health(url: str) -> str:
     async with httpx.AsyncClient() as c:
         return (await c.get(f"{url}/health-check", timeout=5)).json()["status"]
+
+
+@pytest.fixture
+def short_retries(monkeypatch):
+    """Transient faults are tried again for ~30 s (common.RETRY_S) before a server counts as
+    gone; these tests, on the real clock, take a 0.3 s bound."""
+    monkeypatch.setattr(common, "RETRY_S", (0.1, 0.2))
 
 
 async def test_a_job_completes_through_cog_and_is_charged(cog, tmp_path):
@@ -91,7 +101,7 @@ async def test_at_capacity_is_backpressure_not_failure(cog, tmp_path):
         assert (st["status"], st["error"]) == ("completed", None)
 
 
-async def test_a_server_killed_mid_job_fails_it_and_the_model_turns_unavailable(tmp_path):
+async def test_a_server_killed_mid_job_fails_it_and_the_model_turns_unavailable(tmp_path, short_retries):
     server = CogServer(tmp_path / "cog.log").start()
     try:
         async with engine_node(tmp_path, cog_catalog(server.url)) as n:

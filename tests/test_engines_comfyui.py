@@ -11,6 +11,8 @@ import pytest
 import trio
 from PIL import Image
 
+from service.engines import common
+
 from engine_support import engine_node
 from peers.comfyui import run_peer
 from test_generation_support import balance, submit, upload_ok, wait_hold, wait_status
@@ -21,6 +23,13 @@ INCOMPLETE = "Generation failed: the model backend could not complete the reques
 NO_OUTPUT = "Generation failed: the model returned no output. Credits were released."
 PATH = "/v1/generation/models/comfy-image"
 _seeds = iter(range(1, 1 << 24))
+
+
+@pytest.fixture
+def short_retries(monkeypatch):
+    """Transient faults are tried again for ~30 s (common.RETRY_S) before a server counts as
+    gone; these tests, on the real clock, take a 0.3 s bound."""
+    monkeypatch.setattr(common, "RETRY_S", (0.1, 0.2))
 
 
 def req(**kw) -> dict:
@@ -180,7 +189,7 @@ async def test_engine_failures_map_to_the_spec_messages(tmp_path, peer):
         assert (await wait_status(n, key, rid))["error"] == NO_OUTPUT  # previews are not outputs
 
 
-async def test_a_server_that_goes_away_mid_job_fails_it_as_unavailable(tmp_path):
+async def test_a_server_that_goes_away_mid_job_fails_it_as_unavailable(tmp_path, short_retries):
     stop = trio.CancelScope()
 
     async def serve_peer(task_status=trio.TASK_STATUS_IGNORED):

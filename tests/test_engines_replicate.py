@@ -9,6 +9,8 @@ import logging
 import pytest
 import trio
 
+from service.engines import common
+
 from engine_support import engine_node, free_port
 from peers.replicate import MODELS, run_peer
 from test_generation_support import balance, submit, wait_hold, wait_status
@@ -19,6 +21,13 @@ INCOMPLETE = "Generation failed: the model backend could not complete the reques
 NO_OUTPUT = "Generation failed: the model returned no output. Credits were released."
 PATH = "/v1/generation/models/rep-image"
 TOKEN = "r8_secret_token_4b1d9c0e7f"
+
+
+@pytest.fixture
+def short_retries(monkeypatch):
+    """Transient faults are tried again for ~30 s (common.RETRY_S) before a server counts as
+    gone; these tests, on the real clock, take a 0.3 s bound."""
+    monkeypatch.setattr(common, "RETRY_S", (0.1, 0.2))
 
 
 def catalog(url: str, model: str = 'model = "acme/pictures"', poll_s: float = 0.05) -> str:
@@ -96,7 +105,7 @@ async def test_a_badly_signed_webhook_is_refused_and_the_poll_still_finishes(tok
             await hooks.aclose()
 
 
-async def test_failures_map_to_the_spec_messages_and_release(token, tmp_path):
+async def test_failures_map_to_the_spec_messages_and_release(token, tmp_path, short_retries):
     async with run_peer(token) as peer, engine_node(tmp_path, catalog(peer.url)) as n:
         key = (await n.create_org())["api_key"]
         failed = (await submit(n, key, {"prompt": "x [fail]"}, path=PATH))["request_id"]

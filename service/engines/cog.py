@@ -4,9 +4,12 @@
   restarted node re-attaches instead of starting a second one) and
   `Prefer: respond-async`; the outcome arrives only by webhook to this node (Cog has no
   GET of a prediction).
+- The create is tried again after a transient fault (`common.patiently`): Cog answers a
+  PUT of the prediction it is running with that prediction.
 - 409 "At capacity" is backpressure: wait and try again, the job is not failed.
-- While waiting, `/health-check` is polled: a server that stops answering fails the job
-  as unavailable; an idle single-slot server (`READY`) that has sent no outcome for a
+- While waiting, `/health-check` is polled: a server that stops answering (every check
+  failing for ~30 s, `sum(RETRY_S)`: a reset or a slow answer is no outcome) fails the
+  job as unavailable; an idle single-slot server (`READY`) that has sent no outcome for a
   few checks has lost the job (a restart), which fails it as incomplete.
 - Cancel: `POST /predictions/{id}/cancel`.
 - Inputs are bound by name (`[models.engine.bind]`); an input asset goes as a data URL.
@@ -24,7 +27,8 @@ import trio
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import CogEngine, FalEngine, ReplicateEngine
 
-from .common import Incomplete, Unreachable, check, collect, data_url, field_values, is_cancel
+from . import common
+from .common import Incomplete, Unreachable, check, collect, data_url, field_values, is_cancel, patiently
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -32,7 +36,7 @@ log = logging.getLogger(__name__)
 CANCEL_S = 5.0
 BUSY_RETRY_S = (0.05, 2.0)  # first and largest wait after a 409
 LOST_AFTER = 5  # idle health checks with no outcome (Cog retries a final webhook for a while)
-DOWN_AFTER = 2  # failed health checks
+DOWN_AFTER = 2  # failed health checks, failing for sum(RETRY_S) seconds
 
 
 async def healthy(http: httpx.AsyncClient, url: str) -> bool:
@@ -78,8 +82,8 @@ async def render(ctx: Context, req: RenderRequest, cfg: CogEngine, url: str, sin
 async def _create(http, url: str, job_id: str, body: dict, cfg: CogEngine) -> dict:
     wait = BUSY_RETRY_S[0]
     while True:
-        resp = await http.put(f"{url}/predictions/{job_id}", json=body, headers={"Prefer": "respond-async"},
-                              timeout=cfg.timeout_s)
+        resp = await patiently(lambda: http.put(f"{url}/predictions/{job_id}", json=body,
+                                                headers={"Prefer": "respond-async"}, timeout=cfg.timeout_s))
         if resp.status_code != 409:
             return check(resp).json()
         await trio.sleep(wait)  # at capacity: another job holds its slot
@@ -89,6 +93,7 @@ async def _create(http, url: str, job_id: str, body: dict, cfg: CogEngine) -> di
 async def _wait(http, url: str, hooks: trio.MemoryReceiveChannel, cfg: CogEngine, single_slot: bool) -> dict:
     """The final prediction from the webhooks, or an error when the server dies or forgets it."""
     failed = idle = 0
+    failing_since = 0.0
     while True:
         with trio.move_on_after(cfg.poll_s):
             async for payload in hooks:
@@ -101,7 +106,8 @@ async def _wait(http, url: str, hooks: trio.MemoryReceiveChannel, cfg: CogEngine
             failed = 0
         except (httpx.TransportError, ValueError):
             failed, status = failed + 1, None
-            if failed >= DOWN_AFTER:
+            failing_since = failing_since if failed > 1 else trio.current_time()
+            if failed >= DOWN_AFTER and trio.current_time() - failing_since >= sum(common.RETRY_S):
                 raise Unreachable(f"Cog server {url} stopped answering") from None
         idle = idle + 1 if single_slot and status == "READY" else 0
         if idle >= LOST_AFTER:

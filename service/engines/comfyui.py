@@ -16,6 +16,10 @@ The protocol and its traps are in docs/engines.md; in short:
   lost (a restart empties both), and fails.
 - An identical graph is served from ComfyUI's cache with the old file name; the seed
   binding varies per job (a job without a seed gets one from its id).
+- Every read (`/queue`, `/history/{id}`, `/view`) is tried again after a transient fault
+  (`common.patiently`, ~30 s in all): a read that fails is not an answer, so it never
+  decides "lost". A `POST /prompt` whose answer is lost is not sent again: the prompt is
+  looked up by its id and followed when ComfyUI has it.
 - Cancel: `POST /queue {"delete": [id]}` (pending) and `POST /interrupt {"prompt_id":
   id}` (running; it lands at the next node boundary). Both are sent; each is a no-op
   when the prompt is not in that state.
@@ -38,7 +42,8 @@ from trio_websocket import ConnectionClosed, HandshakeError, wrap_client_stream
 from service.backends.base import Output, RenderRequest
 from service.catalog.engines import ComfyEngine
 
-from .common import is_cancel, Incomplete, NoOutput, check, first_error, field_values, store_output, store_text
+from .common import (Incomplete, NoOutput, TRANSIENT_STATUS, check, field_values, first_error, is_cancel, read,
+                     store_output, store_text)
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -123,14 +128,41 @@ async def _run_follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: s
         with trio.move_on_after(cfg.timeout_s):
             await connected.wait()  # connected, or given up on: polling covers both
         if submit is not None:
-            resp = await ctx.http.post(f"{url}/prompt", json={"prompt": submit, "client_id": client_id,
-                                                              "prompt_id": req.job_id}, timeout=cfg.timeout_s)
-            if resp.status_code == 400:
-                log.warning("job %s: ComfyUI refused the workflow: %s", req.job_id, _refusal(resp))
-            check(resp)
+            await _submit(ctx.http, url, req, cfg, client_id, submit)
         entry = await wait_for_entry(ctx.http, url, req.job_id, cfg, ended)
         n.cancel_scope.cancel()
     return entry
+
+
+async def _submit(http, url: str, req: RenderRequest, cfg: ComfyEngine, client_id: str, graph: dict) -> None:
+    """POST /prompt once (a second POST would queue the prompt twice). When its answer is
+    lost (a timeout, a reset, a 502/503/504 on the way), the prompt may still have been
+    queued: it is looked up by its id, and followed if ComfyUI has it."""
+    try:
+        resp = await http.post(f"{url}/prompt", json={"prompt": graph, "client_id": client_id,
+                                                      "prompt_id": req.job_id}, timeout=cfg.timeout_s)
+    except httpx.TransportError as e:
+        if not await _was_queued(http, url, req.job_id, cfg):
+            raise
+        log.info("job %s: the answer to POST /prompt was lost (%s); ComfyUI has the prompt", req.job_id,
+                 type(e).__name__)
+        return
+    if resp.status_code in TRANSIENT_STATUS and await _was_queued(http, url, req.job_id, cfg):
+        return
+    if resp.status_code == 400:
+        log.warning("job %s: ComfyUI refused the workflow: %s", req.job_id, _refusal(resp))
+    check(resp)
+
+
+async def _was_queued(http, url: str, prompt_id: str, cfg: ComfyEngine) -> bool:
+    """Whether ComfyUI knows the prompt (queued, running or in its history), read again
+    with SETTLE_S before saying no."""
+    for wait in (*SETTLE_S, None):
+        if (await _state(http, url, prompt_id, cfg))[0] != "lost":
+            return True
+        if wait is not None:
+            await trio.sleep(wait)
+    return False
 
 
 async def _listen(ctx: Context, req: RenderRequest, ws_url: str, ended: trio.Event, connected: trio.Event) -> None:
@@ -241,11 +273,11 @@ async def _state(http, url: str, prompt_id: str, cfg: ComfyEngine) -> tuple[str,
     """`queued` (pending or running), `finished` (with its history entry) or `lost`. The
     queue is read before the history: ComfyUI moves a prompt from one to the other under
     one lock, so an id in neither after that order is gone (or not yet visible)."""
-    queue = check(await http.get(f"{url}/queue", timeout=cfg.timeout_s)).json()
+    queue = (await read(http, f"{url}/queue", cfg.timeout_s)).json()
     for item in [*queue.get("queue_running", []), *queue.get("queue_pending", [])]:
         if len(item) > 1 and item[1] == prompt_id:
             return "queued", {}
-    history = check(await http.get(f"{url}/history/{prompt_id}", timeout=cfg.timeout_s)).json()
+    history = (await read(http, f"{url}/history/{prompt_id}", cfg.timeout_s)).json()
     entry = history.get(prompt_id)
     return ("finished", entry) if entry else ("lost", {})
 
@@ -261,8 +293,8 @@ async def _outputs(http, url: str, req: RenderRequest, cfg: ComfyEngine, entry: 
             for item in produced.get(key) or []:
                 if not isinstance(item, dict) or item.get("type", "output") != "output":
                     continue  # previews live in ComfyUI's temp folder
-                resp = check(await http.get(f"{url}/view", params={"filename": item["filename"], "subfolder":
-                                            item.get("subfolder", ""), "type": "output"}, timeout=cfg.timeout_s))
+                resp = await read(http, f"{url}/view", cfg.timeout_s, params={
+                    "filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": "output"})
                 out = await store_output(req, len(outputs), resp.content, item["filename"])
                 if out is not None:
                     outputs.append(out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -78,20 +78,63 @@ def check(resp: httpx.Response) -> httpx.Response:
 
 
 NOT_YET_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # re-reads of a URL the engine gave but cannot serve yet: 6.3 s
+# Waits between tries of a call that met a transient fault (31.75 s in all; a job's own
+# timeout cancels it sooner). A job the engine has accepted is not failed at the first
+# fault on the way to it: the engine goes on and finishes it.
+RETRY_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0)
+# Statuses of the path to the engine (a proxy, a load balancer, a server starting), not
+# the engine's answer: a 500 is one (fal answers a failed run with it) and is not retried.
+TRANSIENT_STATUS = frozenset({502, 503, 504})
+
+
+async def patiently(send: Callable[[], Awaitable[httpx.Response]],
+                    not_yet: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
+    """`send()`'s response (not checked), tried again with RETRY_S after a transient fault
+    (connection refused or reset, a timeout, a 502/503/504) and with NOT_YET_S while
+    `not_yet` says the answer is not there yet. Only for calls that may be repeated: reads,
+    and creates keyed by our own id. After the bound, the last fault stands: a transport
+    error is raised, a 5xx answer returned."""
+    faults = settles = 0
+    while True:
+        try:
+            resp: httpx.Response | None = await send()
+        except httpx.TransportError as e:
+            if faults == len(RETRY_S):
+                raise
+            resp, fault = None, type(e).__name__
+        else:
+            assert resp is not None
+            fault = f"HTTP {resp.status_code}" if resp.status_code in TRANSIENT_STATUS else ""
+        if fault and faults < len(RETRY_S):
+            wait = RETRY_S[faults]
+            faults += 1
+            log.info("an engine call met a transient fault (%s); trying again in %s s", fault, wait)
+        elif resp is not None and not_yet is not None and not_yet(resp) and settles < len(NOT_YET_S):
+            wait = NOT_YET_S[settles]
+            settles += 1
+        else:
+            assert resp is not None
+            return resp
+        await trio.sleep(wait)
+
+
+async def read(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
+               params: dict | None = None) -> httpx.Response:
+    """GET of a job's state or file (idempotent): transient faults tried again (`patiently`)."""
+    return check(await patiently(lambda: http.get(url, headers=headers, params=params, timeout=timeout_s)))
 
 
 async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
                       not_yet: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
     """GET a URL the engine itself just returned (a status URL after a submit, an output
     file after `succeeded`): hosted APIs answer 404 while a new object propagates, so a
-    404 (or what `not_yet` says) is read again with a short backoff before it counts."""
-    resp = await http.get(url, headers=headers, timeout=timeout_s)
-    for wait in NOT_YET_S:
-        if not (resp.status_code == 404 or (not_yet is not None and not_yet(resp))):
-            break
-        await trio.sleep(wait)
-        resp = await http.get(url, headers=headers, timeout=timeout_s)
-    return check(resp)
+    404 (or what `not_yet` says) is read again with a short backoff before it counts;
+    transient faults are tried again as `patiently` says."""
+
+    def later(resp: httpx.Response) -> bool:
+        return resp.status_code == 404 or (not_yet is not None and not_yet(resp))
+
+    return check(await patiently(lambda: http.get(url, headers=headers, timeout=timeout_s), later))
 
 
 # -- binding request fields --------------------------------------------------------------------

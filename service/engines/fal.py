@@ -10,6 +10,12 @@
   (`common.get_settled`), not taken as an answer: a 404 from `status_url` just after
   the submit, a 400 "Request is still in progress" from `response_url` just after
   `COMPLETED`, a 404 from an output file URL.
+- A transient fault (a timeout, a reset, a 502/503/504) on `status_url`, `response_url`
+  or a file is tried again for ~30 s (`common.patiently`): the request runs on at fal
+  meanwhile. The submit is not (fal's queue has no idempotent submit, and a request whose
+  submit answer was lost cannot be found): its answer is waited for `timeout_s +
+  sum(RETRY_S)`. A 500 from
+  `response_url` is the run's failure, not a fault.
 - Cancel: `PUT cancel_url`. fal answers `CANCELLATION_REQUESTED` (a request, not a
   result) or `ALREADY_COMPLETED`; the job is canceled here either way.
 - The token is read from the environment for each call: it is in no log or error.
@@ -27,7 +33,7 @@ from service.backends.base import Output, RenderRequest
 from service.catalog.engines import FalEngine
 
 from .cog import inputs_of
-from .common import Incomplete, Unreachable, check, collect, get_settled, is_cancel
+from .common import RETRY_S, Incomplete, Unreachable, check, collect, get_settled, is_cancel
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -52,8 +58,10 @@ async def render(ctx: Context, req: RenderRequest, cfg: FalEngine) -> list[Outpu
     queued: dict = {}
     try:
         body = await trio.to_thread.run_sync(inputs_of, req, cfg)
+        # not repeatable (a lost answer leaves a request we cannot find): its answer is waited
+        # for as long as a read would be tried again
         queued = check(await http.post(f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),
-                                       timeout=cfg.timeout_s)).json()
+                                       timeout=cfg.timeout_s + sum(RETRY_S))).json()
         for name in ("status_url", "response_url"):
             if not isinstance(queued.get(name), str):
                 raise Incomplete(f"fal's submit answer has no {name}")

@@ -11,7 +11,8 @@
   `text/plain; charset=utf-8` asset; `usage` (token counts) is kept on the job.
 - `image.generate`: `POST {url}/images/generations` (`b64_json` asked; a `url`
   answer is fetched); `image.edit`: multipart `POST {url}/images/edits` with the
-  input image.
+  input image. A `url` answer's file is read with transient faults tried again
+  (`common.get_settled`); the generating call itself is not repeated.
 - `Authorization: Bearer <token>` only when `token_env` is set; the token is read
   from the environment for each call and never logged.
 """

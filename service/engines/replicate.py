@@ -13,7 +13,11 @@
   come before the create's answer, or while `urls.get` still says `processing` or
   answers 404 (a new prediction propagating): the first final state from either path
   wins, and a 404 from `urls.get` or from an output URL is read again with a short
-  backoff (`common.get_settled`).
+  backoff (`common.get_settled`). A transient fault (a timeout, a reset, a 502/503/504)
+  on `urls.get`, an output file or the signing secret is tried again for ~30 s
+  (`common.patiently`); the create is not (Replicate has no idempotent create). A create
+  that was sent but whose answer was lost (reset, timed out) may have made a prediction:
+  its `completed` webhook (to this job's own URL) is waited for (`LOST_CREATE_S`).
 - Cancel: `POST urls.cancel`.
 - Inputs are bound by name; an input asset goes as a data URL. Outputs that are URLs
   (or data URLs) become files; plain strings are text (a `text.llm` reply).
@@ -37,7 +41,7 @@ from service.backends.base import Output, RenderRequest
 from service.catalog.engines import ReplicateEngine
 
 from .cog import inputs_of
-from .common import Incomplete, Unreachable, check, collect, get_settled, is_cancel
+from .common import Incomplete, Unreachable, Upstream, check, collect, get_settled, is_cancel, read
 from .context import Context
 
 log = logging.getLogger(__name__)
@@ -45,7 +49,22 @@ log = logging.getLogger(__name__)
 CANCEL_S = 5.0
 WAIT_S = 5
 FINAL = ("succeeded", "failed", "canceled", "aborted")
+LOST_CREATE_S = 120  # how long a create whose answer was lost waits for the prediction's webhook
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)  # the request never left
 TOLERANCE_S = 300  # Standard Webhooks: a signed timestamp older or newer than this is refused
+
+
+async def _outcome_by_hook(hooks: trio.MemoryReceiveChannel, req: RenderRequest, lost: httpx.TransportError) -> dict:
+    """The create was sent but its answer lost (reset, timed out): Replicate may have made
+    the prediction, and only its webhook (to this job's own URL) can tell. It is waited for
+    up to LOST_CREATE_S; none: the fault fails the job. The create is not sent again."""
+    log.info("job %s: the answer to the Replicate create was lost (%s); waiting for its webhook", req.job_id,
+             type(lost).__name__)
+    with trio.move_on_after(LOST_CREATE_S):
+        async for payload in hooks:
+            if payload.get("status") in FINAL:
+                return payload
+    raise lost
 
 
 def _auth(cfg: ReplicateEngine) -> dict:
@@ -65,8 +84,7 @@ class SigningKeys:
     async def get(self, http: httpx.AsyncClient, cfg: ReplicateEngine) -> bytes:
         where = (cfg.url, cfg.token_env)
         if where not in self._keys:
-            resp = check(await http.get(f"{cfg.url}/webhooks/default/secret", headers=_auth(cfg),
-                                        timeout=cfg.timeout_s))
+            resp = await read(http, f"{cfg.url}/webhooks/default/secret", cfg.timeout_s, _auth(cfg))
             secret = str(resp.json()["key"])
             self._keys[where] = base64.b64decode(secret.removeprefix("whsec_"))
         return self._keys[where]
@@ -102,11 +120,20 @@ async def render(ctx: Context, keys: SigningKeys, req: RenderRequest, cfg: Repli
             create = f"{cfg.url}/predictions"
         else:
             create = f"{cfg.url}/models/{cfg.model}/predictions"
+        lost: httpx.TransportError | None = None
         with trio.CancelScope(shield=True):  # a cancel waits for the id it needs
-            resp = await ctx.http.post(create, json=body, headers={**_auth(cfg), "Prefer": f"wait={WAIT_S}"},
-                                       timeout=cfg.timeout_s + WAIT_S)
-            prediction = check(resp).json()
+            try:
+                resp = await ctx.http.post(create, json=body, headers={**_auth(cfg), "Prefer": f"wait={WAIT_S}"},
+                                           timeout=cfg.timeout_s + WAIT_S)
+            except NOT_SENT:
+                raise
+            except httpx.TransportError as e:  # sent, its answer lost: the prediction may exist
+                lost = e
+            else:
+                prediction = check(resp).json()
         await trio.lowlevel.checkpoint()  # a cancel that came meanwhile lands here
+        if lost is not None:
+            prediction = await _outcome_by_hook(hooks, req, lost)
         while prediction.get("status") not in FINAL:
             prediction = await _next(ctx.http, hooks, prediction, cfg)
         if prediction["status"] != "succeeded":
@@ -137,4 +164,19 @@ async def _next(http: httpx.AsyncClient, hooks: trio.MemoryReceiveChannel, predi
     url = (prediction.get("urls") or {}).get("get")
     if not url:
         raise Incomplete(f"Replicate prediction {prediction.get('id')} has no urls.get")
-    return (await get_settled(http, url, cfg.timeout_s, _auth(cfg))).json()  # 404 while it propagates
+    try:  # 404 while it propagates; transient faults tried again
+        return (await get_settled(http, url, cfg.timeout_s, _auth(cfg))).json()
+    except (httpx.TransportError, Upstream):
+        for payload in _waiting(hooks):  # a webhook that came while the reads failed still ends the job
+            if payload.get("id") == prediction.get("id") and payload.get("status") in FINAL:
+                return payload
+        raise
+
+
+def _waiting(hooks: trio.MemoryReceiveChannel) -> list[dict]:
+    out = []
+    while True:
+        try:
+            out.append(hooks.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return out
