@@ -5,6 +5,8 @@ released, never captured for an answer nobody receives."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import logging
 import math
 import uuid
@@ -71,8 +73,9 @@ class FrontJobs:
             yield kind, value
 
     async def wait_all(self) -> list[dict]:
-        async for _ in self.events():
-            pass
+        async with aclosing(self.events()) as events:
+            async for _ in events:
+                pass
         return [self.ended[j] for j in self.jobs]
 
     async def close(self) -> None:

@@ -7,6 +7,8 @@ last user message."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import json
 from typing import AsyncIterator
 
@@ -63,9 +65,10 @@ async def chat():
                         content_type="text/event-stream", headers={"Cache-Control": "no-store"})
     try:
         pieces = []
-        async for kind, value in calls.events():
-            if kind == "text":
-                pieces.append(value)
+        async with aclosing(calls.events()) as events:  # closed at once on a cancel, not by the GC
+            async for kind, value in events:
+                if kind == "text":
+                    pieces.append(value)
         [st] = calls.ended.values()
         if st["status"] != "completed":
             raise job_failure(st)
@@ -89,9 +92,10 @@ def _chunk(head: dict, delta: dict, finish: str | None = None) -> bytes:
 async def _stream(calls: FrontJobs, head: dict, turn, usage_wanted: bool) -> AsyncIterator[bytes]:
     try:
         yield _chunk(head, {"role": "assistant", "content": ""})
-        async for kind, value in calls.events():
-            if kind == "text":
-                yield _chunk(head, {"content": value})
+        async with aclosing(calls.events()) as events:  # closed at once when the client leaves
+            async for kind, value in events:
+                if kind == "text":
+                    yield _chunk(head, {"content": value})
         [st] = calls.ended.values()
         if st["status"] != "completed":
             front, _ = translate(job_failure(st))
