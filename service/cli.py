@@ -73,7 +73,8 @@ def _backup(args) -> int:
     from service.storage.backup import BackupError, backup
 
     try:
-        print(json.dumps(backup(load_settings(args.config).data_dir, args.dest), indent=2))
+        settings = load_settings(args.config)
+        print(json.dumps(backup(settings.data_dir, args.dest, settings.asset_store), indent=2))
     except BackupError as e:
         print(f"backup failed: {e}", file=sys.stderr)
         return 1

@@ -70,6 +70,13 @@ class Settings(BaseModel):
     rate_limit_per_key: float = 50.0
     rate_limit_burst: int = 200
     max_active_jobs_per_org: int = 100
+    # Growing past one disk (operations.md): where asset bytes live (`file` or
+    # s3://BUCKET/PREFIX), the S3-compatible endpoint and signing region, and the Litestream
+    # replica of the database. Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.
+    asset_store: str = "file"
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    replica_url: str | None = None
 
     @property
     def public_base_url(self) -> str:
