@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import trio
 
@@ -93,6 +94,26 @@ def _restore(args) -> int:
     return 0
 
 
+def _restore_replica(args) -> int:
+    """`genservice admin restore-replica DATA_DIR`: the newest replicated database (service/replica.py)."""
+    from service.config import load_settings
+    from service.replica import ReplicaError, restore
+
+    try:
+        restore(load_settings(args.config), Path(args.data_dir))
+    except ReplicaError as e:
+        print(f"restore-replica failed: {e}", file=sys.stderr)
+        return 1
+    print(f"restored the newest replicated database into {args.data_dir}")
+    return 0
+
+
+def add_restore_replica(asub) -> None:
+    rr = asub.add_parser("restore-replica", help="restore the newest replicated database into an absent or empty DATA_DIR")
+    rr.add_argument("data_dir")
+    rr.set_defaults(func=_restore_replica)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="genservice")
     p.add_argument("--config", help="TOML settings file (keys as GENSERVICE_* names, lower case)")
@@ -141,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = asub.add_parser("restore", help="restore a backup into the (empty) data directory; the node must be stopped")
     r.add_argument("src")
     r.set_defaults(func=_restore)
+    add_restore_replica(asub)
     cmd("rotate-node-key", lambda a: ("POST", "/node-key/rotate", None),
         help="seal every stored secret with a new node key (the old key file is replaced)")
     return p

@@ -25,6 +25,7 @@ from service.config import Settings
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.node import build
+from service.replica import replicate
 from service.storage.db import Store
 from service.sealing import NodeKey
 from service.storage.migrate import apply_all
@@ -129,6 +130,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     shutdown = trio.Event() if shutdown is None else shutdown
     try:
         async with trio.open_nursery() as actors:
+            if settings.replica_url:  # cancelled with the actors, after the last write: stops last
+                await actors.start(replicate, settings, store)
             node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
             app = create_app(node)
