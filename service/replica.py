@@ -29,6 +29,7 @@ import trio
 log = logging.getLogger(__name__)
 
 SYNC_INTERVAL = "1s"
+FIRST_PAUSE, LONGEST_PAUSE = 1.0, 60.0  # seconds before a restart, doubling while it keeps exiting
 PASSED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
@@ -84,7 +85,7 @@ async def supervise(settings, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     config = write_config(settings.data_dir, settings)
     argv = [litestream_path(), "replicate", "-no-expand-env", "-config", str(config)]
     task_status.started()
-    pause = 1.0
+    pause = FIRST_PAUSE
     while True:
         proc = await trio.lowlevel.open_process(argv, env=child_env(), stdin=subprocess.DEVNULL)
         log.info("replica: litestream started (pid %d)", proc.pid)
@@ -99,7 +100,7 @@ async def supervise(settings, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
                     proc.kill()
         log.error("replica: litestream exited with code %s; restarting in %.0f s", code, pause)
         await trio.sleep(pause)
-        pause = min(pause * 2, 60.0)
+        pause = min(pause * 2, LONGEST_PAUSE)
 
 
 def restore(settings, data_dir: Path) -> None:

@@ -107,3 +107,26 @@ def test_restore_replica_without_a_replica_url_is_refused(tmp_path):
 def test_a_replica_url_that_is_not_s3_is_refused(tmp_path):
     with pytest.raises(ReplicaError, match="must be s3://BUCKET/PATH"):
         config_text(tmp_path / "db", "https://bucket/db", None, "us-east-1")
+
+
+async def test_litestream_is_restarted_when_it_exits_and_stopped_with_the_node(tmp_path, monkeypatch):
+    import trio
+
+    from service import replica
+
+    runs = tmp_path / "runs"
+    fake = tmp_path / "litestream"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {runs}\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(replica, "litestream_path", lambda: str(fake))
+    monkeypatch.setattr(replica, "FIRST_PAUSE", 0.01)
+    settings = Settings(data_dir=tmp_path, replica_url="s3://bucket/db", s3_endpoint_url="http://127.0.0.1:9")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(replica.supervise, settings)
+        with trio.fail_after(30):
+            while not runs.exists() or len(runs.read_text().splitlines()) < 3:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    lines = runs.read_text().splitlines()
+    assert lines[0] == f"replicate -no-expand-env -config {tmp_path / 'litestream.yml'}"
+    assert "force-path-style: true" in (tmp_path / "litestream.yml").read_text()
