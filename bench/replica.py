@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -69,9 +70,9 @@ def main() -> None:
         del os.environ[k]
     server = S3Server().start()
     proc = None
+    work = Path(tempfile.mkdtemp(prefix="replica-bench-"))
     try:
         bucket = server.bucket()
-        work = Path(tempfile.mkdtemp(prefix="replica-bench-"))
         data = work / "data"
         data.mkdir()
         db = data / "genservice.db"
@@ -125,6 +126,7 @@ def main() -> None:
             proc.terminate()
             proc.wait()
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
