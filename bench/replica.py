@@ -6,8 +6,8 @@ Starts moto's S3 server on loopback, fills a migrated database with ORGS organiz
 LEDGER ledger rows, replicates it with `litestream replicate` (the config service/replica.py
 writes), then measures:
   * initial_sync_s: until a restore holds every row (the first snapshot's upload);
-  * lag_s: p50 / max over 20 single writes of the time from commit to "a restore shows
-    it" (polling restores; an upper bound on what a disk loss costs);
+  * lag_s: p50 / max over 20 single writes of the time from commit to the new WAL segment
+    object in the store (what a disk loss costs); the final restore checks every write is in;
   * restore_s: `litestream restore` of the full database into an empty directory;
   * db_mib: the database's size.
 Prints one JSON line.
@@ -101,16 +101,22 @@ def main() -> None:
         while restored_count() < args.ledger:
             time.sleep(0.5)
         initial = time.monotonic() - started
+        s3 = client(server.endpoint)
+
+        def keys() -> set[str]:
+            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+            return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
         lags = []
-        total = args.ledger
         for _ in range(20):
+            time.sleep(1.5)  # let the previous write's segment settle
+            seen = keys()
             with writer:
                 writer.execute("INSERT INTO credit_ledger (id, organization_id, created_at, kind, amount_uc)"
                                " VALUES (?, 'x', 'now', 'grant', 1)", [str(uuid.uuid4())])
-            total += 1
             t0 = time.monotonic()
-            while restored_count() < total:
-                pass
+            while not keys() - seen:  # the write's WAL segment is in the store
+                time.sleep(0.02)
             lags.append(time.monotonic() - t0)
         t0 = time.monotonic()
         final = work / "final"
