@@ -9,6 +9,7 @@ started. The tests that stop the store always use their own moto server.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,6 +44,8 @@ class S3Server:
 
     def start(self) -> S3Server:
         exe = Path(sys.executable).parent / "moto_server"
+        if not exe.exists():
+            exe = Path(shutil.which("moto_server") or exe)
         self.proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(self.port)], env=clean_env(),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
