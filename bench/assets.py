@@ -8,7 +8,8 @@ redirects to):
   * file: the node reads and sends the bytes;
   * s3: the node checks the object (HEAD) and answers 302 to a presigned URL; the client
     then fetches the bytes from the store (moto's server on loopback).
-Prints one JSON line: node-side requests/s for each, end-to-end fetches/s for s3.
+Prints one JSON line: node-side requests/s (sequential: latency-bound) and the node's CPU
+per request (all its threads; moto is another process) for each, end-to-end fetches/s for s3.
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ async def measure(n: int, kib: int, **settings) -> dict:
             asset = await upload_ok(node, org["api_key"], data, ctype="image/png")
             r = await node.call("GET", f"/v1/generation/assets/{asset['id']}/content", org["api_key"])
             link = local(r.headers["Location"])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(n):
                 r = await node.client.get(link)
                 body = await r.get_data()
                 assert r.status_code in (200, 302), r.status_code
-            node_s = time.perf_counter() - t0
-            out = {"node_req_per_s": round(n / node_s, 1), "status": r.status_code}
+            node_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+            out = {"node_req_per_s": round(n / node_s, 1), "node_cpu_us_per_req": round(cpu_s / n * 1e6),
+                   "status": r.status_code}
             if r.status_code == 302:
                 url = r.headers["Location"]
                 with httpx.Client() as http:
