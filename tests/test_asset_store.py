@@ -133,13 +133,19 @@ async def test_store_down_mid_upload_answers_503_and_leaves_nothing(own_s3, tmp_
     settings = store_settings(own_s3)
     async with running_node(tmp_path, **settings) as n:
         org = await n.create_org()
-        await upload_ok(n, org["api_key"], image_bytes("PNG", 8, 8))
+        first = await upload_ok(n, org["api_key"], image_bytes("PNG", 8, 8))
         own_s3.stop()
         r = await upload(n, org["api_key"], image_bytes("PNG", 9, 9))
         assert r.status_code == 503
         assert err(await r.get_json()) == {"code": "request.service_unavailable", "message": STORE_DOWN}
         assert n.store.one("SELECT COUNT(*) AS n FROM assets")["n"] == 1
         assert leftovers(tmp_path) == [] and asset_files(tmp_path) == []
+        # a link to a stored asset while the store is down: 503, not 500
+        r = await n.call("GET", f"/v1/generation/assets/{first['id']}/content", org["api_key"])
+        r = await n.client.get(local(r.headers["Location"]))
+        assert r.status_code == 503
+        assert err(await r.get_json()) == {"code": "request.service_unavailable",
+                                           "message": "The asset store is unavailable; try again later."}
 
 
 async def test_store_down_mid_output_fails_the_job_and_releases_its_hold(own_s3, tmp_path):
@@ -196,3 +202,13 @@ async def test_backup_of_a_node_with_a_store_says_assets_are_not_in_it(s3, tmp_p
                                   "back that store up on its own")
     assert json.loads((tmp_path / "b" / "backup.json").read_text())["assets"] == manifest["assets"]
     assert not (tmp_path / "b" / "assets").exists()
+
+
+async def test_a_content_file_deleted_behind_the_nodes_back_is_a_clear_404(node, org, tmp_path):
+    asset = await upload_ok(node, org["api_key"], image_bytes("PNG", 12, 12))
+    node.parts.generation.files.path(asset["sha256"]).unlink()
+    r = await node.call("GET", f"/v1/generation/assets/{asset['id']}/content", org["api_key"])
+    r = await node.client.get(local(r.headers["Location"]))
+    assert r.status_code == 404
+    assert err(await r.get_json()) == {"code": "request.not_found",
+                                       "message": "The asset's bytes are no longer in the asset store."}
