@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from conftest import err
+from conftest import err, until
 from s3_server import client, own_s3, s3, s3_session  # noqa: F401 - fixtures
 from service.assets import s3 as s3mod
 from service.assets.s3 import S3Store
@@ -79,9 +79,16 @@ async def test_job_output_is_an_object_and_its_input_is_fetched(s3, tmp_path):
         assert asset_files(tmp_path) == []
         got = await fetch_content(n, key, out["id"])
         assert hashlib.sha256(got.content).hexdigest() == out["sha256"]
-        # an op reads its input from the store: a run's frame of the output
-        path = n.parts.generation.files.local(out["sha256"])
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == out["sha256"]
+        # a job with an input reads it from the store, into its own scratch (removed after)
+        src = await upload_ok(n, key, image_bytes("PNG", 20, 10))
+        rid = (await submit(n, key, {"inputs": {"media": [src["id"]]}, "resolution": "2x"},
+                            path="/v1/generation/capabilities/media.upscale"))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert st["status"] == "completed", st
+        up = n.store.one("SELECT * FROM assets WHERE job_id = ?", [rid])
+        assert (up["width"], up["height"]) == (40, 20)
+        assert any(k.endswith(up["sha256"]) for k in objects(s3, settings))
+        await until(lambda: list((tmp_path / "work").rglob("*")) == [])  # removed after the final commit
 
 
 async def test_object_deleted_behind_the_nodes_back_is_a_clear_404(s3, tmp_path):

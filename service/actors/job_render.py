@@ -88,7 +88,7 @@ def render_request(gen: Generation, job_id: str, job: dict) -> RenderRequest:
         files = []
         for i in ids:
             r = rows[i]
-            path = gen.files.input_path(r["sha256"])
+            path = gen.files.input_path(r["sha256"], job_id)
             files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"]))
         inputs[name] = files
     seed = params.get("seed")

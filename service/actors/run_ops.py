@@ -53,7 +53,7 @@ def run_op(files, work: Path, op: str, args: dict, sha256: str, duration_s: floa
 
     work.mkdir(parents=True, exist_ok=True)
     try:
-        path = files.local(sha256)  # an object store's object is fetched into scratch first
+        path = files.local(sha256, work)  # an object store's object is fetched into this scratch first
         dst = work / "out.png"
         if op == "extract_frame":
             duration = float(duration_s or 0.0)

@@ -73,14 +73,14 @@ class FileStore:
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
-    def local(self, sha256: str) -> Path:
-        """A local path of the bytes, for a render or an op."""
+    def local(self, sha256: str, into: Path | None = None) -> Path:
+        """A local path of the bytes, for a render or an op (files are local: `into` unused)."""
         path = self.path(sha256)
         if not path.is_file():
             raise ObjectMissing(sha256)
         return path
 
-    def input_path(self, sha256: str) -> Path:
+    def input_path(self, sha256: str, job_id: str) -> Path:
         """Where a render reads an input (no I/O beyond a stat); `fetch_inputs` makes it exist."""
         return self.local(sha256)
 

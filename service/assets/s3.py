@@ -64,7 +64,6 @@ class S3Store(FileStore):
         super().__init__(data_dir)
         self.bucket, self.prefix = parse_store_url(url)
         self.client = client or make_client(endpoint_url, region)
-        self.cache = self.work / "inputs"  # objects fetched for a render; scratch, cleared at start
 
     def key(self, sha256: str) -> str:
         name = f"{sha256[:2]}/{sha256[2:4]}/{sha256}"
@@ -95,13 +94,14 @@ class S3Store(FileStore):
         src.unlink(missing_ok=True)
         return src
 
-    def local(self, sha256: str) -> Path:
-        """A local copy of the object (for a render or an op): fetched once into the scratch
-        cache, streamed to disk in chunks and checked against its digest."""
-        dst = self.cache / sha256
+    def local(self, sha256: str, into: Path | None = None) -> Path:
+        """A local copy of the object (for a render or an op) in the scratch directory `into`
+        (deleted with it), streamed to disk in chunks and checked against its digest."""
+        directory = into if into is not None else self.work / "fetched"
+        dst = directory / sha256
         if dst.is_file():
             return dst
-        self.cache.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
         part = dst.with_suffix(f".{os.getpid()}.{id(dst)}.part")
         h = hashlib.sha256()
         try:
@@ -124,12 +124,12 @@ class S3Store(FileStore):
         os.replace(part, dst)
         return dst
 
-    def input_path(self, sha256: str) -> Path:
-        return self.cache / sha256
+    def input_path(self, sha256: str, job_id: str) -> Path:
+        return self.work_dir(job_id) / "inputs" / sha256  # removed with the job's scratch
 
     def fetch_inputs(self, paths: list[Path]) -> None:
         for path in paths:
-            self.local(path.name)
+            self.local(path.name, path.parent)
 
     def presign(self, sha256: str, expires_in: int, content_type: str) -> str:
         """A presigned GET of the object, good for `expires_in` seconds, served inline with
