@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def _serve(args) -> int:
@@ -100,7 +101,7 @@ def _add_model(args) -> int:
     from service.add_model import add_model
     from service.config import load_settings
 
-    return add_model(args, load_settings(args.config))
+    return add_model(args, load_settings(args.admin_config or args.config))
 
 
 def _backup(args) -> int:
@@ -108,7 +109,8 @@ def _backup(args) -> int:
     from service.storage.backup import BackupError, backup
 
     try:
-        print(json.dumps(backup(load_settings(args.admin_config or args.config).data_dir, args.dest), indent=2))
+        settings = load_settings(args.admin_config or args.config)
+        print(json.dumps(backup(settings.data_dir, args.dest, settings.asset_store), indent=2))
     except BackupError as e:
         print(f"backup failed: {e}", file=sys.stderr)
         return 1
@@ -125,6 +127,26 @@ def _restore(args) -> int:
         print(f"restore failed: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _restore_replica(args) -> int:
+    """`genservice admin restore-replica DATA_DIR`: the newest replicated database (service/replica.py)."""
+    from service.config import load_settings
+    from service.replica import ReplicaError, restore
+
+    try:
+        restore(load_settings(args.admin_config or args.config), Path(args.data_dir))
+    except ReplicaError as e:
+        print(f"restore-replica failed: {e}", file=sys.stderr)
+        return 1
+    print(f"restored the newest replicated database into {args.data_dir}")
+    return 0
+
+
+def add_restore_replica(asub) -> None:
+    rr = asub.add_parser("restore-replica", help="restore the newest replicated database into an absent or empty DATA_DIR")
+    rr.add_argument("data_dir")
+    rr.set_defaults(func=_restore_replica)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = asub.add_parser("restore", help="restore a backup into the (empty) data directory; the node must be stopped")
     r.add_argument("src")
     r.set_defaults(func=_restore)
+    add_restore_replica(asub)
     cmd("rotate-node-key", lambda a: ("POST", "/node-key/rotate", None),
         help="seal every stored secret with a new node key (the old key file is replaced)")
     return p

@@ -76,6 +76,13 @@ class Settings(BaseModel):
     max_streams_per_key: int = 20
     max_streams_per_session: int = 10
     max_streams_per_org: int = 50
+    # Growing past one disk (operations.md): where asset bytes live (`file` or
+    # s3://BUCKET/PREFIX), the S3-compatible endpoint and signing region, and the Litestream
+    # replica of the database. Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.
+    asset_store: str = "file"
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    replica_url: str | None = None
 
     @property
     def public_base_url(self) -> str:

@@ -28,6 +28,7 @@ from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.local_node import ensure_operator_token, write_url
 from service.node import build
 from service.reload import reload_on_sighup
+from service.replica import replicate
 from service.storage.db import Store
 from service.sealing import NodeKey
 from service.storage.migrate import apply_all
@@ -133,6 +134,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     shutdown = trio.Event() if shutdown is None else shutdown
     try:
         async with trio.open_nursery() as actors:
+            if settings.replica_url:  # cancelled with the actors, after the last write: stops last
+                await actors.start(replicate, settings, store)
             node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
             if threading.current_thread() is threading.main_thread():  # signals reach the main thread only

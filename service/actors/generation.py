@@ -55,7 +55,7 @@ from service.actors.job_slots import ModelSlots
 from service.actors.job_uploads import CommitUpload, UploadsActor
 from service.actors.jobs import FINAL, JobActor
 from service.actors.runtime import Registry
-from service.assets.files import FileStore
+from service.assets import StoreUnavailable, open_store
 from service.assets.signing import UrlSigner, load_secret
 from service.backends import RenderRequest, render_limiter, runnable
 from service.backends.base import ChatTurn
@@ -86,7 +86,7 @@ class Generation:
         self.clock = node.clock
         self.catalog = node.catalog
         self.base_url = node.settings.public_base_url
-        self.files = FileStore(node.settings.data_dir)
+        self.files = open_store(node.settings)
         self.signer = UrlSigner(load_secret(node.settings.data_dir), self.base_url, node.clock)
         self.jobs = JobRegistry(lambda key: JobActor(self), node.clock)
         self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
@@ -260,7 +260,12 @@ class Generation:
         recover the webhook outbox, continue every open job, settle every open hold."""
         files = self.files
         await trio.to_thread.run_sync(files.clear_work)
-        orphans = await trio.to_thread.run_sync(files.remove_unreferenced, retention_sql.content_shas(self.store))
+        try:
+            await trio.to_thread.run_sync(files.check)
+            orphans = await trio.to_thread.run_sync(files.remove_unreferenced, retention_sql.content_shas(self.store))
+        except StoreUnavailable as e:  # the node still starts; uploads answer 503 until it is back
+            log.error("assets: %s; uploads and job outputs fail until it answers", e)
+            orphans = 0
         if orphans:
             log.info("assets: %d content files no asset names were removed", orphans)
         parts = [p.name.removesuffix(".part") for p in files.tmp.iterdir()]

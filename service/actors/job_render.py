@@ -12,8 +12,8 @@ import trio
 
 from service.actors.job_messages import Notify, RenderDone, RenderHandle
 from service.actors.runtime import Registry
-from service.assets.files import hash_file
-from service.backends import MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render
+from service.assets.files import ObjectMissing, StoreUnavailable, hash_file
+from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render
 from service.storage import generation as sql
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ async def render_task(gen: Generation, job_id: str, handle: RenderHandle, req: R
     hashed: list = []
     try:
         with handle.scope:
+            paths = [f.path for files in req.inputs.values() for f in files]
+            await trio.to_thread.run_sync(gen.files.fetch_inputs, paths, abandon_on_cancel=True)
             model = gen.model_for(job_id, req.model)
             if model is not None and model.engine is not None:
                 outcome = await gen.node.engines.render(req, model)
@@ -56,6 +58,9 @@ async def render_task(gen: Generation, job_id: str, handle: RenderHandle, req: R
                 outcome = await render(req, limiter=gen.render_limiter)
             if isinstance(outcome, Completed):
                 hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
+    except (StoreUnavailable, ObjectMissing) as e:
+        log.error("job %s: an input could not be read from the asset store: %r", job_id, e)
+        outcome, hashed = Failed(MSG_INCOMPLETE), []
     except Exception:  # noqa: BLE001 - reported as failure 5
         log.exception("job %s: render task failed", job_id)
         outcome, hashed = Failed(MSG_INTERNAL), []
@@ -84,9 +89,7 @@ def render_request(gen: Generation, job_id: str, job: dict) -> RenderRequest:
         files = []
         for i in ids:
             r = rows[i]
-            path = gen.files.path(r["sha256"])
-            if not path.is_file():
-                raise FileNotFoundError(f"input asset {i}: {path} is missing")
+            path = gen.files.input_path(r["sha256"], job_id)
             files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"],
                                    r["frames"]))
         inputs[name] = files

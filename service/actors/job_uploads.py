@@ -1,12 +1,11 @@
 """The uploads actor (registry `uploads`, one per organization): commits an uploaded asset.
 
 The HTTP route has already received, hashed and inspected the file into
-`assets/tmp/<asset_id>.part`. `CommitUpload` writes the asset row, then moves the file into
-its content-addressed place. From the moment the message is sent the actor owns the temp
-file: if the row cannot be committed it deletes it; if the node stops between the commit
-and the move, `FileStore.recover_uploads` finishes the move at the next start (the temp
-file is named by the asset id). So a failed upload leaves nothing behind and a committed
-row always gets its bytes.
+`assets/tmp/<asset_id>.part`. `CommitUpload` stores the bytes (a file placed by its digest,
+or an object put in the S3-compatible store), then writes the asset row. From the moment
+the message is sent the actor owns the temp file and always deletes it. A store that is
+down answers 503 and writes no row; a stop between the store and the commit leaves bytes
+no row names, removed by the sweep at the next start. So no row ever names missing bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +16,12 @@ from pathlib import Path
 import trio
 
 from service.actors.runtime import Actor
+from service.assets.files import StoreUnavailable
+from service.errors import Unavailable
 from service.storage import generation as sql
+
+
+STORE_DOWN = "The asset store is unavailable; try the upload again later."
 
 
 @dataclass(frozen=True)
@@ -32,11 +36,15 @@ class UploadsActor(Actor):
         self.files = files
 
     async def handle(self, msg: CommitUpload) -> dict:
+        # Bytes first, then the row: an object store may be down, and no row may name
+        # missing bytes. A stop between the two leaves stored bytes no row names; the sweep
+        # at the next start (remove_unreferenced) deletes them.
         try:
+            await trio.to_thread.run_sync(self.files.place, msg.temp, msg.row["sha256"])
             await self.store.write(lambda c: sql.insert_asset(c, msg.row))
-        except BaseException:
+        except StoreUnavailable:
+            raise Unavailable(STORE_DOWN) from None
+        finally:
             msg.temp.unlink(missing_ok=True)
-            raise
-        await trio.to_thread.run_sync(self.files.place, msg.temp, msg.row["sha256"])
         self.done = True  # stateless: stop once the mailbox is empty
         return msg.row

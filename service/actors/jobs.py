@@ -44,6 +44,7 @@ from service.actors.job_messages import Cancel, Notify, RenderDone, Resume, Slot
 from service.actors.job_render import RenderHandle, render_request, render_task
 from service.actors.job_effects import JOB_EFFECTS, JobEffects, after
 from service.actors.runtime import Actor
+from service.assets.files import StoreUnavailable
 from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged
 from service.clock import parse_iso
 from service.crash import crashpoint
@@ -295,6 +296,10 @@ class JobActor(JobEffects, Actor):
             crashpoint("output_produced")  # output files exist in work/, no asset stored yet
             try:
                 await trio.to_thread.run_sync(self._place, msg.hashed)
+            except StoreUnavailable as e:  # the asset store is down: no asset row, hold released
+                log.error("job %s: storing outputs failed: %s", self.job_id, e)
+                await self._finish("fail", error=MSG_INCOMPLETE)
+                return
             except Exception:  # noqa: BLE001
                 log.exception("job %s: storing outputs failed", self.job_id)
                 await self._finish("fail", error=MSG_INTERNAL)

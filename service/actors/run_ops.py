@@ -41,8 +41,8 @@ class RunRegistry(Registry):
 AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
 
 
-def run_op(files, work: Path, op: str, args: dict, path: Path, duration_s: float | None) -> dict:
-    """Run one op on the input file `path` (a video's `duration_s`); place the PNG it makes
+def run_op(files, work: Path, op: str, args: dict, sha256: str, duration_s: float | None) -> dict:
+    """Run one op on the input whose digest is `sha256` (a video's `duration_s`); place the PNG it makes
     in `files`; answer the new asset's fields.
 
     extract_frame(video, at: first|middle|last) -> media.ops.extract_frame(path, at_s, dst)
@@ -53,6 +53,7 @@ def run_op(files, work: Path, op: str, args: dict, path: Path, duration_s: float
 
     work.mkdir(parents=True, exist_ok=True)
     try:
+        path = files.local(sha256, work)  # an object store's object is fetched into this scratch first
         dst = work / "out.png"
         if op == "extract_frame":
             duration = float(duration_s or 0.0)
@@ -77,7 +78,7 @@ async def op_task(products: Products, run: dict, key: str, handle: OpHandle, op:
     try:
         with handle.scope:
             fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args,
-                                                   products.files.path(src["sha256"]), src["duration_s"],
+                                                   src["sha256"], src["duration_s"],
                                                    abandon_on_cancel=True)
             asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
                      "project_id": run["project_id"], "job_id": None, "position": 0, "source": "workflow",

@@ -1,6 +1,15 @@
-"""Asset bytes: a content-addressed file store under DATA_DIR/assets/ and signed URLs."""
+"""Asset bytes: a content-addressed store (files under DATA_DIR/assets/ or objects in an
+S3-compatible store) and signed URLs."""
 
-from .files import FileStore, hash_file
+from .files import FileStore, ObjectMissing, StoreUnavailable, hash_file
 from .signing import LIFETIME_S, UrlSigner
 
-__all__ = ["LIFETIME_S", "FileStore", "UrlSigner", "hash_file"]
+__all__ = ["LIFETIME_S", "FileStore", "ObjectMissing", "StoreUnavailable", "UrlSigner", "hash_file", "open_store"]
+
+
+def open_store(settings) -> FileStore:
+    """The asset store the settings name: `file` (the default) or `s3://BUCKET/PREFIX`."""
+    if settings.asset_store == "file":
+        return FileStore(settings.data_dir)
+    from .s3 import S3Store
+    return S3Store(settings.data_dir, settings.asset_store, settings.s3_endpoint_url, settings.s3_region)

@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024
 
 
+class StoreUnavailable(Exception):
+    """The asset store could not be reached or refused a request."""
+
+
+class ObjectMissing(Exception):
+    """An asset row names bytes the store no longer has (deleted behind the node's back)."""
+
+
 def hash_file(path: str | Path) -> tuple[str, int]:
     """SHA-256 hex digest and size of the file."""
     h = hashlib.sha256()
@@ -64,6 +72,23 @@ class FileStore:
 
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
+
+    def local(self, sha256: str, into: Path | None = None) -> Path:
+        """A local path of the bytes, for a render or an op (files are local: `into` unused)."""
+        path = self.path(sha256)
+        if not path.is_file():
+            raise ObjectMissing(sha256)
+        return path
+
+    def input_path(self, sha256: str, job_id: str) -> Path:
+        """Where a render reads an input (no I/O beyond a stat); `fetch_inputs` makes it exist."""
+        return self.local(sha256)
+
+    def fetch_inputs(self, paths: list[Path]) -> None:
+        """Before a render: make every input path exist (local files already do)."""
+
+    def check(self) -> None:
+        """At start: the files are local, nothing to reach."""
 
     def remove_unreferenced(self, referenced: set[str]) -> int:
         """Delete content files no asset row names: left by a stop between placing a file

@@ -280,5 +280,10 @@ class Store:
         self.conn.close()
         self.reader.close()
 
+    def leave_checkpoints_to_replica(self) -> None:
+        """Litestream replicates the WAL: the writer stops checkpointing on its own, so no
+        frame reaches the database file before Litestream has copied it (service/replica.py)."""
+        self.conn.execute("PRAGMA wal_autocheckpoint=0")
+
     def checkpoint(self) -> None:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
