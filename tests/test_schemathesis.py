@@ -21,6 +21,9 @@ What is configured rather than fixed, and why (CONFIG below and schemathesis_hoo
   /v1/billing/settings` (at most two decimal places of a number or decimal string),
   account webhook create/update and top-up create (URL rules applied after parsing with
   httpx / urlsplit, not expressible as a pattern that is neither too wide nor too narrow).
+  The same operations also accept a 402: the fuzzer itself sets spend limits (down to "0")
+  on the projects and keys it then submits with (`billing.spend_limit_reached`,
+  operations.md "Spend limits"), whatever credits the organization has.
 - Three schemathesis misjudgements are dropped by the `filter_failure` hook, each matched
   exactly (failure kind and operation): object_level_authorization on `GET
   /v1/roles/{role_id}` (the four roles are global catalog entries with the same ids and
@@ -79,7 +82,7 @@ STREAMS = ("job_events", "run_events", "project_events")
 CONFIG = f"""
 [[operations]]
 include-operation-id = {json.dumps(list(POSITIVE_422))}
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "402", "403", "404", "409", "422", "429", "5xx"]
 
 [phases.stateful]
 max-steps = 40
