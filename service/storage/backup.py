@@ -59,9 +59,6 @@ def private(root: Path) -> Iterator[None]:
                     os.chmod(os.path.join(base, f), 0o600)
 
 
-def backup(data_dir: Path, dest: Path) -> dict:
-
-
 def backup(data_dir: Path, dest: Path, asset_store: str = "file") -> dict:
     """Back `data_dir` up into `dest`. With an object store (`asset_store` s3://...) the
     asset bytes are not under DATA_DIR and not copied: the manifest says so, and the
@@ -73,10 +70,10 @@ def backup(data_dir: Path, dest: Path, asset_store: str = "file") -> dict:
     if dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} is not empty: back up into a new directory")
     with private(dest):
-        return _backup(data_dir, dest)
+        return _backup(data_dir, dest, asset_store)
 
 
-def _backup(data_dir: Path, dest: Path) -> dict:
+def _backup(data_dir: Path, dest: Path, asset_store: str) -> dict:
     source_db = data_dir / DB_NAME
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     started = time.monotonic()
