@@ -74,12 +74,12 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
     usage: dict = {}
     finish = None
     done = False
-    async with http.stream("POST", f"{url}/chat/completions", json=body, headers=_auth(cfg),
-                           timeout=cfg.timeout_s) as resp:
-        if resp.status_code >= 400:
-            await resp.aread()
-            raise Upstream(resp.status_code, resp.text)
-        try:
+    try:  # a reset after the request went out, before or during the body: the server had it
+        async with http.stream("POST", f"{url}/chat/completions", json=body, headers=_auth(cfg),
+                               timeout=cfg.timeout_s) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                raise Upstream(resp.status_code, resp.text)
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -99,11 +99,11 @@ async def _chat(http: httpx.AsyncClient, req: RenderRequest, cfg: OpenAIEngine, 
                 if chunk.get("usage"):
                     usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                              if isinstance(chunk["usage"].get(k), int)}
-        except (httpx.RemoteProtocolError, httpx.ReadError) as e:  # the connection dropped mid-body
-            if finish is None:
-                raise Incomplete(f"the chat stream was broken off ({type(e).__name__})") from None
-            log.info("job %s: the chat stream was broken off after its finish_reason; the reply is whole",
-                     req.job_id)
+    except (httpx.RemoteProtocolError, httpx.ReadError) as e:  # the connection dropped
+        if finish is None:
+            raise Incomplete(f"the chat stream was broken off ({type(e).__name__})") from None
+        log.info("job %s: the chat stream was broken off after its finish_reason; the reply is whole",
+                 req.job_id)
     if not done and finish is None:  # the server broke off (llama-cpp-python: an error after the 200)
         raise Incomplete("the chat stream ended before [DONE]")
     text = "".join(parts)
