@@ -6,6 +6,7 @@ amount shows exactly with two places on the billing endpoints.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from typing import overload
 
@@ -46,6 +47,18 @@ def to_uc(value: str | int | Decimal) -> int:
     if isinstance(value, bool) or isinstance(value, float):
         raise NotCredits("credits must be a decimal string or an integer, not a float")
     return decimal_uc(to_decimal(value))
+
+
+PLAIN = re.compile(r"[0-9]{1,12}(\.[0-9]{1,2})?")
+
+
+def plain_uc(text: str, zero_ok: bool) -> int | None:
+    """Credits typed by a person or sent as a limit: plain decimal notation only (`25`,
+    `12.50`; no sign, exponent or third decimal), within range; else None."""
+    if not PLAIN.fullmatch(text):
+        return None
+    uc = to_uc(text)
+    return None if bad_amount(uc, zero_ok) else uc
 
 
 def bad_amount(v: object, zero_ok: bool) -> bool:

@@ -20,11 +20,10 @@ batch's write and read from storage by `load`.
 
 from __future__ import annotations
 
-import re
 import time
 
 from service.errors import ApiError, SpendLimitReached
-from service.money import MAX_UC, fmt, to_uc
+from service.money import fmt, plain_uc
 
 PROJECT = "project"
 API_KEY = "api_key"
@@ -32,18 +31,14 @@ MESSAGES = {PROJECT: "This project's monthly spend limit is reached.",
             API_KEY: "This API key's spend limit is reached."}
 
 
-LIMIT_TEXT = re.compile(r"[0-9]+(\.[0-9]{1,2})?")
-
-
 def parse_limit(value: object, field: str) -> int | None:
     """A limit as the API takes it: a decimal string with at most two decimals, "0" or more,
     or None (no limit); anything else is 400 `request.validation_failed` naming the field."""
     if value is None:
         return None
-    if isinstance(value, str) and LIMIT_TEXT.fullmatch(value):
-        uc = to_uc(value)
-        if uc <= MAX_UC:
-            return uc
+    uc = plain_uc(value, zero_ok=True) if isinstance(value, str) else None
+    if uc is not None:
+        return uc
     raise ApiError(f"{field} must be a decimal string of credits with at most two decimals, \"0\" or more, "
                    "or null.", {"field": field, "errors": [{"message": "Invalid spend limit", "key": field,
                                                             "source": "body"}]},

@@ -8,7 +8,6 @@ note); a refused value re-renders the page with 400 and the field named.
 
 from __future__ import annotations
 
-import re
 
 
 from quart import Blueprint, redirect, request
@@ -18,7 +17,7 @@ from service.clock import iso, parse_iso
 from service.http.auth import node
 from service.http.operator_session import audit, console_page, show
 from service.http.pages import PageError
-from service.money import bad_amount, fmt, to_uc
+from service.money import fmt, plain_uc
 from service.storage import accounts as accounts_sql
 from service.storage import billing as billing_sql
 from service.storage import console as sql
@@ -31,7 +30,6 @@ NOTES = {"approved": "Organization approved; its sign-up credits were granted.",
 CREDITS_ERROR = "Credits: enter a number above zero with at most two decimals, such as 25 or 12.50."
 REASON_ERROR = "Reason: say why these credits are granted (up to 500 characters)."
 CHART_DAYS = 30
-CREDITS_RE = re.compile(r"[0-9]{1,12}(\.[0-9]{1,2})?")
 
 
 def offset_arg() -> int:
@@ -108,14 +106,7 @@ async def approve(org_id: str):
 
 def parse_credits(raw: str) -> int | None:
     """Plain decimal notation only (`25`, `12.50`): an exponent or a sign is a typo here."""
-    raw = raw.strip()
-    if not CREDITS_RE.fullmatch(raw):
-        return None
-    try:
-        uc = to_uc(raw)
-    except (ValueError, ArithmeticError):
-        return None
-    return None if bad_amount(uc, zero_ok=False) else uc
+    return plain_uc(raw.strip(), zero_ok=False)
 
 
 @bp.post("/operator/organizations/<org_id>/grants")
