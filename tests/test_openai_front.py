@@ -220,6 +220,11 @@ async def test_bad_requests_are_400_invalid_request_error(front):
     with pytest.raises(openai.BadRequestError) as e:
         await c.chat.completions.create(model="tiny-greedy", messages=[{"role": "user", "content": "  "}])
     assert e.value.param == "messages" and e.value.body["message"] == "The messages need a non-empty user message."
+    with pytest.raises(openai.BadRequestError) as e:  # the whole conversation is bounded, not only its prompt
+        await c.chat.completions.create(model="tiny-greedy", messages=[
+            {"role": "user", "content": "x" * 9_000} for _ in range(12)])
+    assert (e.value.status_code, e.value.code, e.value.param) == (400, "invalid_request_error", "messages")
+    assert e.value.body["message"] == "The messages are longer than 100000 characters in all."
     assert await holds(n, key) == []
 
 

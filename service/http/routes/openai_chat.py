@@ -23,9 +23,17 @@ bp = Blueprint("openai_chat", __name__)
 install_errors(bp)
 
 
+# A chat's conversation waits in memory with its queued job (Generation.chat_turns): bounded
+# like a prompt, not only by the 1 MiB body. Its last user message meets the prompt limit too.
+CONVERSATION_MAX_CHARS = 100_000
+TOO_LONG = f"The messages are longer than {CONVERSATION_MAX_CHARS} characters in all."
+
+
 def _conversation(data: ChatBody) -> tuple[list[dict], str]:
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m)}
                 for m in data.messages]
+    if sum(len(m["content"]) for m in messages) > CONVERSATION_MAX_CHARS:
+        raise FrontError(400, TOO_LONG, param="messages")
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     if not prompt.strip():
         raise FrontError(400, "The messages need a non-empty user message.", param="messages")
