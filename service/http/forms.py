@@ -16,12 +16,12 @@ A notice not taken within ten minutes is dropped: a secret shown once never wait
 from __future__ import annotations
 
 import secrets
-import time
 from collections import OrderedDict
 from typing import Awaitable, Callable
 
 from quart import current_app, redirect, request
 
+from service.http.auth import node
 from service.http.browser import current_session
 
 ALREADY_SENT = "This form was already sent; nothing was done again."
@@ -69,7 +69,7 @@ def notify(text: str | None, **shown_once) -> None:
     """Tell the session's next page view: `text` as its notice, `shown_once` as page values."""
     s = current_session()
     if s is not None:
-        memory().add_notice(s.id, {"text": text, **shown_once}, time.monotonic())
+        memory().add_notice(s.id, {"text": text, **shown_once}, node().clock.now())
 
 
 def take() -> dict:
@@ -78,7 +78,7 @@ def take() -> dict:
     s = current_session()
     if s is None or request.method != "GET" or request.headers.get("HX-Request"):
         return {}
-    waiting = memory().take_notices(s.id, time.monotonic())
+    waiting = memory().take_notices(s.id, node().clock.now())  # service time: the mock clock in tests
     out: dict = {}
     texts = [n["text"] for n in waiting if n.get("text")]
     if texts:
