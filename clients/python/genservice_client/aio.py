@@ -3,7 +3,6 @@ with the same retries, Idempotency-Key and stream-following rules (genservice_cl
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -12,8 +11,9 @@ from typing import IO, Any
 
 import anyio
 import httpx
+from httpx_sse import aconnect_sse
 
-from .client import FINAL, RETRY_STATUS, _backoff, _file_part
+from .client import FINAL, RETRY_STATUS, _backoff, _file_part, seen
 from .errors import GenserviceError, JobFailed, from_response
 
 
@@ -96,26 +96,16 @@ class AsyncClient:
     async def _follow(self, job_id: str, last_id: str | None, deadline: float, on_event):
         headers = {"Last-Event-ID": last_id} if last_id else {}
         timeout = httpx.Timeout(max(deadline - time.monotonic(), 1.0), connect=10.0)
-        async with self.http.stream("GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
-                                    timeout=timeout) as r:
+        async with aconnect_sse(self.http, "GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
+                                timeout=timeout) as source:
+            r = source.response
             if r.status_code >= 400:
                 await r.aread()
                 raise from_response(r)
-            name, data, final = None, [], None
-            async for line in r.aiter_lines():
-                if line.startswith("id:"):
-                    last_id = line[3:].strip()
-                elif line.startswith("event:"):
-                    name = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].strip())
-                elif line == "" and data:
-                    payload = json.loads("\n".join(data))
-                    if on_event is not None:
-                        on_event(name, payload)
-                    if name in ("status", "reset") and payload.get("status") in FINAL:
-                        final = payload  # the node ends the stream after it: read to the end
-                    name, data = None, []
+            final = None
+            async for sse in source.aiter_sse():
+                last_id = sse.id or last_id
+                final = seen(sse, on_event) or final  # the node ends the stream after it: read to the end
         return final, last_id
 
     async def status(self, job_id: str) -> dict:

@@ -4,7 +4,6 @@ twice; other requests are retried only where the spec's "Retrying" table says it
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -12,10 +11,21 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from httpx_sse import ServerSentEvent, connect_sse
 
 from .errors import GenserviceError, JobFailed, from_response
 
 FINAL = ("completed", "failed", "nsfw", "canceled")
+
+
+def seen(sse: ServerSentEvent, on_event) -> dict | None:
+    """One event of a job's stream, told to `on_event`; the job's status when it is final."""
+    if not sse.data:
+        return None
+    payload = sse.json()
+    if on_event is not None:
+        on_event(sse.event, payload)
+    return payload if sse.event in ("status", "reset") and payload.get("status") in FINAL else None
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 
 
@@ -143,26 +153,16 @@ class Client:
     def _follow(self, job_id: str, last_id: str | None, deadline: float, on_event) -> tuple[dict | None, str | None]:
         headers = {"Last-Event-ID": last_id} if last_id else {}
         timeout = httpx.Timeout(max(deadline - time.monotonic(), 1.0), connect=10.0)
-        with self.http.stream("GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
-                              timeout=timeout) as r:
+        with connect_sse(self.http, "GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
+                         timeout=timeout) as source:
+            r = source.response
             if r.status_code >= 400:
                 r.read()
                 raise from_response(r)
-            name, data, final = None, [], None
-            for line in r.iter_lines():
-                if line.startswith("id:"):
-                    last_id = line[3:].strip()
-                elif line.startswith("event:"):
-                    name = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].strip())
-                elif line == "" and data:
-                    payload = json.loads("\n".join(data))
-                    if on_event is not None:
-                        on_event(name, payload)
-                    if name in ("status", "reset") and payload.get("status") in FINAL:
-                        final = payload  # the node ends the stream after it: read to the end
-                    name, data = None, []
+            final = None
+            for sse in source.iter_sse():
+                last_id = sse.id or last_id
+                final = seen(sse, on_event) or final  # the node ends the stream after it: read to the end
         return final, last_id
 
     def status(self, job_id: str) -> dict:
