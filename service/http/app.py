@@ -120,6 +120,7 @@ def create_app(node) -> QuartTrio:
         security=[{"bearer": []}],
         openapi_provider_class=Provider,
     )
+    openapi.serve_versions(app)  # ?version=3.2: the event streams as `itemSchema`
     errors.install(app)
     plain_answers_as_they_are(app)
 

@@ -38,6 +38,10 @@ import copy
 import re
 from typing import Any
 
+from quart import current_app, request
+from quart_schema import hide
+
+from service.http.errors import envelope
 from service.http.openapi_table import IDEMPOTENCY_KEY, Op, operations
 from service.http.responses.document import SCHEMAS, error_response, json_response, shape_schema
 
@@ -175,3 +179,47 @@ PATH_PARAM = re.compile(r"<(?:[^:<>]*:)?([^<>]+)>")
 def normalize(rule: str) -> str:
     """A werkzeug rule without converter names: `/v1/x/<conv:name>` -> `/v1/x/<name>`."""
     return PATH_PARAM.sub(r"<\1>", rule)
+
+
+# -- the same document as OpenAPI 3.2 (`GET /v1/openapi.json?version=3.2`) -----------------------
+VERSIONS = ("3.1", "3.2")
+
+
+def as_3_2(doc: dict) -> dict:
+    """`doc` (3.1) as OpenAPI 3.2: each `text/event-stream` answer's event, which 3.1 can only
+    put in `schema`, becomes the media type's `itemSchema` (one server-sent event: `event`,
+    `id`, `retry`, `data` with its JSON shape per event name). The 3.1 document stays the
+    default: openapi-python-client and most tools refuse 3.2 today."""
+    out = copy.deepcopy(doc)
+    out["openapi"] = "3.2.0"
+    for ops in out.get("paths", {}).values():
+        for op in ops.values():
+            if not isinstance(op, dict):
+                continue
+            for answer in op.get("responses", {}).values():
+                media = answer.get("content", {}).get("text/event-stream")
+                if media is None or "schema" not in media:
+                    continue
+                schema = media.pop("schema")
+                events = [s for s in schema.get("anyOf", [schema]) if s.get("type") == "object"]
+                if len(events) != 1:
+                    raise DocumentError("a text/event-stream schema without its one event object")
+                media["itemSchema"] = {"description": schema.get("description", "One server-sent event."),
+                                       **events[0]}
+    return out
+
+
+def serve_versions(app) -> None:
+    """`GET /v1/openapi.json` answers 3.1, or 3.2 with `?version=3.2`; another version is a 400."""
+    provider = app.extensions["QUART_SCHEMA"].openapi_provider
+
+    @hide
+    async def document():
+        version = request.args.get("version", "3.1")
+        if version not in VERSIONS:
+            return envelope(400, "request.bad_request",
+                            f"Unknown OpenAPI version {version!r}: this node serves 3.1 (the default) and 3.2.")
+        doc = provider.schema()
+        return current_app.json.response(as_3_2(doc) if version == "3.2" else doc)
+
+    app.view_functions["openapi"] = document
