@@ -1,6 +1,7 @@
 """`genservice-client` as a subprocess against a real `genservice serve`: generate with -o,
-jobs list, balance, upload, `--json`, the key from the environment or the config file, and
-an error's exit status and message."""
+run a product with --input, jobs list, balance, upload, `--json`, the key from the
+environment or the config file, an error's exit status and message, and the shell
+completion scripts (bash completes in a real bash)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ CLI = str(Path(sys.executable).parent / "genservice-client")
 
 
 def cli(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          env={"PATH": os.environ["PATH"], "HOME": str(cwd), **env})
+    # PYTHONPATH passes on: the package of the tree under test, not only the installed one
+    inherited = {k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env={**inherited, "HOME": str(cwd), **env})
 
 
 def test_generate_list_balance_upload(live, tmp_path):  # noqa: F811
@@ -52,3 +55,49 @@ def test_the_config_file_and_errors(live, tmp_path):  # noqa: F811
     out = cli(["balance"], {"GENSERVICE_API_KEY": "aak_bad", "GENSERVICE_URL": node.url}, tmp_path)
     assert out.returncode == 1 and "401 auth.unauthorized" in out.stderr
     assert cli(["balance"], {}, tmp_path / ".config").returncode == 2  # no key anywhere
+
+
+def test_run_a_product_with_inputs(live, tmp_path):  # noqa: F811
+    node, org = live
+    env = {"GENSERVICE_URL": node.url, "GENSERVICE_API_KEY": org["api_key"]}
+    out = cli(["run", "text-to-clip", "--input", "prompt=a fox at dawn", "--input", "seed=7"], env, tmp_path)
+    assert out.returncode == 0, out.stderr
+    run_id, status = out.stdout.split()
+    assert status == "completed"
+    shown = json.loads(cli(["--json", "run", "text-to-clip", "--input", "prompt=a fox", "--input", "seed=7"],
+                           env, tmp_path).stdout)
+    assert shown["id"] != run_id and shown["status"] == "completed" and shown["inputs"]["seed"] == 7
+    assert set(shown["outputs"]) == {"still", "clip", "cover", "thumbnail"}
+    out = cli(["run", "no-such-product", "--input", "prompt=fox"], env, tmp_path)
+    assert out.returncode == 1 and "404 " in out.stderr
+    out = cli(["run", "text-to-clip", "--input", "prompt"], env, tmp_path)
+    assert out.returncode == 1 and out.stderr.strip() == "expected NAME=VALUE, got 'prompt'"
+
+
+def _complete(script: str, words: list[str], cwd: Path | None = None) -> list[str]:
+    """What bash offers after `words` (the last one being typed), with the printed script loaded."""
+    line = " ".join(words)
+    program = (f"{script}\nCOMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; "
+               f"COMP_LINE={line!r}; COMP_POINT=${{#COMP_LINE}}; _shtab_genservice_client; "
+               'printf "%s\\n" "${COMPREPLY[@]}"')
+    out = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_shell_completion(tmp_path):
+    bash = cli(["completion", "bash"], {}, tmp_path)  # no key needed
+    assert bash.returncode == 0, bash.stderr
+    assert _complete(bash.stdout, ["genservice-client", ""]) == ["generate", "run", "jobs", "balance", "upload",
+                                                                 "completion"]
+    assert _complete(bash.stdout, ["genservice-client", "ba"]) == ["balance"]
+    assert _complete(bash.stdout, ["genservice-client", "jobs", ""]) == ["list"]
+    assert set(_complete(bash.stdout, ["genservice-client", "generate", "--"])) >= {"--output", "--model", "--param"}
+    assert "bash" in _complete(bash.stdout, ["genservice-client", "completion", ""])
+    (tmp_path / "fox.png").write_bytes(b"x")
+    assert _complete(bash.stdout, ["genservice-client", "upload", "fo"], tmp_path) == ["fox.png"]  # files complete
+    zsh = cli(["completion", "zsh"], {}, tmp_path)
+    assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef genservice-client")
+    assert "_shtab_genservice_client_upload" in zsh.stdout and "generate" in zsh.stdout
+    bad = cli(["completion", "cmd.exe"], {}, tmp_path)
+    assert bad.returncode == 2 and "invalid choice: 'cmd.exe'" in bad.stderr

@@ -1,7 +1,9 @@
 """The Python client package (clients/python, `genservice_client`) against a real
 `genservice serve`: generate with wait (the job's event stream), status, jobs, balance,
-cancel, uploads from a path, bytes and a file object, downloads, products, every error
-class from a real answer, the automatic Idempotency-Key, and webhook signatures."""
+cancel, uploads from a path, bytes and a file object, downloads, products (list, get, run,
+get_run, cancel_run), every error class from a real answer (RateLimited from a node with a
+tight per-key limit, JobFailed from a job canceled while followed), the automatic
+Idempotency-Key, webhook signatures; every answer a model of genservice_client.models."""
 
 from __future__ import annotations
 
@@ -17,11 +19,24 @@ import genservice_client as gc
 from serve_process import HARNESS_ENV, ServeProcess
 from test_openai_front import BUILTINS
 
+# the video model of the text-to-clip product (service/catalog/default.toml)
+CAMERA = """
+[[models]]
+id = "camera-move"
+capability = "video.generate"
+backend = "camera_move_video"
+resolutions = ["480p"]
+durations = [5]
+concurrency = 1
+slots = { start_frame = 1 }
+prices = [{ resolution = "480p", duration = 5, credits = "10.00" }]
+"""
+
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("client")
-    (tmp / "catalog.toml").write_text(BUILTINS)
+    (tmp / "catalog.toml").write_text(BUILTINS + CAMERA)
     with ServeProcess(tmp / "data", {**HARNESS_ENV, "GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml")},
                       operator_token="client-op", log_dir=tmp) as node:
         r = httpx.post(f"{node.url}/operator/v1/organizations", headers=node.op, timeout=30,
@@ -41,17 +56,17 @@ def test_generate_waits_on_the_stream_and_downloads(live, tmp_path):
     with gc.Client(org["api_key"], node.url) as c:
         events = []
         job = c.generate("image.generate", "a red fox", on_event=lambda name, data: events.append(name))
-        assert job["status"] == "completed" and events and events[-1] == "status"
-        assert c.status(job["request_id"])["status"] == "completed"
-        assert job["request_id"] in [j["request_id"] for j in c.jobs()]
-        data = c.download(job["outputs"][0], tmp_path / "fox.png")
+        assert job.status == "completed" and events and events[-1] == "status"
+        assert c.status(job.request_id).status == "completed"
+        assert job.request_id in [j.request_id for j in c.jobs()]
+        data = c.download(job.outputs[0], tmp_path / "fox.png")
         with Image.open(tmp_path / "fox.png") as img:
             assert img.format == "PNG"
         assert data == (tmp_path / "fox.png").read_bytes()
         accepted = c.generate("image.generate", "another fox", wait=False)
-        assert accepted["status"] == "queued"
-        assert c.cancel(accepted["request_id"])["status"] in ("canceled", "completed")
-        assert c.balance()["available"]
+        assert isinstance(accepted, gc.SubmitAccepted) and accepted.status == "queued"
+        assert c.cancel(accepted.request_id).status in ("canceled", "completed")
+        assert c.balance().available > 0
 
 
 def test_uploads_from_a_path_bytes_and_a_file_object(live, tmp_path):
@@ -60,7 +75,7 @@ def test_uploads_from_a_path_bytes_and_a_file_object(live, tmp_path):
     with gc.Client(org["api_key"], node.url) as c:
         for source in (tmp_path / "in.png", png(), io.BytesIO(png())):
             asset = c.upload(source, content_type="image/png", filename="in.png")
-            assert asset["kind"] == "image" and (asset["width"], asset["height"]) == (64, 48)
+            assert isinstance(asset, gc.Asset) and asset.kind == "image" and (asset.width, asset.height) == (64, 48)
 
 
 def test_every_error_is_a_typed_exception_with_the_spec_code(live):
@@ -103,7 +118,7 @@ def test_submits_carry_an_idempotency_key_so_a_retry_never_pays_twice(live):
 
     http = httpx.Client(base_url=node.url, event_hooks={"request": [record]}, timeout=60)
     with gc.Client(org["api_key"], node.url, http=http) as c:
-        before = c.balance()["available"]
+        before = c.balance().available
         first = c.request("POST", "/v1/generation/capabilities/image.generate", json={"prompt": "fox"},
                           headers={"Idempotency-Key": "retry-1"})
         again = c.request("POST", "/v1/generation/capabilities/image.generate", json={"prompt": "fox"},
@@ -112,7 +127,7 @@ def test_submits_carry_an_idempotency_key_so_a_retry_never_pays_twice(live):
         c.submit("image.generate", "fox")
         assert sent[-1] and len(sent[-1]) == 36
         c.wait(first["request_id"])
-        assert float(before) - float(c.balance()["available"]) <= 2.0  # one job paid for the replay, one new
+        assert before - c.balance().available <= 2  # one job paid for the replay, one new
 
 
 def test_verify_webhook_checks_the_signature():
@@ -128,13 +143,95 @@ async def test_the_async_client_generates_uploads_and_raises_the_same_errors(liv
     node, org = live
     async with gc.AsyncClient(org["api_key"], node.url) as c:
         job = await c.generate("image.generate", "a red fox")
-        assert job["status"] == "completed" and (await c.status(job["request_id"]))["status"] == "completed"
-        assert len(await c.download(job["outputs"][0], tmp_path / "fox.png")) > 0
-        assert job["request_id"] in [j["request_id"] for j in await c.jobs()]
-        assert (await c.upload(png(), content_type="image/png", filename="in.png"))["kind"] == "image"
+        assert job.status == "completed" and (await c.status(job.request_id)).status == "completed"
+        assert len(await c.download(job.outputs[0], tmp_path / "fox.png")) > 0
+        assert job.request_id in [j.request_id for j in await c.jobs()]
+        assert (await c.upload(png(), content_type="image/png", filename="in.png")).kind == "image"
         accepted = await c.generate("image.generate", "fox", wait=False)
-        assert (await c.cancel(accepted["request_id"]))["status"] in ("canceled", "completed")
-        assert (await c.balance())["available"]
+        assert (await c.cancel(accepted.request_id)).status in ("canceled", "completed")
+        assert (await c.balance()).available > 0
         with pytest.raises(gc.InsufficientCredits) as e:
             await c.generate("image.generate", "fox", model="pricey")
         assert e.value.code == "billing.insufficient_credits"
+
+
+def test_products_list_get_and_run_to_their_end(live, tmp_path):
+    node, org = live
+    with gc.Client(org["api_key"], node.url) as c:
+        assert "text-to-clip" in [p.slug for p in c.products.list(category="video")]
+        product = c.products.get("text-to-clip")
+        assert isinstance(product, gc.Product) and product.inputs["prompt"].required
+        run = c.products.run("text-to-clip", prompt="a fox at dawn", resolution="480p")
+        assert isinstance(run, gc.ProductRun) and run.status == "completed", run.steps
+        assert set(run.outputs) == {"still", "clip", "cover", "thumbnail"}
+        assert [s.status for s in run.steps] == ["completed"] * 4 and run.credits.actual > 0
+        clip = c.download(run.outputs["clip"][0], tmp_path / "clip.mp4")
+        assert clip[4:8] == b"ftyp"
+        assert c.products.get_run(run.id).model_dump() == run.model_dump()
+        started = c.products.run("text-to-clip", wait=False, prompt="another fox")
+        assert started.status in ("queued", "running")
+        assert c.products.cancel_run(started.id).status in ("canceled", "completed")
+        with pytest.raises(gc.NotFound) as e:
+            c.products.run("no-such-product", prompt="fox")
+        assert e.value.status == 404
+
+
+async def test_async_products(live):
+    node, org = live
+    async with gc.AsyncClient(org["api_key"], node.url) as c:
+        assert "text-to-clip" in [p.slug for p in await c.products.list()]
+        assert (await c.products.get("text-to-clip")).slug == "text-to-clip"
+        run = await c.products.run("text-to-clip", prompt="a fox at dusk")
+        assert run.status == "completed" and (await c.products.get_run(run.id)).status == "completed"
+        started = await c.products.run("text-to-clip", wait=False, prompt="one more fox")
+        assert (await c.products.cancel_run(started.id)).status in ("canceled", "completed")
+
+
+def test_bad_request_conflict_and_a_failed_job(live):
+    node, org = live
+    with gc.Client(org["api_key"], node.url) as c:
+        with pytest.raises(gc.BadRequest) as e:
+            c.submit("image.generate", "fox", bogus=1)
+        assert (e.value.status, e.value.code) == (400, "request.validation_failed")
+        c.request("POST", "/v1/projects", json={"name": "Twice", "slug": "twice"})
+        with pytest.raises(gc.Conflict) as e:
+            c.request("POST", "/v1/projects", json={"name": "Twice", "slug": "twice"})
+        assert (e.value.status, e.value.code) == (409, "request.conflict")
+        canceled = []
+
+        def cancel_once(name: str, data: dict) -> None:  # the job is canceled while the client follows it
+            if not canceled and name == "status" and data["status"] not in ("completed", "failed", "nsfw", "canceled"):
+                canceled.append(c.cancel(data["request_id"]).status)
+
+        with pytest.raises(gc.JobFailed) as e:
+            c.generate("video.generate", "a fox", model="camera-move", resolution="480p", duration=5,
+                       inputs={"start_frame": [c.upload(png(), content_type="image/png").id]}, on_event=cancel_once)
+        assert canceled == ["canceled"]
+        assert (e.value.code, e.value.job.status) == ("job.canceled", "canceled")
+        assert isinstance(e.value.job, gc.JobStatus) and e.value.request_id == e.value.job.request_id
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """A node whose keys may make 2 requests at once, then one every 2 seconds."""
+    tmp = tmp_path_factory.mktemp("client-limited")
+    (tmp / "catalog.toml").write_text(BUILTINS)
+    env = {**HARNESS_ENV, "GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml"), "GENSERVICE_RATE_LIMIT_PER_KEY": "0.5",
+           "GENSERVICE_RATE_LIMIT_BURST": "2"}
+    with ServeProcess(tmp / "data", env, operator_token="limited-op", log_dir=tmp) as node:
+        r = httpx.post(f"{node.url}/operator/v1/organizations", headers=node.op, timeout=30,
+                       json={"name": "Limited", "owner_email": "limited@acme.test", "approved": True})
+        assert r.status_code == 201, r.text
+        yield node, r.json()["data"]
+
+
+def test_rate_limited_raises_after_its_retries_and_a_retry_waits_it_out(limited):
+    node, org = limited
+    with gc.Client(org["api_key"], node.url, max_retries=0) as c:
+        with pytest.raises(gc.RateLimited) as e:
+            for _ in range(4):
+                c.balance()
+        assert (e.value.status, e.value.code) == (429, "request.rate_limited")
+        assert e.value.retry_after and e.value.retry_after > 0
+    with gc.Client(org["api_key"], node.url, max_retries=3) as c:
+        assert c.balance().available > 0  # after Retry-After

@@ -1,9 +1,11 @@
 """docs/clients.md's examples, run as written: every `python` block as its own process
-against a real `genservice serve` (built-ins plus the llama-cpp-python chat model), with
+against a real `genservice serve` (built-ins, the camera-move video model of the
+text-to-clip product, and the llama-cpp-python chat model), with
 the node's address and a fresh organization's key in the environment."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 
 from serve_process import HARNESS_ENV, ServeProcess
 from test_engines_openai import llama  # noqa: F401 - the session's llama-cpp-python server
+from test_client_package import CAMERA  # the video model of the text-to-clip product
 from test_openai_front import catalog
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "clients.md"
@@ -23,7 +26,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 @pytest.fixture(scope="module")
 def served(llama, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("clients-doc")
-    (tmp / "catalog.toml").write_text(catalog(llama.url))
+    (tmp / "catalog.toml").write_text(catalog(llama.url) + CAMERA)
     with ServeProcess(tmp / "data", {**HARNESS_ENV, "GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml")},
                       operator_token="doc-operator", log_dir=tmp) as node:
         r = httpx.post(f"{node.url}/operator/v1/organizations", headers=node.op, timeout=30,
@@ -42,6 +45,8 @@ def test_example_runs(served, index, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(BLOCKS[index])
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env={"GENSERVICE_URL": url, "GENSERVICE_API_KEY": key, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+                         env={"GENSERVICE_URL": url, "GENSERVICE_API_KEY": key, "PATH": "/usr/bin:/bin",
+                              **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})},
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip()

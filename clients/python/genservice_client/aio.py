@@ -13,8 +13,41 @@ import anyio
 import httpx
 from httpx_sse import aconnect_sse
 
-from .client import FINAL, RETRY_STATUS, _backoff, _file_part, seen
+from .client import FINAL, RETRY_STATUS, RUN_FINAL, _backoff, _file_part, asset_id, seen
 from .errors import GenserviceError, JobFailed, from_response
+from .models import Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
+
+
+class AsyncProducts:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def list(self, category: str | None = None) -> list[Product]:
+        params = {"category": category} if category else None
+        answer = await self._c.request("GET", "/v1/workflows/products", params=params)
+        return [Product.model_validate(p) for p in answer["data"]]
+
+    async def get(self, slug: str) -> Product:
+        return Product.model_validate((await self._c.request("GET", f"/v1/workflows/products/{slug}"))["data"])
+
+    async def run(self, slug: str, wait: bool = True, timeout: float = 600.0, **inputs: Any) -> ProductRun:
+        answer = await self._c.request("POST", f"/v1/workflows/products/{slug}/runs", json={"inputs": inputs},
+                                       submit=True)
+        run = ProductRun.model_validate(answer["data"])
+        deadline = time.monotonic() + timeout
+        while wait and run.status not in RUN_FINAL:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run.id} still {run.status}")
+            await anyio.sleep(0.5)
+            run = await self.get_run(run.id)
+        return run
+
+    async def get_run(self, run_id: str) -> ProductRun:
+        return ProductRun.model_validate((await self._c.request("GET", f"/v1/workflows/runs/{run_id}"))["data"])
+
+    async def cancel_run(self, run_id: str) -> ProductRun:
+        answer = await self._c.request("POST", f"/v1/workflows/runs/{run_id}/cancel")
+        return ProductRun.model_validate(answer["data"])
 
 
 class AsyncClient:
@@ -29,6 +62,7 @@ class AsyncClient:
             headers["X-Service-Project"] = project
         self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
         self.max_retries = max_retries
+        self.products = AsyncProducts(self)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -62,21 +96,22 @@ class AsyncClient:
             attempt += 1
 
     async def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None,
-                     **fields: Any) -> dict:
+                     **fields: Any) -> SubmitAccepted:
         body = {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
-        return await self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True)
+        return SubmitAccepted.model_validate(
+            await self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True))
 
     async def generate(self, capability: str, prompt: str | None = None, *, wait: bool = True,
-                       timeout: float = 600.0, on_event=None, **fields: Any) -> dict:
+                       timeout: float = 600.0, on_event=None, **fields: Any) -> JobStatus | SubmitAccepted:
         accepted = await self.submit(capability, prompt, **fields)
         if not wait:
             return accepted
-        job = await self.wait(accepted["request_id"], timeout=timeout, on_event=on_event)
-        if job["status"] != "completed":
+        job = await self.wait(accepted.request_id, timeout=timeout, on_event=on_event)
+        if job.status != "completed":
             raise JobFailed(job)
         return job
 
-    async def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> dict:
+    async def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> JobStatus:
         deadline = time.monotonic() + timeout
         last_id: str | None = None
         for _ in range(5):
@@ -88,7 +123,7 @@ class AsyncClient:
                 return final
         while time.monotonic() < deadline:
             job = await self.status(job_id)
-            if job["status"] in FINAL:
+            if job.status in FINAL:
                 return job
             await anyio.sleep(0.5)
         raise TimeoutError(f"job {job_id} did not end in {timeout} s")
@@ -108,27 +143,28 @@ class AsyncClient:
                 final = seen(sse, on_event) or final  # the node ends the stream after it: read to the end
         return final, last_id
 
-    async def status(self, job_id: str) -> dict:
-        return await self.request("GET", f"/v1/generation/requests/{job_id}/status")
+    async def status(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate(await self.request("GET", f"/v1/generation/requests/{job_id}/status"))
 
-    async def cancel(self, job_id: str) -> dict:
-        return await self.request("POST", f"/v1/generation/requests/{job_id}/cancel")
+    async def cancel(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate(await self.request("POST", f"/v1/generation/requests/{job_id}/cancel"))
 
-    async def jobs(self, limit: int = 50) -> list[dict]:
-        return (await self.request("GET", "/v1/generation/requests", params={"limit": limit}))["data"]
+    async def jobs(self, limit: int = 50) -> list[JobStatus]:
+        answer = await self.request("GET", "/v1/generation/requests", params={"limit": limit})
+        return [JobStatus.model_validate(j) for j in answer["data"]]
 
-    async def balance(self) -> dict:
-        return (await self.request("GET", "/v1/billing/balance"))["data"]
+    async def balance(self) -> Balance:
+        return Balance.model_validate((await self.request("GET", "/v1/billing/balance"))["data"])
 
     async def upload(self, file: str | os.PathLike | bytes | IO[bytes], *, filename: str | None = None,
-                     content_type: str | None = None) -> dict:
+                     content_type: str | None = None) -> Asset:
         answer = await self.request("POST", "/v1/generation/uploads",
                                     files={"file": _file_part(file, filename, content_type)}, retry=False)
-        return answer.get("data", answer)
+        return Asset.model_validate(answer["data"])
 
-    async def download(self, output: dict | str, path: str | os.PathLike | None = None) -> bytes:
-        asset_id = output if isinstance(output, str) else output["id"]
-        r = await self.http.get(f"/v1/generation/assets/{asset_id}/content", follow_redirects=True)
+    async def download(self, output: Asset | AssetOutput | dict | str,
+                       path: str | os.PathLike | None = None) -> bytes:
+        r = await self.http.get(f"/v1/generation/assets/{asset_id(output)}/content", follow_redirects=True)
         if r.status_code >= 400:
             raise from_response(r)
         if path is not None:

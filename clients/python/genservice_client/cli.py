@@ -1,7 +1,9 @@
 """`genservice-client`: the package's calls from a shell. The key and address come from
 GENSERVICE_API_KEY / GENSERVICE_URL, else the config file (`~/.config/genservice/client.toml`
 or GENSERVICE_CONFIG: `api_key = "..."`, `url = "..."`). `--json` prints the answer as JSON
-for scripts; errors go to stderr with the spec's code and exit status 1."""
+for scripts; errors go to stderr with the spec's code and exit status 1.
+`genservice-client completion bash|zsh|tcsh` prints the shell's completion script (shtab,
+from this parser: it cannot fall behind the commands)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import shtab
+from pydantic import BaseModel
 from tqdm import tqdm
 
 from .client import Client
@@ -36,8 +40,14 @@ def _pairs(items: list[str]) -> dict:
     return out
 
 
+def _plain(data):
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    return [_plain(x) for x in data] if isinstance(data, list) else data
+
+
 def _show(args, data, line: str) -> None:
-    print(json.dumps(data, indent=2) if args.json else line)
+    print(json.dumps(_plain(data), indent=2) if args.json else line)
 
 
 def _generate(c: Client, args) -> None:
@@ -62,12 +72,12 @@ def _generate(c: Client, args) -> None:
         if bar is not None:
             bar.close()
     if args.output:
-        c.download(job["outputs"][0], args.output)
-    _show(args, job, f"{job['request_id']} completed, {job['credits']['actual']} credits"
+        c.download(job.outputs[0], args.output)
+    _show(args, job, f"{job.request_id} completed, {job.credits.actual} credits"
           + (f", saved {args.output}" if args.output else ""))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="genservice-client", description="A genservice node from the shell.")
     ap.add_argument("--json", action="store_true", help="print answers as JSON")
     ap.add_argument("--url", help="the node's address (else GENSERVICE_URL or the config file)")
@@ -75,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("generate", help="submit a job and wait for it")
     g.add_argument("capability")
     g.add_argument("prompt")
-    g.add_argument("-o", "--output", help="save the first output here")
+    g.add_argument("-o", "--output", help="save the first output here").complete = shtab.FILE
     g.add_argument("--model")
     g.add_argument("--param", action="append", default=[], help="NAME=VALUE (aspect_ratio=16:9, seed=3)")
     r = sub.add_parser("run", help="run a product and wait for it")
@@ -86,9 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--limit", type=int, default=20)
     sub.add_parser("balance", help="the credit balance")
     u = sub.add_parser("upload", help="upload a file as an asset")
-    u.add_argument("file")
+    u.add_argument("file").complete = shtab.FILE
     u.add_argument("--content-type")
+    c = sub.add_parser("completion", help="print the shell's completion script")
+    c.add_argument("shell", choices=shtab.SUPPORTED_SHELLS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
+    if args.command == "completion":
+        print(shtab.complete(ap, shell=args.shell))
+        return 0
     cfg = _config()
     key = os.environ.get("GENSERVICE_API_KEY") or cfg.get("api_key")
     url = args.url or os.environ.get("GENSERVICE_URL") or cfg.get("url")
@@ -101,16 +121,18 @@ def main(argv: list[str] | None = None) -> int:
                 _generate(c, args)
             elif args.command == "run":
                 run = c.products.run(args.slug, **_pairs(args.input))
-                _show(args, run, f"{run['id']} {run['status']}")
+                _show(args, run, f"{run.id} {run.status}")
+                if run.status != "completed":
+                    return 1
             elif args.command == "jobs":
                 jobs = c.jobs(args.limit)
-                _show(args, jobs, "\n".join(f"{x['request_id']}  {x['status']:<10} {x['model']}" for x in jobs))
+                _show(args, jobs, "\n".join(f"{x.request_id}  {x.status:<10} {x.model}" for x in jobs))
             elif args.command == "balance":
                 bal = c.balance()
-                _show(args, bal, f"{bal['available']} credits available")
+                _show(args, bal, f"{bal.available} credits available")
             elif args.command == "upload":
                 asset = c.upload(args.file, content_type=args.content_type)
-                _show(args, asset, f"{asset['id']} {asset['content_type']}")
+                _show(args, asset, f"{asset.id} {asset.content_type}")
     except GenserviceError as e:
         print(f"genservice-client: {e.status} {e.code}: {e.message}", file=sys.stderr)
         return 1

@@ -14,18 +14,30 @@ import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 
 from .errors import GenserviceError, JobFailed, from_response
+from .models import Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
 
 FINAL = ("completed", "failed", "nsfw", "canceled")
 
 
-def seen(sse: ServerSentEvent, on_event) -> dict | None:
-    """One event of a job's stream, told to `on_event`; the job's status when it is final."""
+RUN_FINAL = ("completed", "failed", "canceled")
+
+
+def seen(sse: ServerSentEvent, on_event) -> JobStatus | None:
+    """One event of a job's stream, told to `on_event` as its JSON (a dict); the job's status
+    when it is final (`status` and `reset` events carry a whole JobStatus)."""
     if not sse.data:
         return None
     payload = sse.json()
     if on_event is not None:
         on_event(sse.event, payload)
-    return payload if sse.event in ("status", "reset") and payload.get("status") in FINAL else None
+    final = sse.event in ("status", "reset") and payload.get("status") in FINAL
+    return JobStatus.model_validate(payload) if final else None
+
+
+def asset_id(output: Asset | AssetOutput | dict | str) -> str:
+    if isinstance(output, str):
+        return output
+    return output["id"] if isinstance(output, dict) else output.id
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 
 
@@ -47,20 +59,32 @@ class Products:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def list(self) -> list[dict]:
-        return self._c.request("GET", "/v1/workflows/products")["data"]
+    def list(self, category: str | None = None) -> list[Product]:
+        params = {"category": category} if category else None
+        return [Product.model_validate(p) for p in self._c.request("GET", "/v1/workflows/products",
+                                                                   params=params)["data"]]
 
-    def run(self, slug: str, wait: bool = True, timeout: float = 600.0, **inputs: Any) -> dict:
-        """Start a product run (Idempotency-Key automatic) and, with `wait`, poll it to its end."""
+    def get(self, slug: str) -> Product:
+        return Product.model_validate(self._c.request("GET", f"/v1/workflows/products/{slug}")["data"])
+
+    def run(self, slug: str, wait: bool = True, timeout: float = 600.0, **inputs: Any) -> ProductRun:
+        """Start a product run (Idempotency-Key automatic) and, with `wait`, poll it to its end
+        (a run that ends other than completed is returned as it is: its steps say why)."""
         run = self._c.request("POST", f"/v1/workflows/products/{slug}/runs", json={"inputs": inputs}, submit=True)
-        run = run.get("data", run)
+        run = ProductRun.model_validate(run["data"])
         deadline = time.monotonic() + timeout
-        while wait and run["status"] not in ("completed", "failed", "canceled"):
+        while wait and run.status not in RUN_FINAL:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"run {run['id']} still {run['status']}")
+                raise TimeoutError(f"run {run.id} still {run.status}")
             time.sleep(0.5)
-            run = self._c.request("GET", f"/v1/workflows/runs/{run['id']}")["data"]
+            run = self.get_run(run.id)
         return run
+
+    def get_run(self, run_id: str) -> ProductRun:
+        return ProductRun.model_validate(self._c.request("GET", f"/v1/workflows/runs/{run_id}")["data"])
+
+    def cancel_run(self, run_id: str) -> ProductRun:
+        return ProductRun.model_validate(self._c.request("POST", f"/v1/workflows/runs/{run_id}/cancel")["data"])
 
 
 class Client:
@@ -116,24 +140,26 @@ class Client:
             attempt += 1
 
     # generation -------------------------------------------------------------------------
-    def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None, **fields: Any) -> dict:
+    def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None,
+               **fields: Any) -> SubmitAccepted:
         body = {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
-        return self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True)
+        return SubmitAccepted.model_validate(
+            self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True))
 
     def generate(self, capability: str, prompt: str | None = None, *, wait: bool = True, timeout: float = 600.0,
-                 on_event=None, **fields: Any) -> dict:
+                 on_event=None, **fields: Any) -> JobStatus | SubmitAccepted:
         """Submit, and with `wait` follow the job to its end (its event stream, resumed with
         Last-Event-ID after a drop, polling when the stream cannot be read). A job that
         ends other than completed raises `JobFailed`."""
         accepted = self.submit(capability, prompt, **fields)
         if not wait:
             return accepted
-        job = self.wait(accepted["request_id"], timeout=timeout, on_event=on_event)
-        if job["status"] != "completed":
+        job = self.wait(accepted.request_id, timeout=timeout, on_event=on_event)
+        if job.status != "completed":
             raise JobFailed(job)
         return job
 
-    def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> dict:
+    def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> JobStatus:
         deadline = time.monotonic() + timeout
         last_id: str | None = None
         for _ in range(5):  # stream drops: resume from the last event id
@@ -145,12 +171,13 @@ class Client:
                 return final
         while time.monotonic() < deadline:  # no usable stream: poll
             job = self.status(job_id)
-            if job["status"] in FINAL:
+            if job.status in FINAL:
                 return job
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} did not end in {timeout} s")
 
-    def _follow(self, job_id: str, last_id: str | None, deadline: float, on_event) -> tuple[dict | None, str | None]:
+    def _follow(self, job_id: str, last_id: str | None, deadline: float,
+                on_event) -> tuple[JobStatus | None, str | None]:
         headers = {"Last-Event-ID": last_id} if last_id else {}
         timeout = httpx.Timeout(max(deadline - time.monotonic(), 1.0), connect=10.0)
         with connect_sse(self.http, "GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
@@ -165,30 +192,30 @@ class Client:
                 final = seen(sse, on_event) or final  # the node ends the stream after it: read to the end
         return final, last_id
 
-    def status(self, job_id: str) -> dict:
-        return self.request("GET", f"/v1/generation/requests/{job_id}/status")
+    def status(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate(self.request("GET", f"/v1/generation/requests/{job_id}/status"))
 
-    def cancel(self, job_id: str) -> dict:
-        return self.request("POST", f"/v1/generation/requests/{job_id}/cancel")
+    def cancel(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate(self.request("POST", f"/v1/generation/requests/{job_id}/cancel"))
 
-    def jobs(self, limit: int = 50) -> list[dict]:
-        return self.request("GET", "/v1/generation/requests", params={"limit": limit})["data"]
+    def jobs(self, limit: int = 50) -> list[JobStatus]:
+        answer = self.request("GET", "/v1/generation/requests", params={"limit": limit})
+        return [JobStatus.model_validate(j) for j in answer["data"]]
 
-    def balance(self) -> dict:
-        return self.request("GET", "/v1/billing/balance")["data"]
+    def balance(self) -> Balance:
+        return Balance.model_validate(self.request("GET", "/v1/billing/balance")["data"])
 
     # files ------------------------------------------------------------------------------
     def upload(self, file: str | os.PathLike | bytes | IO[bytes], *, filename: str | None = None,
-               content_type: str | None = None) -> dict:
+               content_type: str | None = None) -> Asset:
         """Upload from a path, bytes or a binary file object; answers the asset."""
         answer = self.request("POST", "/v1/generation/uploads",
                               files={"file": _file_part(file, filename, content_type)}, retry=False)
-        return answer.get("data", answer)
+        return Asset.model_validate(answer["data"])
 
-    def download(self, output: dict | str, path: str | os.PathLike | None = None) -> bytes:
-        """An output's bytes (an asset output object or its id); written to `path` if given."""
-        asset_id = output if isinstance(output, str) else output["id"]
-        r = self.http.get(f"/v1/generation/assets/{asset_id}/content", follow_redirects=True)
+    def download(self, output: Asset | AssetOutput | dict | str, path: str | os.PathLike | None = None) -> bytes:
+        """An output's bytes (an asset, a job's output, or an asset id); written to `path` if given."""
+        r = self.http.get(f"/v1/generation/assets/{asset_id(output)}/content", follow_redirects=True)
         if r.status_code >= 400:
             raise from_response(r)
         if path is not None:

@@ -26,11 +26,12 @@ class Unprocessable(GenserviceError): ...     # 422
 class RateLimited(GenserviceError): ...       # 429
 class ServerError(GenserviceError): ...       # 5xx, 408
 class JobFailed(GenserviceError):
-    """A job that ended failed, nsfw or canceled; `status` is its final status object."""
+    """A job that ended failed, nsfw or canceled; `job` is its final status (a JobStatus),
+    `code` `job.<status>`, `message` the job's error."""
 
-    def __init__(self, job: dict) -> None:
-        super().__init__(200, f"job.{job['status']}", job.get("error") or f"The job ended {job['status']}.",
-                         {"job": job}, job.get("request_id"))
+    def __init__(self, job) -> None:
+        super().__init__(200, f"job.{job.status}", job.error or f"The job ended {job.status}.",
+                         {"job": job.model_dump(mode="json")}, job.request_id)
         self.job = job
 
 
