@@ -4,11 +4,14 @@ public method returns the model its operation's document names."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 import typing
 from pathlib import Path
+
+import trio
 
 import genservice_client as gc
 from genservice_client import aio, client, models
@@ -34,10 +37,10 @@ async def _doc(node) -> dict:
 
 async def test_the_models_are_generated_from_the_served_document(node):
     doc = await _doc(node)
-    out = subprocess.run([sys.executable, str(GENERATOR), "-"], input=json.dumps(doc), capture_output=True,
-                         text=True, timeout=60, check=True)
+    out = await trio.run_process([sys.executable, str(GENERATOR), "-"], stdin=json.dumps(doc).encode(),
+                                 capture_stdout=True, check=True)
     checked_in = (PACKAGE / "genservice_client" / "models.py").read_text()
-    assert out.stdout == checked_in, "regenerate: python clients/python/scripts/gen_models.py (see its docstring)"
+    assert out.stdout.decode() == checked_in, "regenerate: python clients/python/scripts/gen_models.py (see its docstring)"
     shapes = {n for n in doc["components"]["schemas"] if n not in ("Error", "Unauthorized", "Forbidden", "Timeout")}
     assert set(models.__all__) == shapes
 
@@ -74,3 +77,27 @@ def test_models_are_open_and_exact_about_money():
         "video": None, "status_url": "/s", "cancel_url": "/c", "added_later": 1})
     assert str(job.credits.actual) == "0.10" and job.added_later == 1
     assert job.model_dump(mode="json")["credits"] == {"estimate": "1.00", "actual": "0.10"}
+
+
+def test_the_generator_stops_on_what_it_cannot_read(tmp_path):
+    """A keyword it does not read (here `not`) is an error, never a guess."""
+    doc = {"components": {"schemas": {"Thing": {"type": "object", "required": ["a"],
+                                                "properties": {"a": {"type": "string", "not": {"const": ""}}}}}}}
+    (tmp_path / "doc.json").write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, str(GENERATOR), str(tmp_path / "doc.json")], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "Unsupported: keywords this script does not read: ['not']" in out.stderr
+    doc["components"]["schemas"]["Thing"]["properties"]["a"] = {"type": "string", "format": "date-time"}
+    (tmp_path / "doc.json").write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, str(GENERATOR), str(tmp_path / "doc.json")], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert "class Thing(_Model):\n    a: datetime\n" in out.stdout
+    (tmp_path / "thing_models.py").write_text(out.stdout)  # the output is a working module
+    spec = importlib.util.spec_from_file_location("thing_models", tmp_path / "thing_models.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["thing_models"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert module.Thing.model_validate({"a": "2026-01-02T03:04:05Z"}).a.year == 2026
+    finally:
+        del sys.modules["thing_models"]

@@ -20,6 +20,10 @@ import textwrap
 
 SKIP = ("Error", "Unauthorized", "Forbidden", "Timeout")  # error bodies: the client's exceptions
 CREDITS = r"^-?[0-9]+\.[0-9]{2}$"
+# keywords read, or safe to pass over (they narrow a value the model types more loosely)
+KNOWN = {"type", "format", "pattern", "description", "examples", "const", "anyOf", "oneOf", "discriminator", "$ref",
+         "items", "additionalProperties", "properties", "required", "default", "minimum", "maximum", "minLength",
+         "maxLength", "title"}
 RESERVED = {"model_config", "model_fields", "json", "dict", "copy", "schema", "construct", "validate", "fields"}
 
 
@@ -33,6 +37,9 @@ def _ref(schema: dict) -> str:
 
 def py_type(schema: dict, used: set[str]) -> str:
     """The Python annotation of one JSON Schema (the pydantic subset)."""
+    unknown = set(schema) - KNOWN
+    if unknown:
+        raise Unsupported(f"keywords this script does not read: {sorted(unknown)} in {schema}")
     if not schema:  # any JSON value
         used.add("Any")
         return "Any"
@@ -121,7 +128,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: gen_models.py OPENAPI_JSON|-", file=sys.stderr)
         return 2
-    doc = json.load(sys.stdin if argv[0] == "-" else open(argv[0]))
+    if argv[0] == "-":
+        doc = json.load(sys.stdin)
+    else:
+        with open(argv[0]) as f:
+            doc = json.load(f)
     sys.stdout.write(render(doc))
     return 0
 
