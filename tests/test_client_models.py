@@ -42,7 +42,14 @@ async def test_the_models_are_generated_from_the_served_document(node):
     checked_in = (PACKAGE / "genservice_client" / "models.py").read_text()
     assert out.stdout.decode() == checked_in, "regenerate: python clients/python/scripts/gen_models.py (see its docstring)"
     shapes = {n for n in doc["components"]["schemas"] if n not in ("Error", "Unauthorized", "Forbidden", "Timeout")}
-    assert set(models.__all__) == shapes
+    assert set(models.__all__) == shapes | {"ProgressEvent"}  # the one event shape given inline
+    assert models.STREAMS["job_events"] == {"status": models.JobStatus, "reset": models.JobStatus,
+                                            "progress": models.ProgressEvent}
+    assert models.STREAMS.keys() == {"job_events", "run_events", "project_events"}
+    r = await node.client.get("/v1/openapi.json?version=3.2")  # itemSchema: the same models
+    out32 = await trio.run_process([sys.executable, str(GENERATOR), "-"], stdin=json.dumps(await r.get_json()).encode(),
+                                   capture_stdout=True, check=True)
+    assert out32.stdout.decode() == checked_in
 
 
 def _model_of(answer: dict, wrap: str) -> str:

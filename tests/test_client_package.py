@@ -55,8 +55,10 @@ def test_generate_waits_on_the_stream_and_downloads(live, tmp_path):
     node, org = live
     with gc.Client(org["api_key"], node.url) as c:
         events = []
-        job = c.generate("image.generate", "a red fox", on_event=lambda name, data: events.append(name))
-        assert job.status == "completed" and events and events[-1] == "status"
+        job = c.generate("image.generate", "a red fox", on_event=lambda name, data: events.append((name, data)))
+        assert job.status == "completed" and events and events[-1][0] == "status"
+        assert all(isinstance(data, gc.JobStatus) for name, data in events if name == "status")  # typed events
+        assert events[-1][1].model_dump() == job.model_dump()
         assert c.status(job.request_id).status == "completed"
         assert job.request_id in [j.request_id for j in c.jobs()]
         data = c.download(job.outputs[0], tmp_path / "fox.png")
@@ -199,9 +201,9 @@ def test_bad_request_conflict_and_a_failed_job(live):
         assert (e.value.status, e.value.code) == (409, "request.conflict")
         canceled = []
 
-        def cancel_once(name: str, data: dict) -> None:  # the job is canceled while the client follows it
-            if not canceled and name == "status" and data["status"] not in ("completed", "failed", "nsfw", "canceled"):
-                canceled.append(c.cancel(data["request_id"]).status)
+        def cancel_once(name: str, data) -> None:  # the job is canceled while the client follows it
+            if not canceled and name == "status" and data.status not in ("completed", "failed", "nsfw", "canceled"):
+                canceled.append(c.cancel(data.request_id).status)
 
         with pytest.raises(gc.JobFailed) as e:
             c.generate("video.generate", "a fox", model="camera-move", resolution="480p", duration=5,

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from .client import Client
 from .errors import GenserviceError
+from .models import JobStatus, ProgressEvent
 
 
 def _config() -> dict:
@@ -54,15 +55,15 @@ def _generate(c: Client, args) -> None:
     bar = None if args.json else tqdm(total=1.0, bar_format="{desc:>10} {percentage:3.0f}%|{bar}|",
                                            file=sys.stderr)
 
-    def on_event(name: str, data: dict) -> None:
+    def on_event(name: str, data) -> None:
         if bar is None:
             return
-        if name == "progress" and data.get("max"):
-            bar.n = min(data["value"] / data["max"], 1.0)
-            bar.set_description_str(data.get("step") or "")
-        elif name in ("status", "reset"):
-            bar.set_description_str(data.get("status", ""))
-            if data.get("status") == "completed":
+        if isinstance(data, ProgressEvent) and data.max:
+            bar.n = min(data.value / data.max, 1.0)
+            bar.set_description_str(data.step or "")
+        elif isinstance(data, JobStatus):
+            bar.set_description_str(data.status)
+            if data.status == "completed":
                 bar.n = 1.0
         bar.refresh()
 

@@ -14,7 +14,7 @@ import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 
 from .errors import GenserviceError, JobFailed, from_response
-from .models import Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
+from .models import STREAMS, Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
 
 FINAL = ("completed", "failed", "nsfw", "canceled")
 
@@ -22,16 +22,23 @@ FINAL = ("completed", "failed", "nsfw", "canceled")
 RUN_FINAL = ("completed", "failed", "canceled")
 
 
+def typed_event(stream: str, name: str, data: dict) -> Any:
+    """An event's data as the document's model for its name (models.STREAMS; a name the
+    document does not list stays a dict: streams are open like every answer)."""
+    model = STREAMS[stream].get(name)
+    return model.model_validate(data) if model is not None else data
+
+
 def seen(sse: ServerSentEvent, on_event) -> JobStatus | None:
-    """One event of a job's stream, told to `on_event` as its JSON (a dict); the job's status
-    when it is final (`status` and `reset` events carry a whole JobStatus)."""
+    """One event of a job's stream, told to `on_event(name, data)` with `data` typed
+    (`JobStatus` for `status` and `reset`, `ProgressEvent` for `progress`); the job's status
+    when it is final."""
     if not sse.data:
         return None
-    payload = sse.json()
+    event = typed_event("job_events", sse.event, sse.json())
     if on_event is not None:
-        on_event(sse.event, payload)
-    final = sse.event in ("status", "reset") and payload.get("status") in FINAL
-    return JobStatus.model_validate(payload) if final else None
+        on_event(sse.event, event)
+    return event if isinstance(event, JobStatus) and event.status in FINAL else None
 
 
 def asset_id(output: Asset | AssetOutput | dict | str) -> str:

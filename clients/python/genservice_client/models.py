@@ -337,6 +337,13 @@ class Progress(_Model):
     value: float
 
 
+class ProgressEvent(_Model):
+    max: float
+    request_id: str
+    step: str | None = None
+    value: float
+
+
 class Project(_Model):
     archived_at: datetime | None
     created_at: datetime
@@ -531,12 +538,34 @@ class WebhookTestResult(_Model):
     event: Literal['webhook.test']
 
 
+# Each event stream (by operationId): its event names and the model of their `data`.
+STREAMS: dict[str, dict[str, type[_Model]]] = {
+    "job_events": {
+        "progress": ProgressEvent,
+        "reset": JobStatus,
+        "status": JobStatus,
+    },
+    "project_events": {
+        "feed": RunsPage,
+        "progress": ProgressEvent,
+        "reset": RunsPage,
+        "run": ProductRun,
+        "status": JobStatus,
+    },
+    "run_events": {
+        "reset": ProductRun,
+        "run": ProductRun,
+    },
+}
+
+
 __all__ = [
-    'ApiKey', 'ApiKeyCreated', 'Asset', 'AssetOutput', 'AssetUrl', 'Balance', 'BillingSettings', 'Capability',
-    'CapabilitySlot', 'CreditsPair', 'DeliveryList', 'Estimate', 'EventList', 'FeedJob', 'FeedRun', 'Hold',
-    'JobStatus', 'LedgerEntry', 'LedgerPage', 'Lot', 'Model', 'ModelCapability', 'ModelQueue', 'ModelSlot',
-    'Offering', 'Price', 'Product', 'ProductInput', 'ProductRun', 'ProductStep', 'Progress', 'Project',
-    'Role', 'RoleUser', 'RunStep', 'RunsPage', 'SourceRemaining', 'SubmitAccepted', 'TestDelivery', 'Ticket',
-    'TicketReply', 'TicketWithReplies', 'Topup', 'TopupCreated', 'TopupQuote', 'UsageRow', 'Webhook',
-    'WebhookCreated', 'WebhookCreatedOne', 'WebhookDelivery', 'WebhookList', 'WebhookOne', 'WebhookTestResult'
+    "ApiKey", "ApiKeyCreated", "Asset", "AssetOutput", "AssetUrl", "Balance", "BillingSettings", "Capability",
+    "CapabilitySlot", "CreditsPair", "DeliveryList", "Estimate", "EventList", "FeedJob", "FeedRun", "Hold",
+    "JobStatus", "LedgerEntry", "LedgerPage", "Lot", "Model", "ModelCapability", "ModelQueue", "ModelSlot",
+    "Offering", "Price", "Product", "ProductInput", "ProductRun", "ProductStep", "Progress", "ProgressEvent",
+    "Project", "Role", "RoleUser", "RunStep", "RunsPage", "SourceRemaining", "SubmitAccepted", "TestDelivery",
+    "Ticket", "TicketReply", "TicketWithReplies", "Topup", "TopupCreated", "TopupQuote", "UsageRow",
+    "Webhook", "WebhookCreated", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
+    "WebhookTestResult"
 ]
