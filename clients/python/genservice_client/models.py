@@ -569,3 +569,7 @@ __all__ = [
     "Webhook", "WebhookCreated", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
     "WebhookTestResult"
 ]
+
+# Resolved now, not at first use: a model never looks its module up again.
+for _name in __all__:
+    globals()[_name].model_rebuild()

@@ -172,7 +172,9 @@ def render(doc: dict) -> str:
         stream_lines += [f"        {json.dumps(e)}: {c}," for e, c in by_event.items()]
         stream_lines.append("    },")
     stream_lines.append("}")
-    tail = ["", "", "__all__ = [", listed, "]", ""]
+    tail = ["", "", "__all__ = [", listed, "]", "",
+            "# Resolved now, not at first use: a model never looks its module up again.",
+            "for _name in __all__:", "    globals()[_name].model_rebuild()", ""]
     return "\n".join(head) + "\n\n\n" + "\n\n\n".join(classes) + "\n" + "\n".join(stream_lines + tail)
 
 
