@@ -68,6 +68,11 @@ def test_run_a_product_with_inputs(live, tmp_path):  # noqa: F811
                            env, tmp_path).stdout)
     assert shown["id"] != run_id and shown["status"] == "completed" and shown["inputs"]["seed"] == 7
     assert set(shown["outputs"]) == {"still", "clip", "cover", "thumbnail"}
+    out = cli(["run", "text-to-clip", "--input", "prompt=a fox [[fail:internal]]"], env, tmp_path)
+    assert out.returncode == 1 and out.stdout.split()[1] == "failed", out.stdout + out.stderr  # a failed run
+    out = cli(["generate", "image.generate", "a fox [[fail:internal]]"], env, tmp_path)
+    assert out.returncode == 1 and out.stderr.strip().endswith(
+        "job.failed: Generation failed due to an internal error. Credits were released.")
     out = cli(["run", "no-such-product", "--input", "prompt=fox"], env, tmp_path)
     assert out.returncode == 1 and "404 " in out.stderr
     out = cli(["run", "text-to-clip", "--input", "prompt"], env, tmp_path)

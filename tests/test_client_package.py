@@ -2,7 +2,8 @@
 `genservice serve`: generate with wait (the job's event stream), status, jobs, balance,
 cancel, uploads from a path, bytes and a file object, downloads, products (list, get, run,
 get_run, cancel_run), every error class from a real answer (RateLimited from a node with a
-tight per-key limit, JobFailed from a job canceled while followed), the automatic
+tight per-key limit, JobFailed from test mode's fail and nsfw directives and from a job
+canceled while followed), the automatic
 Idempotency-Key, webhook signatures; every answer a model of genservice_client.models."""
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ def test_generate_waits_on_the_stream_and_downloads(live, tmp_path):
         with Image.open(tmp_path / "fox.png") as img:
             assert img.format == "PNG"
         assert data == (tmp_path / "fox.png").read_bytes()
-        accepted = c.generate("image.generate", "another fox", wait=False)
+        accepted = c.generate("image.generate", "another fox [[delay:30]]", wait=False)
         assert isinstance(accepted, gc.SubmitAccepted) and accepted.status == "queued"
-        assert c.cancel(accepted.request_id).status in ("canceled", "completed")
+        assert c.cancel(accepted.request_id).status == "canceled"
         assert c.balance().available > 0
 
 
@@ -149,8 +150,8 @@ async def test_the_async_client_generates_uploads_and_raises_the_same_errors(liv
         assert len(await c.download(job.outputs[0], tmp_path / "fox.png")) > 0
         assert job.request_id in [j.request_id for j in await c.jobs()]
         assert (await c.upload(png(), content_type="image/png", filename="in.png")).kind == "image"
-        accepted = await c.generate("image.generate", "fox", wait=False)
-        assert (await c.cancel(accepted.request_id)).status in ("canceled", "completed")
+        accepted = await c.generate("image.generate", "fox [[delay:30]]", wait=False)
+        assert (await c.cancel(accepted.request_id)).status == "canceled"
         assert (await c.balance()).available > 0
         with pytest.raises(gc.InsufficientCredits) as e:
             await c.generate("image.generate", "fox", model="pricey")
@@ -170,9 +171,9 @@ def test_products_list_get_and_run_to_their_end(live, tmp_path):
         clip = c.download(run.outputs["clip"][0], tmp_path / "clip.mp4")
         assert clip[4:8] == b"ftyp"
         assert c.products.get_run(run.id).model_dump() == run.model_dump()
-        started = c.products.run("text-to-clip", wait=False, prompt="another fox")
+        started = c.products.run("text-to-clip", wait=False, prompt="another fox [[delay:30]]")
         assert started.status in ("queued", "running")
-        assert c.products.cancel_run(started.id).status in ("canceled", "completed")
+        assert c.products.cancel_run(started.id).status == "canceled"
         with pytest.raises(gc.NotFound) as e:
             c.products.run("no-such-product", prompt="fox")
         assert e.value.status == 404
@@ -185,11 +186,11 @@ async def test_async_products(live):
         assert (await c.products.get("text-to-clip")).slug == "text-to-clip"
         run = await c.products.run("text-to-clip", prompt="a fox at dusk")
         assert run.status == "completed" and (await c.products.get_run(run.id)).status == "completed"
-        started = await c.products.run("text-to-clip", wait=False, prompt="one more fox")
-        assert (await c.products.cancel_run(started.id)).status in ("canceled", "completed")
+        started = await c.products.run("text-to-clip", wait=False, prompt="one more fox [[delay:30]]")
+        assert (await c.products.cancel_run(started.id)).status == "canceled"
 
 
-def test_bad_request_conflict_and_a_failed_job(live):
+def test_bad_request_and_conflict(live):
     node, org = live
     with gc.Client(org["api_key"], node.url) as c:
         with pytest.raises(gc.BadRequest) as e:
@@ -199,18 +200,33 @@ def test_bad_request_conflict_and_a_failed_job(live):
         with pytest.raises(gc.Conflict) as e:
             c.request("POST", "/v1/projects", json={"name": "Twice", "slug": "twice"})
         assert (e.value.status, e.value.code) == (409, "request.conflict")
+
+
+
+def test_a_job_that_ends_other_than_completed_raises_job_failed(live):
+    """Test mode's prompt directives (service/backends/directives.py) end a job failed or nsfw;
+    a job canceled while the client follows it (a 30 s render) ends canceled."""
+    node, org = live
+    with gc.Client(org["api_key"], node.url) as c:
+        with pytest.raises(gc.JobFailed) as e:
+            c.generate("image.generate", "a fox [[fail:internal]]")
+        assert (e.value.code, e.value.message) == ("job.failed", "Generation failed due to an internal error. "
+                                                                 "Credits were released.")
+        assert isinstance(e.value.job, gc.JobStatus) and e.value.job.credits.actual in (None, 0)
+        assert e.value.request_id == e.value.job.request_id and e.value.details["job"]["status"] == "failed"
+        with pytest.raises(gc.JobFailed) as e:
+            c.generate("image.generate", "a fox [[nsfw]]")
+        assert (e.value.code, e.value.job.status) == ("job.nsfw", "nsfw")
         canceled = []
 
-        def cancel_once(name: str, data) -> None:  # the job is canceled while the client follows it
+        def cancel_once(name: str, data) -> None:
             if not canceled and name == "status" and data.status not in ("completed", "failed", "nsfw", "canceled"):
                 canceled.append(c.cancel(data.request_id).status)
 
         with pytest.raises(gc.JobFailed) as e:
-            c.generate("video.generate", "a fox", model="camera-move", resolution="480p", duration=5,
-                       inputs={"start_frame": [c.upload(png(), content_type="image/png").id]}, on_event=cancel_once)
+            c.generate("image.generate", "a fox [[delay:30]]", on_event=cancel_once)
         assert canceled == ["canceled"]
         assert (e.value.code, e.value.job.status) == ("job.canceled", "canceled")
-        assert isinstance(e.value.job, gc.JobStatus) and e.value.request_id == e.value.job.request_id
 
 
 @pytest.fixture(scope="module")
