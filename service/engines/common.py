@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -62,7 +62,7 @@ def is_cancel(e: BaseException) -> bool:
     return bool(leaves) and all(isinstance(x, trio.Cancelled) for x in leaves)
 
 
-def _leaves(e: BaseException):
+def _leaves(e: BaseException) -> Iterator[BaseException]:
     if isinstance(e, BaseExceptionGroup):
         for inner in e.exceptions:
             yield from _leaves(inner)
@@ -77,6 +77,7 @@ def check(resp: httpx.Response) -> httpx.Response:
     return resp
 
 
+CANCEL_S = 5.0  # the longest a cancel of a job on its engine may take (shielded from the job's own cancel)
 NOT_YET_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # re-reads of a URL the engine gave but cannot serve yet: 6.3 s
 # Waits between tries of a call that met a transient fault (31.75 s in all; a job's own
 # timeout cancels it sooner). A job the engine has accepted is not failed at the first
@@ -118,13 +119,13 @@ async def patiently(send: Callable[[], Awaitable[httpx.Response]],
         await trio.sleep(wait)
 
 
-async def read(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
-               params: dict | None = None) -> httpx.Response:
+async def read(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict[str, str] | None = None,
+               params: dict[str, str] | None = None) -> httpx.Response:
     """GET of a job's state or file (idempotent): transient faults tried again (`patiently`)."""
     return check(await patiently(lambda: http.get(url, headers=headers, params=params, timeout=timeout_s)))
 
 
-async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
+async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict[str, str] | None = None,
                       not_yet: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
     """GET a URL the engine itself just returned (a status URL after a submit, an output
     file after `succeeded`): hosted APIs answer 404 while a new object propagates, so a
@@ -227,7 +228,7 @@ def decode_data_url(url: str) -> bytes | None:
         return None
 
 
-async def collect(http: httpx.AsyncClient, req: RenderRequest, output, timeout_s: float) -> list[Output]:
+async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, timeout_s: float) -> list[Output]:
     """The files of a model's output (Cog, Replicate, fal: any JSON): every data URL or
     http(s) URL in it is fetched and stored; plain strings are a `text.llm` reply."""
     outputs: list[Output] = []
@@ -249,7 +250,7 @@ async def collect(http: httpx.AsyncClient, req: RenderRequest, output, timeout_s
     return outputs
 
 
-def _strings(value) -> list[str]:
+def _strings(value: object) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list):
