@@ -25,11 +25,11 @@ from typing import Any
 import httpx
 import trio
 
-from service.backends.base import Completed, RenderRequest
-from service.catalog.engines import Bound, CogEngine
+from service.backends.base import Completed
+from service.catalog.engines import CogEngine
 
 from . import common
-from .common import Incomplete, Unreachable, check, collect, data_url, field_values, patiently
+from .common import Incomplete, Unreachable, check, collect, inputs_of, patiently
 from .context import Context, Hooks
 from .protocol import Job
 
@@ -39,20 +39,6 @@ BUSY_RETRY_S = (0.05, 2.0)  # first and largest wait after a 409
 LOST_AFTER = 5  # idle health checks with no outcome (Cog retries a final webhook for a while)
 DOWN_AFTER = 2  # failed health checks, failing for sum(RETRY_S) seconds
 FINAL = ("succeeded", "failed", "canceled")
-
-
-def inputs_of(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
-    """The request fields and input assets the table binds, by the model's input names."""
-    values = field_values(req)
-    out: dict[str, Any] = {}
-    for key, name in cfg.bind.items():
-        if key.startswith("inputs."):
-            files = req.inputs.get(key.removeprefix("inputs."), [])
-            if files:
-                out[name] = data_url(files[0])
-        elif key in values:
-            out[name] = values[key]
-    return out
 
 
 class Cog:

@@ -39,13 +39,27 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    wrap_client_stream,
+)
 
 from service.backends.base import Completed, Output, RenderRequest
 from service.catalog.engines import ComfyEngine
 
-from .common import (CANCEL_S, TRANSIENT_STATUS, Incomplete, NoOutput, check, field_values, read, store_output,
-                     store_text)
+from .common import (
+    CANCEL_S,
+    TRANSIENT_STATUS,
+    Incomplete,
+    NoOutput,
+    check,
+    field_values,
+    read,
+    store_output,
+    store_text,
+)
 from .context import Context
 from .protocol import Job
 

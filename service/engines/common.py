@@ -11,12 +11,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 
 from service.backends.base import InputFile, Output, RenderRequest
 from service.catalog.capabilities import BY_ID
+from service.catalog.engines import Bound
 from service.errors import Unprocessable
 from service.media.inspect import inspect_file
 
@@ -176,6 +178,21 @@ def field_values(req: RenderRequest) -> dict[str, object]:
     except Unprocessable:
         pass
     return values
+
+
+def inputs_of(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
+    """The request fields and input assets a `[models.engine.bind]` table names, by the
+    engine's input names (an input asset as a data URL): for engines that take JSON."""
+    values = field_values(req)
+    out: dict[str, Any] = {}
+    for key, name in cfg.bind.items():
+        if key.startswith("inputs."):
+            files = req.inputs.get(key.removeprefix("inputs."), [])
+            if files:
+                out[name] = data_url(files[0])
+        elif key in values:
+            out[name] = values[key]
+    return out
 
 
 def data_url(f: InputFile) -> str:

@@ -33,8 +33,16 @@ import trio
 from service.backends.base import Completed
 from service.catalog.engines import FalEngine
 
-from .cog import inputs_of
-from .common import CANCEL_S, RETRY_S, Incomplete, Unreachable, check, collect, get_settled
+from .common import (
+    CANCEL_S,
+    RETRY_S,
+    Incomplete,
+    Unreachable,
+    check,
+    collect,
+    get_settled,
+    inputs_of,
+)
 from .context import Context
 from .protocol import Job
 

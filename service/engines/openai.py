@@ -33,7 +33,16 @@ import trio
 from service.backends.base import Completed, Output
 from service.catalog.engines import OpenAIEngine
 
-from .common import Incomplete, NoOutput, Upstream, check, dimensions, get_settled, store_output, store_text
+from .common import (
+    Incomplete,
+    NoOutput,
+    Upstream,
+    check,
+    dimensions,
+    get_settled,
+    store_output,
+    store_text,
+)
 from .context import Context
 from .protocol import Job
 

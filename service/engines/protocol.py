@@ -21,7 +21,7 @@ from service.catalog.engines import EngineTable
 
 from .context import Context
 
-C = TypeVar("C", bound=EngineTable, contravariant=True)
+C_contra = TypeVar("C_contra", bound=EngineTable, contravariant=True)
 
 
 @dataclass(frozen=True)
@@ -51,23 +51,23 @@ class EngineJob(Protocol):
         """Stop the job on the engine, as far as it got; a no-op when nothing was sent."""
 
 
-class Engine(Protocol[C]):
-    """An engine client for one backend; `C` is its `[models.engine]` table class."""
+class Engine(Protocol[C_contra]):
+    """An engine client for one backend; `C_contra` is its `[models.engine]` table class."""
 
-    def servers(self, cfg: C) -> list[str]:
+    def servers(self, cfg: C_contra) -> list[str]:
         """The servers to pool and health-check for a model; [] for a hosted API (no pool)."""
 
-    async def health(self, cfg: C, url: str) -> bool:
+    async def health(self, cfg: C_contra, url: str) -> bool:
         """Whether one server answers ready (an error counts as down)."""
 
-    def job(self, cfg: C, job: Job) -> EngineJob:
+    def job(self, cfg: C_contra, job: Job) -> EngineJob:
         """The engine's side of one job (no I/O until `submit`)."""
 
 
-class MakeEngine(Protocol[C]):
+class MakeEngine(Protocol[C_contra]):
     """How the table makes an engine: from the node's context (an engine class)."""
 
-    def __call__(self, ctx: Context) -> Engine[C]: ...
+    def __call__(self, ctx: Context) -> Engine[C_contra]: ...
 
 
 __all__ = ["Context", "Engine", "EngineJob", "Job", "MakeEngine"]

@@ -41,8 +41,17 @@ import trio
 from service.backends.base import Completed, RenderRequest
 from service.catalog.engines import ReplicateEngine
 
-from .cog import inputs_of
-from .common import CANCEL_S, Incomplete, Unreachable, Upstream, check, collect, get_settled, read
+from .common import (
+    CANCEL_S,
+    Incomplete,
+    Unreachable,
+    Upstream,
+    check,
+    collect,
+    get_settled,
+    inputs_of,
+    read,
+)
 from .context import Context, Hooks, Payload, Verify
 from .protocol import Job
 
