@@ -121,10 +121,14 @@ def test_the_catalog_checks_an_added_engine_by_its_table(sketch, tmp_path):
                                  "fal, sketch)")
 
 
+class AnotherSketch(Sketch):
+    """A second client that would take a name already taken."""
+
+
 def test_a_backend_name_is_registered_once(sketch):
     register(sketch)  # the same row again: nothing changes
     for name in ("sketch", "comfyui", "procedural_image"):
         with pytest.raises(ValueError) as e:
-            register(Row(name, SketchTable, Sketch))
+            register(Row(name, SketchTable, AnotherSketch))
         assert str(e.value) == f"backend {name!r} is already taken"
-    assert ENGINES["comfyui"].engine is not Sketch
+    assert ENGINES["sketch"] == sketch and "procedural_image" not in ENGINES
