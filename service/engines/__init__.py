@@ -68,9 +68,6 @@ class Engines:
         self._nursery: trio.Nursery | None = None
         self._watchers: dict[str, trio.CancelScope] = {}
 
-    def serves(self, model: Model) -> bool:
-        return model.engine is not None
-
     def available(self, model: Model) -> bool:
         """False once every server of the model's pool is known down (submits answer 503)."""
         pool = self.pools.get(model.id)
