@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -70,6 +71,18 @@ def _leaves(e: BaseException) -> Iterator[BaseException]:
             yield from _leaves(inner)
     else:
         yield e
+
+
+def auth(scheme: str, token_env: str | None, required: bool = True) -> dict[str, str]:
+    """The `Authorization` header with the token in `token_env`, read from the environment
+    at each call (the token is in no log or error); none when the variable is unset and the
+    engine takes calls without one, else Unreachable."""
+    token = os.environ.get(token_env) if token_env else None
+    if token:
+        return {"Authorization": f"{scheme} {token}"}
+    if required:
+        raise Unreachable(f"the variable {token_env} is not set")
+    return {}
 
 
 def check(resp: httpx.Response) -> httpx.Response:

@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import httpx
@@ -37,7 +36,7 @@ from .common import (
     CANCEL_S,
     RETRY_S,
     Incomplete,
-    Unreachable,
+    auth,
     check,
     collect,
     get_settled,
@@ -55,10 +54,7 @@ def _in_progress(resp: httpx.Response) -> bool:
 
 
 def _auth(cfg: FalEngine) -> dict[str, str]:
-    token = os.environ.get(cfg.token_env)
-    if not token:
-        raise Unreachable(f"the variable {cfg.token_env} is not set")
-    return {"Authorization": f"Key {token}"}
+    return auth("Key", cfg.token_env)
 
 
 class Fal:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 from typing import Any
 
 import httpx
@@ -37,6 +36,7 @@ from .common import (
     Incomplete,
     NoOutput,
     Upstream,
+    auth,
     check,
     dimensions,
     get_settled,
@@ -176,5 +176,4 @@ class OpenAIJob:
 
 
 def _auth(cfg: OpenAIEngine) -> dict[str, str]:
-    token = os.environ.get(cfg.token_env) if cfg.token_env else None
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    return auth("Bearer", cfg.token_env, required=False)

@@ -30,7 +30,6 @@ import base64
 import hashlib
 import hmac
 import logging
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -44,8 +43,8 @@ from service.catalog.engines import ReplicateEngine
 from .common import (
     CANCEL_S,
     Incomplete,
-    Unreachable,
     Upstream,
+    auth,
     check,
     collect,
     get_settled,
@@ -78,10 +77,7 @@ async def _outcome_by_hook(hooks: Hooks, req: RenderRequest, lost: httpx.Transpo
 
 
 def _auth(cfg: ReplicateEngine) -> dict[str, str]:
-    token = os.environ.get(cfg.token_env)
-    if not token:
-        raise Unreachable(f"the variable {cfg.token_env} is not set")
-    return {"Authorization": f"Bearer {token}"}
+    return auth("Bearer", cfg.token_env)
 
 
 class SigningKeys:
