@@ -24,6 +24,7 @@ from service.catalog.catalog import CatalogError, loads_catalog
 from service.catalog.comfy_import import ImportRefused, Inferred, infer, load_graph
 from service.catalog.engines import _URL
 from service.catalog.schema import SLUG
+from service.engines.table import tables as engine_tables
 from service.money import fmt, to_uc
 
 OBJECT_INFO_S = 10.0
@@ -151,7 +152,7 @@ def _entry(args, url: str, workflow: str, resolution: str, found: Inferred) -> s
 def _check(new_text: str, catalog_path: Path, model_id: str) -> None:
     """Load the new catalog as the node will at its next start."""
     try:
-        loads_catalog(new_text, source=str(catalog_path), base_dir=catalog_path.parent)
+        loads_catalog(new_text, source=str(catalog_path), base_dir=catalog_path.parent, engines=engine_tables())
     except CatalogError as e:
         if "duplicate model ids" in str(e):
             raise ImportRefused(f"model {model_id!r} is already in {catalog_path}") from None

@@ -25,11 +25,11 @@ def _serve(args) -> int:
     from service.logs import configure
 
     configure(settings.log_level, settings.log_format)
-    from service.catalog.catalog import CatalogError, load_catalog
-    from service.node import check_catalog
+    from service.catalog.catalog import CatalogError
+    from service.node import read_catalog
 
     try:  # a bad catalog stops the start with its own lines, before anything is opened
-        check_catalog(load_catalog(settings.catalog_file))
+        read_catalog(settings.catalog_file)
     except CatalogError as e:
         for line in str(e).splitlines():
             print(f"genservice: {line}", file=sys.stderr)

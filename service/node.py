@@ -40,8 +40,10 @@ from service.actors.tickets import TicketsActor
 from service.backends import BACKENDS
 from service.backends import runnable as builtin_runnable
 from service.catalog.catalog import Catalog, CatalogError, Model, load_catalog
-from service.catalog.engines import ENGINE_BACKENDS, missing_tokens
+from service.catalog.engines import missing_tokens
 from service.engines import Engines
+from service.engines.table import backends as engine_backends
+from service.engines.table import tables as engine_tables
 from service.clock import Clock
 from service.console import Console
 from service.assets.signing import load_secret
@@ -149,12 +151,18 @@ def _start_retention(node: Node):
     return start
 
 
+def read_catalog(path: str | None) -> Catalog:
+    """The catalog file read with the engines this node drives (`service/engines/table.py`),
+    through every start-up check."""
+    return check_catalog(load_catalog(path, engine_tables()))
+
+
 def check_catalog(catalog: Catalog) -> Catalog:
     """The start-up checks the catalog file alone cannot make: every backend is known
     here, and every engine token variable is set. One line per problem; any stops the start."""
-    problems = [f"model {m.id!r}: backend: unknown backend {m.backend!r} (known: "
-                f"{', '.join([*BACKENDS, *ENGINE_BACKENDS])})"
-                for m in catalog.models if m.backend not in BACKENDS and m.backend not in ENGINE_BACKENDS]
+    known = [*BACKENDS, *engine_backends()]
+    problems = [f"model {m.id!r}: backend: unknown backend {m.backend!r} (known: {', '.join(known)})"
+                for m in catalog.models if m.backend not in known]
     problems += missing_tokens(catalog.models)
     if problems:
         raise CatalogError(f"{catalog.source}: " + f"\n{catalog.source}: ".join(problems))
@@ -167,7 +175,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.node_key = node_key or NodeKey(settings.node_key_path)
     node.sender = Sender(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
     node.closers.append(node.sender.aclose)
-    node.catalog = check_catalog(load_catalog(settings.catalog_file))
+    node.catalog = read_catalog(settings.catalog_file)
     node.streams = Hub(clock)
     node.key_buckets = KeyBuckets(settings.rate_limit_per_key, settings.rate_limit_burst)
     node.metrics = Metrics(backlog=lambda: retention_sql.backlog(store), open_streams=lambda: node.streams.open_streams,

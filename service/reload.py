@@ -1,6 +1,6 @@
 """Catalog reload without a restart (`POST /operator/v1/catalog/reload`, SIGHUP).
 
-The file is read again and put through every start-up check (`service.node.check_catalog`:
+The file is read again and put through every start-up check (`service.node.read_catalog`:
 TOML and keys, unknown backend, missing workflow, bind target absent, unset `token_env`).
 A catalog that fails any check changes nothing: the reasons are returned and the old
 catalog stays in force. A good one replaces the whole catalog at once, between two requests
@@ -17,10 +17,10 @@ import logging
 
 import trio
 
-from service.catalog.catalog import CatalogError, load_catalog
+from service.catalog.catalog import CatalogError
 from service.clock import iso
 from service.console import ReloadOutcome
-from service.node import Node, check_catalog
+from service.node import Node, read_catalog
 from service.storage import console as console_sql
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ async def reload_catalog(node: Node, who: str) -> ReloadOutcome:
     """Swap the catalog for the file's current content, or keep the old one and say why."""
     at = iso(node.clock.now())
     try:
-        catalog = check_catalog(load_catalog(node.settings.catalog_file))
+        catalog = read_catalog(node.settings.catalog_file)
     except CatalogError as e:
         problems = [line.strip() for line in str(e).splitlines() if line.strip()]
         outcome = ReloadOutcome(at, False, [m.id for m in node.catalog.models], problems, who)

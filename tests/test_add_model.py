@@ -13,6 +13,7 @@ import trio
 
 from peers.comfyui import run_peer
 from service.catalog.catalog import load_catalog
+from service.engines.table import tables
 from service.catalog.comfy_import import ImportRefused, infer, load_graph
 from service.cli import main
 
@@ -89,7 +90,7 @@ def test_the_entry_is_written_and_the_node_loads_it(tmp_path, capsys):
     assert "set GENSERVICE_CATALOG_FILE=" in out and "restart the node to serve it" in out
     # the built-in catalog is kept: the new file starts as a copy of it
     assert "the node used the built-in catalog" in out
-    catalog = load_catalog(str(tmp_path / "catalog.toml"))
+    catalog = load_catalog(str(tmp_path / "catalog.toml"), tables())
     assert catalog.model("proc-image") is not None
     model = catalog.model("sd15")
     assert model is not None and model.backend == "comfyui" and model.capability == "image.generate"
@@ -148,7 +149,7 @@ def test_the_catalog_setting_is_the_default_file(tmp_path, capsys, monkeypatch):
                  "--workflow", str(FIXTURES / "txt2img.json"), "--price", "4"])
     out = capsys.readouterr().out
     assert code == 0
-    assert [m.id for m in load_catalog(str(target)).models] == ["proc-image", "sd15"]
+    assert [m.id for m in load_catalog(str(target), tables()).models] == ["proc-image", "sd15"]
     assert tomllib.loads(target.read_text())["models"][1]["prices"] == [{"resolution": "512x768", "credits": "4.00"}]
     assert "the node used the built-in catalog" not in out
 
@@ -165,7 +166,7 @@ async def test_validated_against_the_servers_object_info(tmp_path, capsys):
     assert code == 0, err
     assert f"  checked  against {peer.url}/object_info" in out
     assert "  prompt   (not bound: the job's prompt is not sent to ComfyUI)" in out
-    model = load_catalog(str(tmp_path / "catalog.toml")).model("invert")
+    model = load_catalog(str(tmp_path / "catalog.toml"), tables()).model("invert")
     assert model is not None and model.resolutions == ("96x64",)
     assert model.engine.bind == {"width": "1.width", "height": "1.height"}
 
@@ -221,7 +222,7 @@ def test_an_edit_workflow_binds_the_input_image_to_its_load_image(tmp_path, caps
     code, out, err = run(tmp_path, capsys, "--capability", "image.edit", "--resolution", "1k", workflow="img2img.json",
                          model_id="edit")
     assert code == 0, err
-    model = load_catalog(str(tmp_path / "catalog.toml")).model("edit")
+    model = load_catalog(str(tmp_path / "catalog.toml"), tables()).model("edit")
     assert model.capability == "image.edit" and model.engine.bind["inputs.image"] == "10.image"
 
 
@@ -244,5 +245,5 @@ def test_an_upscale_workflow_needs_no_prompt(tmp_path, capsys):
                  "--price", "0.50", "--capability", "media.upscale", "--resolution", "2x",
                  "--catalog", str(tmp_path / "catalog.toml")])
     assert code == 0, capsys.readouterr().err
-    model = load_catalog(str(tmp_path / "catalog.toml")).model("up2x")
+    model = load_catalog(str(tmp_path / "catalog.toml"), tables()).model("up2x")
     assert model.engine.bind == {"inputs.media": "1.image"}

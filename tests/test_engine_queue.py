@@ -12,6 +12,7 @@ from engine_support import engine_node, free_port
 from peers.comfyui import run_peer
 from service.actors.engine_queue import EngineQueues
 from service.catalog.catalog import loads_catalog
+from service.engines.table import tables
 from service.engines.pool import Pool
 from test_engines_comfyui import PATH, catalog, graph, rendering_on_peer, req
 from test_generation_support import submit, wait_status
@@ -108,7 +109,8 @@ token_env = "FAL_KEY"
 def test_a_hosted_api_has_no_servers_and_a_job_waiting_for_a_live_server_is_queued(tmp_path):
     (tmp_path / "wf.json").write_text(json.dumps(graph()))
     cat = loads_catalog(HOSTED + catalog("http://gpu1:8188", concurrency=2).replace(
-        'urls = ["http://gpu1:8188"]', 'urls = ["http://gpu1:8188", "http://gpu2:8188"]'), base_dir=tmp_path)
+        'urls = ["http://gpu1:8188"]', 'urls = ["http://gpu1:8188", "http://gpu2:8188"]'), base_dir=tmp_path,
+        engines=tables())
     pool = Pool("comfy-image", ["http://gpu1:8188", "http://gpu2:8188"], 2)
     pool.servers[0].busy, pool.servers[1].down = 2, True  # 4 slots held, 2 jobs on the one live server
     queues = EngineQueues(lambda: cat, _Slots({"fal-flux": (3, 5), "comfy-image": (4, 1)}), lambda: {"comfy-image": pool})

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from service.catalog.catalog import CatalogError, load_catalog
+from service.catalog.catalog import CatalogError
 from service.catalog.engines import ComfyEngine
-from service.node import check_catalog
+from service.node import read_catalog
 
 GRAPH = {"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
          "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "gen"}}}
@@ -37,7 +37,7 @@ def refused(tmp_path, text: str, graph: dict | None = GRAPH) -> str:
     path = tmp_path / "catalog.toml"
     path.write_text(text)
     with pytest.raises(CatalogError) as e:
-        check_catalog(load_catalog(str(path)))
+        read_catalog(str(path))
     message = str(e.value)
     assert message.startswith(f"{path}: ")
     return message.removeprefix(f"{path}: ")
@@ -49,7 +49,7 @@ COMFY = '[models.engine]\nurls = ["http://gpu1:8188"]\nworkflow = "wf.json"\n'
 def test_a_complete_comfyui_model_loads_with_its_graph(tmp_path):
     (tmp_path / "wf.json").write_text(json.dumps(GRAPH))
     (tmp_path / "catalog.toml").write_text(model("comfyui", COMFY + '[models.engine.bind]\nseed = "1.color"\n'))
-    cat = check_catalog(load_catalog(str(tmp_path / "catalog.toml")))
+    cat = read_catalog(str(tmp_path / "catalog.toml"))
     engine = cat.model("m1").engine
     assert isinstance(engine, ComfyEngine)
     assert engine.graph == GRAPH and engine.urls == ["http://gpu1:8188"] and engine.bind == {"seed": "1.color"}
@@ -102,7 +102,7 @@ def test_a_set_token_variable_passes(tmp_path, monkeypatch):
     monkeypatch.setenv("GENSERVICE_TEST_TOKEN", "r8_secret")
     (tmp_path / "catalog.toml").write_text(
         model("replicate", '[models.engine]\nmodel = "acme/sdxl"\ntoken_env = "GENSERVICE_TEST_TOKEN"\n'))
-    cat = check_catalog(load_catalog(str(tmp_path / "catalog.toml")))
+    cat = read_catalog(str(tmp_path / "catalog.toml"))
     assert "r8_secret" not in repr(cat.model("m1"))  # the token itself is never read into the catalog
 
 

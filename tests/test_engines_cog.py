@@ -152,6 +152,7 @@ async def test_a_completed_webhook_that_comes_before_the_create_answer_ends_the_
     from service.catalog.engines import CogEngine
     from service.engines import cog
     from service.engines.context import Context
+    from service.engines.drive import drive
 
     buf = BytesIO()
     Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, "PNG")
@@ -168,5 +169,6 @@ async def test_a_completed_webhook_that_comes_before_the_create_answer_ends_the_
         ctx = Context(http, lambda: "http://node", b"s" * 32, lambda *a: None)
         req = RenderRequest("job-1", "image.generate", "cog-image", "cog", "x", 1, None, "1k", None, {},
                             tmp_path, True)
-        [out] = await cog.render(ctx, req, CogEngine(urls=["http://cog"], poll_s=30), "http://cog", single_slot=True)
+        done = await drive(cog.Cog(ctx), CogEngine(urls=["http://cog"], poll_s=30), ctx, req, "http://cog", 1)
+        [out] = done.outputs
     assert (out.content_type, out.width, seen) == ("image/png", 8, ["PUT /predictions/job-1"])

@@ -21,6 +21,7 @@ from service.catalog.engines import CogEngine, ComfyEngine, FalEngine, OpenAIEng
 from service.engines import cog, comfyui, fal, openai, replicate
 from service.engines.common import RETRY_S, Upstream
 from service.engines.context import Context
+from service.engines.drive import drive
 
 PID = "job-1"
 TIMEOUT_S = 5.0
@@ -103,7 +104,7 @@ async def comfy_render(engine: Engine, tmp_path, monkeypatch):
                       graph={"9": {"class_type": "SaveImage", "inputs": {}}})
     ctx = context(engine)
     async with ctx.http:
-        return await comfyui.render(ctx, render_request(tmp_path, "comfyui"), cfg, "http://comfy")
+        return (await drive(comfyui.ComfyUI(ctx), cfg, ctx, render_request(tmp_path, "comfyui"), "http://comfy")).outputs
 
 
 # -- Cog ---------------------------------------------------------------------------------------
@@ -135,7 +136,7 @@ async def cog_render(engine: Engine, ctx_box: list, tmp_path):
     ctx = context(engine)
     ctx_box.append(ctx)
     async with ctx.http:
-        return await cog.render(ctx, render_request(tmp_path, "cog"), cfg, "http://cog", single_slot=True)
+        return (await drive(cog.Cog(ctx), cfg, ctx, render_request(tmp_path, "cog"), "http://cog", 1)).outputs
 
 
 # -- Replicate ---------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ async def replicate_render(engine: Engine, tmp_path, monkeypatch, box: list | No
     if box is not None:
         box.append(ctx)
     async with ctx.http:
-        return await replicate.render(ctx, replicate.SigningKeys(), render_request(tmp_path, "replicate"), cfg)
+        return (await drive(replicate.Replicate(ctx), cfg, ctx, render_request(tmp_path, "replicate"))).outputs
 
 
 # -- fal ---------------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ async def fal_render(engine: Engine, tmp_path, monkeypatch):
                     timeout_s=TIMEOUT_S)
     ctx = context(engine)
     async with ctx.http:
-        return await fal.render(ctx, render_request(tmp_path, "fal"), cfg)
+        return (await drive(fal.Fal(ctx), cfg, ctx, render_request(tmp_path, "fal"))).outputs
 
 
 # -- OpenAI-compatible -------------------------------------------------------------------------
@@ -201,9 +202,9 @@ def openai_engine() -> Engine:
 
 async def openai_render(engine: Engine, tmp_path):
     cfg = OpenAIEngine(url="http://oai/v1", model="m", timeout_s=TIMEOUT_S)
-    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handler)) as http:
-        outputs, _usage = await openai.render(http, render_request(tmp_path, "openai"), cfg, "http://oai/v1")
-        return outputs
+    ctx = context(engine)
+    async with ctx.http:
+        return (await drive(openai.OpenAI(ctx), cfg, ctx, render_request(tmp_path, "openai"), "http://oai/v1")).outputs
 
 
 # -- the cases ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 # The spec's failed-job messages, in its order; operations.md's `[[fail:...]]`
 # directives select them by position.
@@ -57,7 +57,7 @@ class ChatTurn:
     engine reads it, so the front door can stream it on (kept in memory only: the caller's
     connection is the only one who reads it)."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     max_tokens: int | None = None
     temperature: float | None = None
     on_text: Callable[[str], None] | None = None
@@ -80,7 +80,7 @@ class Output:
 @dataclass(frozen=True)
 class Completed:
     outputs: list[Output] = field(default_factory=list)
-    usage: dict = field(default_factory=dict)  # an engine's report of what it used (token counts)
+    usage: dict[str, Any] = field(default_factory=dict)  # an engine's report of what it used (token counts)
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,8 @@ async def render(
     return Completed(outputs)
 
 
-async def _in_thread(fn, req: RenderRequest, limiter: trio.CapacityLimiter) -> list[Output]:
+async def _in_thread(fn: Callable[[RenderRequest, threading.Event], list[Output]], req: RenderRequest,
+                     limiter: trio.CapacityLimiter) -> list[Output]:
     stop = threading.Event()
     try:
         return await trio.to_thread.run_sync(

@@ -3,6 +3,8 @@
     capabilities.py   the eight capabilities (code: fixed by the API)
     schema.py         the operator's TOML catalog, checked strictly
     catalog.py        Catalog, load_catalog(), the capabilities and models views
+    engines.py        the `[models.engine]` table classes (which backends are engines: the
+                      engines table, service/engines/table.py, passed to load_catalog)
     assets.py         what counts as one of our assets in a request
     rules.py          plan_submit() / estimate(): submit rules in the spec's order
     product_types.py  Product, Input, Step and the declarative step params

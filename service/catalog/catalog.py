@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from service.money import fmt, to_uc
 
 from .capabilities import BY_ID, CAPABILITIES
-from .engines import Engine, EngineConfigError, parse_engine
+from .engines import NO_ENGINES, EngineConfigError, EngineTable, EngineTables, parse_engine
 from .schema import CatalogFile, ModelEntry, tier_label
 
 Runnable = Callable[["Model"], bool]
@@ -72,7 +72,7 @@ class Model:
     max_input_frames: int | None = None  # most frames of a video input, checked at submit
     timeout_s_per_megapixel: float | None = None  # video input: render budget per output MP x frame
     min_timeout_s: int = 60  # floor of that budget
-    engine: Engine | None = None  # the engine outside the node that serves it; None: built in
+    engine: EngineTable | None = None  # the engine outside the node that serves it; None: built in
 
     @property
     def servers(self) -> int:
@@ -90,9 +90,9 @@ class Model:
         return None
 
     @classmethod
-    def from_entry(cls, e: ModelEntry, base_dir: Path = Path(".")) -> Model:
+    def from_entry(cls, e: ModelEntry, base_dir: Path = Path("."), engines: EngineTables = NO_ENGINES) -> Model:
         cap = BY_ID[e.capability]
-        engine = parse_engine(e.id, e.backend, tuple(s.name for s in cap.inputs), e.engine, base_dir)
+        engine = parse_engine(e.id, e.backend, tuple(s.name for s in cap.inputs), e.engine, base_dir, engines)
         slots = tuple(
             ModelSlot(s.name, s.kinds, e.slots.get(s.name, s.max)) for s in cap.inputs
         )
@@ -193,9 +193,12 @@ class Catalog:
         }
 
 
-def loads_catalog(text: str, source: str = "<string>", base_dir: Path | None = None) -> Catalog:
+def loads_catalog(text: str, source: str = "<string>", base_dir: Path | None = None,
+                  engines: EngineTables = NO_ENGINES) -> Catalog:
     """Parse and validate catalog TOML text; raises CatalogError naming the bad key.
-    Engine workflow files are read relative to `base_dir` (the catalog file's folder)."""
+    Engine workflow files are read relative to `base_dir` (the catalog file's folder).
+    `engines` names the engine backends and their `[models.engine]` tables (the node
+    passes `service.engines.table.tables()`); without it every backend is built in."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -205,23 +208,23 @@ def loads_catalog(text: str, source: str = "<string>", base_dir: Path | None = N
     except ValidationError as e:
         raise CatalogError(f"{source}: invalid catalog:\n{_explain(e)}") from None
     try:
-        models = [Model.from_entry(m, base_dir or Path(".")) for m in parsed.models]
+        models = [Model.from_entry(m, base_dir or Path("."), engines) for m in parsed.models]
     except EngineConfigError as e:
         raise CatalogError(f"{source}: {e}") from None
     return Catalog(models, source=source)
 
 
-def load_catalog(path: str | None = None) -> Catalog:
+def load_catalog(path: str | None = None, engines: EngineTables = NO_ENGINES) -> Catalog:
     """Load the operator's catalog file, or the one shipped in this package when None."""
     if path is None:
         ref = resources.files(__package__).joinpath("default.toml")
-        return loads_catalog(ref.read_text(encoding="utf-8"), source="default.toml")
+        return loads_catalog(ref.read_text(encoding="utf-8"), source="default.toml", engines=engines)
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise CatalogError(f"{path}: cannot read catalog: {e.strerror or e}") from None
-    return loads_catalog(text, source=path, base_dir=Path(path).resolve().parent)
+    return loads_catalog(text, source=path, base_dir=Path(path).resolve().parent, engines=engines)
 
 
 def _explain(e: ValidationError) -> str:

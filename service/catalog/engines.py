@@ -16,6 +16,11 @@ Extra keys (beyond operations.md's), all optional:
 
 Whether `token_env` is set is checked at node start (`missing_tokens`), not here:
 the catalog is data, the environment belongs to the running node.
+
+Which backends are engines is not decided here: the engines table
+(service/engines/table.py) hands `parse_engine` its backend name -> table class
+mapping. This layer loads no trio or httpx, so it cannot import the engine clients;
+the node passes the mapping in (`load_catalog(..., engines=...)`).
 """
 
 from __future__ import annotations
@@ -23,24 +28,37 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-ENGINE_BACKENDS = ("comfyui", "cog", "replicate", "openai", "fal")
 BIND_FIELDS = ("prompt", "seed", "width", "height", "duration", "aspect_ratio")
 _URL = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 _ENV = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class _Engine(BaseModel):
+class EngineConfigError(ValueError):
+    """One line: which key of which model's engine table is wrong."""
+
+
+class EngineTable(BaseModel):
+    """The `[models.engine]` table of one engine backend: a new engine subclasses it (or
+    `Bound` / `Pooled`) with its own keys, and names it in its table row."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
 
+    def checked(self, where: str, base_dir: Path) -> EngineTable:
+        """The table once the checks pydantic cannot make alone have passed (files it names,
+        keys that go together); raise EngineConfigError naming the key."""
+        return self
 
-class _Bound(_Engine):
+
+class Bound(EngineTable):
     bind: dict[str, str] = {}
 
     @field_validator("bind")
@@ -54,7 +72,7 @@ class _Bound(_Engine):
         return v
 
 
-class _Pooled(_Bound):
+class Pooled(Bound):
     urls: list[str] = Field(min_length=1)
 
     @field_validator("urls")
@@ -68,25 +86,37 @@ class _Pooled(_Bound):
         return [u.rstrip("/") for u in v]
 
 
-class ComfyEngine(_Pooled):
+class ComfyEngine(Pooled):
     workflow: str = Field(min_length=1)
     poll_s: float = Field(default=2.0, gt=0, le=60)
-    graph: dict[str, Any] = {}  # the loaded workflow, filled by `parse_engine`
+    graph: dict[str, Any] = {}  # the loaded workflow, filled by `checked`
+
+    def checked(self, where: str, base_dir: Path) -> ComfyEngine:
+        graph = _load_graph(where, base_dir / self.workflow)
+        for key, target in self.bind.items():
+            _check_target(where, key, target, graph)
+        return self.model_copy(update={"graph": graph})
 
 
-class CogEngine(_Pooled):
+class CogEngine(Pooled):
     poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
-class ReplicateEngine(_Bound):
+class ReplicateEngine(Bound):
     model: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$")
     version: str | None = Field(default=None, min_length=1)
     token_env: str = Field(pattern=_ENV)
     url: str = Field(default="https://api.replicate.com/v1", pattern=_URL)
     poll_s: float = Field(default=1.0, gt=0, le=60)
 
+    def checked(self, where: str, base_dir: Path) -> ReplicateEngine:
+        if (self.model is None) == (self.version is None):
+            raise EngineConfigError(f"{where}: engine.model: give either model (owner/name) or version, "
+                                    "not both or neither")
+        return self
 
-class OpenAIEngine(_Engine):
+
+class OpenAIEngine(EngineTable):
     url: str = Field(pattern=_URL)
     model: str = Field(min_length=1)
     token_env: str | None = Field(default=None, pattern=_ENV)
@@ -95,54 +125,51 @@ class OpenAIEngine(_Engine):
     temperature: float | None = Field(default=None, ge=0, le=2)  # text.llm: 0 = the same reply for a seed
 
 
-class FalEngine(_Bound):
+class FalEngine(Bound):
     app: str = Field(pattern=r"^[\w.-]+/[\w.-]+(/[\w./-]+)?$")
     token_env: str = Field(pattern=_ENV)
     url: str = Field(default="https://queue.fal.run", pattern=_URL)
     poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
-Engine = ComfyEngine | CogEngine | ReplicateEngine | OpenAIEngine | FalEngine
-_KINDS: dict[str, type[_Engine]] = {
-    "comfyui": ComfyEngine, "cog": CogEngine, "replicate": ReplicateEngine, "openai": OpenAIEngine, "fal": FalEngine,
-}
+EngineTables = Mapping[str, type[EngineTable]]  # backend name -> its table class
+NO_ENGINES: EngineTables = MappingProxyType({})
 
 
-class EngineConfigError(ValueError):
-    """One line: which key of which model's engine table is wrong."""
-
-
-def parse_engine(model_id: str, backend: str, slots: tuple[str, ...], raw: dict | None,
-                 base_dir: Path) -> Engine | None:
+def parse_engine(model_id: str, backend: str, slots: tuple[str, ...], raw: dict[str, Any] | None,
+                 base_dir: Path, engines: EngineTables) -> EngineTable | None:
     """The checked engine table of one model, or None for a built-in model."""
     where = f"model {model_id!r}"
-    if backend not in ENGINE_BACKENDS:
+    table = engines.get(backend)
+    if table is None:
         if raw is not None:
             raise EngineConfigError(f"{where}: engine: backend {backend!r} is built in and takes no [models.engine]")
         return None
     if raw is None:
         raise EngineConfigError(f"{where}: engine: backend {backend!r} needs a [models.engine] table")
     try:
-        engine: Engine = _KINDS[backend].model_validate(raw)  # type: ignore[assignment]  # one of the kinds
+        engine = table.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(table)"
         raise EngineConfigError(f"{where}: engine.{key}: {err['msg'].removeprefix('Value error, ')}") from None
-    if isinstance(engine, ReplicateEngine) and (engine.model is None) == (engine.version is None):
-        raise EngineConfigError(f"{where}: engine.model: give either model (owner/name) or version, not both or neither")
-    for key in getattr(engine, "bind", {}):
-        if key.startswith("inputs.") and key.removeprefix("inputs.") not in slots:
-            raise EngineConfigError(f"{where}: engine.bind.{key}: the model has no input slot "
-                                    f"{key.removeprefix('inputs.')!r} (slots: {', '.join(slots) or 'none'})")
-    if isinstance(engine, ComfyEngine):
-        graph = _load_graph(where, base_dir / engine.workflow)
-        for key, target in engine.bind.items():
-            _check_target(where, key, target, graph)
-        engine = engine.model_copy(update={"graph": graph})
-    return engine
+    if isinstance(engine, Bound):
+        for key in engine.bind:
+            if key.startswith("inputs.") and key.removeprefix("inputs.") not in slots:
+                raise EngineConfigError(f"{where}: engine.bind.{key}: the model has no input slot "
+                                        f"{key.removeprefix('inputs.')!r} (slots: {', '.join(slots) or 'none'})")
+    return engine.checked(where, base_dir)
 
 
-def missing_tokens(models) -> list[str]:
+class _Served(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def engine(self) -> EngineTable | None: ...
+
+
+def missing_tokens(models: Iterable[_Served]) -> list[str]:
     """One line per engine model whose `token_env` names an unset variable."""
     out = []
     for m in models:

@@ -1,5 +1,9 @@
 """Engines: models served by engine servers outside the node (ComfyUI, Cog, ...).
 
+Each engine is a client class (`protocol.Engine`) with a row in `table.ENGINES`; this
+module knows none of them by name. It keeps a pool of servers per model whose engine
+lists servers (health-checked), and runs a job through its engine with `drive.drive`.
+
 `node.engines` is an `Engines`. The job actor renders an engine model with
 `await engines.render(req, model)`, which returns the same outcome as a built-in
 render (Completed / Failed) and never raises but trio.Cancelled; cancelling it
@@ -14,7 +18,8 @@ error or a lost job -> incomplete; finished with no file -> no output.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import httpx
 import trio
@@ -30,12 +35,13 @@ from service.backends.base import (
     RenderRequest,
 )
 from service.catalog.catalog import Catalog, Model
-from service.catalog.engines import CogEngine, ComfyEngine, FalEngine, OpenAIEngine, ReplicateEngine
 
-from . import cog, comfyui, fal, openai, replicate
 from .common import EngineError, Incomplete, NoOutput, Unreachable, Upstream
 from .context import HOOK_PATH, Context, Progress
+from .drive import drive
 from .pool import Pool
+from .protocol import Engine
+from .table import ENGINES, Row
 
 log = logging.getLogger(__name__)
 
@@ -44,36 +50,41 @@ __all__ = ["Engines", "HOOK_PATH"]
 
 class Engines:
     def __init__(self, catalog: Catalog, base_url: Callable[[], str], hook_secret: bytes,
-                 progress: Progress) -> None:
+                 progress: Progress, table: Mapping[str, Row[Any]] | None = None) -> None:
         # Engine URLs are the operator's own servers (often on a private network): no
         # SSRF guard here, unlike webhook calls to addresses a client chose.
         self.http = httpx.AsyncClient(follow_redirects=False, timeout=30.0,
                                       limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         self.context = Context(self.http, base_url, hook_secret, progress)
+        # one client per engine backend (`table.ENGINES` when not given)
+        self.clients: dict[str, Engine[Any]] = {
+            name: row.engine(self.context) for name, row in (ENGINES if table is None else table).items()
+        }
         # servers the operator runs have a pool (health-checked); hosted APIs do not
         self.pools: dict[str, Pool] = {
-            m.id: Pool(m.id, _urls(m.engine), m.concurrency) for m in catalog.models if _pooled(m)
+            m.id: Pool(m.id, urls, m.concurrency) for m in catalog.models if (urls := self._servers(m))
         }
         self._catalog = catalog
-        self._replicate_keys = replicate.SigningKeys()
         self._nursery: trio.Nursery | None = None
         self._watchers: dict[str, trio.CancelScope] = {}
-
-    def serves(self, model: Model) -> bool:
-        return model.engine is not None
 
     def available(self, model: Model) -> bool:
         """False once every server of the model's pool is known down (submits answer 503)."""
         pool = self.pools.get(model.id)
         return pool is None or not pool.all_down
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    def _servers(self, model: Model) -> list[str]:
+        """The servers of the model's pool; [] for a built-in model or a hosted API."""
+        client = self.clients.get(model.backend)
+        return client.servers(model.engine) if client is not None and model.engine is not None else []
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Health checks of every pool, for as long as the node runs; the HTTP client is
         closed when the node's tasks end (after the render tasks were cancelled)."""
         try:
             async with trio.open_nursery() as n:
                 self._nursery = n
-                for model_id, pool in self.pools.items():
+                for pool in self.pools.values():
                     await n.start(self._watch, pool)
                 task_status.started()
                 await trio.sleep_forever()  # hosted APIs have no pool, but use the client too
@@ -81,23 +92,19 @@ class Engines:
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
-    async def _watch(self, pool: Pool, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def _watch(self, pool: Pool, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:
             self._watchers[pool.model_id] = scope
             await pool.watch(self._health_check(pool.model_id), task_status=task_status)
 
-    def _health_check(self, model_id: str):
+    def _health_check(self, model_id: str) -> Callable[[str], Awaitable[bool]]:
         """A check of one server by the model's engine as the catalog now declares it."""
         async def healthy(url: str) -> bool:
             model = self._catalog.model(model_id)
-            engine = model.engine if model is not None else None
-            if isinstance(engine, ComfyEngine):
-                return await comfyui.healthy(self.http, url)
-            if isinstance(engine, CogEngine):
-                return await cog.healthy(self.http, url)
-            if isinstance(engine, OpenAIEngine):
-                return await openai.healthy(self.http, url, engine)
-            return False
+            client = self.clients.get(model.backend) if model is not None else None
+            if model is None or client is None or model.engine is None:
+                return False
+            return await client.health(model.engine, url)
         return healthy
 
     async def reload(self, catalog: Catalog) -> None:
@@ -105,7 +112,7 @@ class Engines:
         servers changed are resized, pools of models gone take no new job (their running
         jobs finish on their servers)."""
         self._catalog = catalog
-        wanted = {m.id: m for m in catalog.models if _pooled(m)}
+        wanted = {m.id: (m, urls) for m in catalog.models if (urls := self._servers(m))}
         for model_id, pool in self.pools.items():
             if model_id not in wanted:
                 pool.resize([], pool.concurrency)
@@ -113,11 +120,11 @@ class Engines:
                 if scope is not None:
                     scope.cancel()
         unwatched = []
-        for model_id, m in wanted.items():  # every pool in place before the first await
+        for model_id, (m, urls) in wanted.items():  # every pool in place before the first await
             if model_id in self.pools:
-                self.pools[model_id].resize(_urls(m.engine), m.concurrency)
+                self.pools[model_id].resize(urls, m.concurrency)
             else:
-                self.pools[model_id] = Pool(model_id, _urls(m.engine), m.concurrency)
+                self.pools[model_id] = Pool(model_id, urls, m.concurrency)
             if model_id not in self._watchers:
                 unwatched.append(self.pools[model_id])
         for pool in unwatched:
@@ -129,30 +136,23 @@ class Engines:
         self.context.stopping = True
 
     async def render(self, req: RenderRequest, model: Model) -> Completed | Failed:
-        engine = model.engine
+        """The job's outcome; never raises but trio.Cancelled (cancelling it cancels the job
+        on the engine too)."""
+        client = self.clients.get(model.backend)
         try:
-            if isinstance(engine, (ReplicateEngine, FalEngine)):  # hosted: no pool, no health checks
-                if isinstance(engine, ReplicateEngine):
-                    return Completed(await replicate.render(self.context, self._replicate_keys, req, engine))
-                return Completed(await fal.render(self.context, req, engine))
+            if client is None or model.engine is None:
+                raise Unreachable(f"{model.backend} engines are not driven by this version")
+            if not client.servers(model.engine):  # a hosted API: no pool, no health checks
+                return await drive(client, model.engine, self.context, req)
             pool = self.pools.get(model.id)
             if pool is None:
-                raise Unreachable(f"{model.backend} engines are not driven by this version")
-            usage: dict = {}
+                raise Unreachable(f"model {model.id} has no pool of {model.backend} servers")
             async with pool.acquire() as server:
                 try:
-                    if isinstance(engine, ComfyEngine):
-                        outputs = await comfyui.render(self.context, req, engine, server.url)
-                    elif isinstance(engine, CogEngine):
-                        outputs = await cog.render(self.context, req, engine, server.url,
-                                                   single_slot=model.concurrency == 1)
-                    else:
-                        assert isinstance(engine, OpenAIEngine)
-                        outputs, usage = await openai.render(self.http, req, engine, server.url)
+                    return await drive(client, model.engine, self.context, req, server.url, model.concurrency)
                 except (httpx.TransportError, Unreachable):
                     pool.mark(server, down=True)
                     raise
-            return Completed(outputs, usage.get("usage", {}))
         except Upstream as e:
             return _failed(req, e, MSG_UPSTREAM.format(status=e.status))
         except (Unreachable, httpx.TransportError) as e:
@@ -167,14 +167,6 @@ class Engines:
         except Exception as e:  # noqa: BLE001 - reported as failure 5
             log.exception("job %s: engine %s crashed", req.job_id, model.backend)
             return _failed(req, e, MSG_INTERNAL)
-
-
-def _pooled(m: Model) -> bool:
-    return isinstance(m.engine, (ComfyEngine, CogEngine, OpenAIEngine))
-
-
-def _urls(engine) -> list[str]:
-    return [engine.url.rstrip("/")] if isinstance(engine, OpenAIEngine) else list(engine.urls)
 
 
 def _failed(req: RenderRequest, error: Exception, message: str) -> Failed:

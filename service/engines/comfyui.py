@@ -31,56 +31,109 @@ import copy
 import json
 import logging
 import ssl
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, wrap_client_stream
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    wrap_client_stream,
+)
 
-from service.backends.base import Output, RenderRequest
+from service.backends.base import Completed, Output, RenderRequest
 from service.catalog.engines import ComfyEngine
 
-from .common import (Incomplete, NoOutput, TRANSIENT_STATUS, check, field_values, first_error, is_cancel, read,
-                     store_output, store_text)
+from .common import (
+    CANCEL_S,
+    TRANSIENT_STATUS,
+    Incomplete,
+    NoOutput,
+    check,
+    field_values,
+    read,
+    store_output,
+    store_text,
+)
 from .context import Context
+from .protocol import Job
 
 log = logging.getLogger(__name__)
 
 OUTPUT_KEYS = ("images", "video", "videos", "gifs", "audio")
-CANCEL_S = 5.0
 CONNECT_S = 10.0
 END_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
 SETTLE_S = (0.1, 0.2, 0.4, 0.8, 1.6)  # re-reads of a prompt in neither queue nor history: 3.1 s
 RECONNECT_S = (0.5, 5.0)  # first and largest wait before opening a dropped websocket again
 
-
-async def healthy(http: httpx.AsyncClient, url: str) -> bool:
-    resp = await http.get(f"{url}/system_stats", timeout=5.0)
-    return resp.status_code == 200
+Entry = dict[str, Any]  # a prompt's entry in /history/{id}
 
 
-async def render(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str) -> list[Output]:
-    prompt_id, client_id = req.job_id, f"genservice-{req.job_id}"
-    http = ctx.http
-    try:
+class ComfyUI:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def servers(self, cfg: ComfyEngine) -> list[str]:
+        return list(cfg.urls)
+
+    async def health(self, cfg: ComfyEngine, url: str) -> bool:
+        resp = await self.ctx.http.get(f"{url}/system_stats", timeout=5.0)
+        return resp.status_code == 200
+
+    def job(self, cfg: ComfyEngine, job: Job) -> ComfyJob:
+        return ComfyJob(self.ctx, cfg, job)
+
+
+class ComfyJob:
+    """The prompt's id is the job id, its client id `genservice-<job id>`."""
+
+    def __init__(self, ctx: Context, cfg: ComfyEngine, job: Job) -> None:
+        self.ctx, self.cfg, self.req, self.url, self.tasks = ctx, cfg, job.req, job.url, job.tasks
+        self.client_id = f"genservice-{job.req.job_id}"
+        self.ended = trio.Event()  # an end event came for our prompt: its history is written within moments
+        self.listening = trio.CancelScope()
+        self.entry: Entry = {}
+
+    async def submit(self) -> None:
+        """The websocket is opened (or given up on) before `POST /prompt`: ComfyUI drops the
+        events of a client with no socket."""
+        ctx, req, cfg, url = self.ctx, self.req, self.cfg, self.url
         graph = None
-        if req.resumed and (await _state(http, url, prompt_id, cfg))[0] != "lost":
+        if req.resumed and (await _state(ctx.http, url, req.job_id, cfg))[0] != "lost":
             log.info("job %s: found on %s after a restart; following it", req.job_id, url)
         else:
-            graph = await _bound_graph(http, url, req, cfg)
-        entry = await _follow(ctx, req, cfg, url, client_id, submit=graph)
-        return await _outputs(http, url, req, cfg, entry)
-    except BaseException as e:
-        if not is_cancel(e) or ctx.stopping:  # a shutdown leaves the job running: the restarted node follows it
-            raise
-        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
-            await _cancel(http, url, prompt_id)
-        raise
+            graph = await _bound_graph(ctx.http, url, req, cfg)
+        parts = urlsplit(url)
+        ws_url = f"{'wss' if parts.scheme == 'https' else 'ws'}://{parts.netloc}{parts.path}/ws?clientId={self.client_id}"
+        connected = trio.Event()
+        self.tasks.start_soon(self._listen, ws_url, connected)
+        with trio.move_on_after(cfg.timeout_s):
+            await connected.wait()  # connected, or given up on: polling covers both
+        if graph is not None:
+            await _submit(ctx.http, url, req, cfg, self.client_id, graph)
+
+    async def _listen(self, ws_url: str, connected: trio.Event) -> None:
+        with self.listening:
+            await _listen(self.ctx, self.req, ws_url, self.ended, connected)
+
+    async def wait(self) -> None:
+        """The prompt's history entry once ComfyUI has written it (or Incomplete when lost)."""
+        self.entry = await wait_for_entry(self.ctx.http, self.url, self.req.job_id, self.cfg, self.ended)
+        self.listening.cancel()
+
+    async def outputs(self) -> Completed:
+        return Completed(await _outputs(self.ctx.http, self.url, self.req, self.cfg, self.entry))
+
+    async def cancel(self) -> None:
+        await _cancel(self.ctx.http, self.url, self.req.job_id)
 
 
-async def _bound_graph(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: ComfyEngine) -> dict:
+async def _bound_graph(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: ComfyEngine) -> dict[str, Any]:
     graph = copy.deepcopy(cfg.graph)
     values = field_values(req)
     for key, target in cfg.bind.items():
@@ -95,46 +148,18 @@ async def _bound_graph(http: httpx.AsyncClient, url: str, req: RenderRequest, cf
     return graph
 
 
-async def _upload(http, url, req, key: str, path: Path, content_type: str, cfg: ComfyEngine) -> str:
+async def _upload(http: httpx.AsyncClient, url: str, req: RenderRequest, key: str, path: Path, content_type: str,
+                  cfg: ComfyEngine) -> str:
     name = f"genservice-{req.job_id}-{key.removeprefix('inputs.')}{path.suffix or '.png'}"
     data = await trio.to_thread.run_sync(path.read_bytes)
     resp = check(await http.post(f"{url}/upload/image", files={"image": (name, data, content_type)},
                                  data={"type": "input", "overwrite": "true"}, timeout=cfg.timeout_s))
     body = resp.json()
-    return f"{body['subfolder']}/{body['name']}" if body.get("subfolder") else body["name"]
+    return f"{body['subfolder']}/{body['name']}" if body.get("subfolder") else str(body["name"])
 
 
-async def _follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, client_id: str,
-                  submit: dict | None) -> dict:
-    """The prompt's history entry once ComfyUI has written it (or raise Incomplete when
-    the prompt is lost)."""
-    parts = urlsplit(url)
-    ws_url = f"{'wss' if parts.scheme == 'https' else 'ws'}://{parts.netloc}{parts.path}/ws?clientId={client_id}"
-    try:
-        return await _run_follow(ctx, req, cfg, url, client_id, submit, ws_url)
-    except BaseExceptionGroup as group:
-        error = first_error(group)
-        if error is group:
-            raise
-        raise error from None
-
-
-async def _run_follow(ctx: Context, req: RenderRequest, cfg: ComfyEngine, url: str, client_id: str,
-                      submit: dict | None, ws_url: str) -> dict:
-    ended = trio.Event()  # an end event came for our prompt: its history is written within moments
-    async with trio.open_nursery() as n:
-        connected = trio.Event()
-        n.start_soon(_listen, ctx, req, ws_url, ended, connected)
-        with trio.move_on_after(cfg.timeout_s):
-            await connected.wait()  # connected, or given up on: polling covers both
-        if submit is not None:
-            await _submit(ctx.http, url, req, cfg, client_id, submit)
-        entry = await wait_for_entry(ctx.http, url, req.job_id, cfg, ended)
-        n.cancel_scope.cancel()
-    return entry
-
-
-async def _submit(http, url: str, req: RenderRequest, cfg: ComfyEngine, client_id: str, graph: dict) -> None:
+async def _submit(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: ComfyEngine, client_id: str,
+                  graph: dict[str, Any]) -> None:
     """POST /prompt once (a second POST would queue the prompt twice). When its answer is
     lost (a timeout, a reset, a 502/503/504 on the way), the prompt may still have been
     queued: it is looked up by its id, and followed if ComfyUI has it."""
@@ -154,7 +179,7 @@ async def _submit(http, url: str, req: RenderRequest, cfg: ComfyEngine, client_i
     check(resp)
 
 
-async def _was_queued(http, url: str, prompt_id: str, cfg: ComfyEngine) -> bool:
+async def _was_queued(http: httpx.AsyncClient, url: str, prompt_id: str, cfg: ComfyEngine) -> bool:
     """Whether ComfyUI knows the prompt (queued, running or in its history), read again
     with SETTLE_S before saying no."""
     for wait in (*SETTLE_S, None):
@@ -195,7 +220,7 @@ async def _session(ctx: Context, req: RenderRequest, ws_url: str, ended: trio.Ev
     return again
 
 
-async def _read_events(ctx: Context, req: RenderRequest, ws, ended: trio.Event) -> None:
+async def _read_events(ctx: Context, req: RenderRequest, ws: WebSocketConnection, ended: trio.Event) -> None:
     """`executing` with `node: null` is sent after the history write; `execution_success`,
     `_error` and `_interrupted` before it (from inside ComfyUI's execute()): all of them
     only tell the poller to look now."""
@@ -214,7 +239,7 @@ async def _read_events(ctx: Context, req: RenderRequest, ws, ended: trio.Event) 
 
 
 @asynccontextmanager
-async def _websocket(ws_url: str):
+async def _websocket(ws_url: str) -> AsyncIterator[WebSocketConnection]:
     """A websocket over a TCP stream this module owns and closes: when the server ends the
     connection, trio-websocket's client waits for the server's TCP close and never closes
     its own socket. Leaving, it closes the TCP stream without a close handshake: the socket
@@ -244,7 +269,8 @@ async def _websocket(ws_url: str):
             await stream.aclose()
 
 
-async def wait_for_entry(http, url: str, prompt_id: str, cfg: ComfyEngine, ended: trio.Event) -> dict:
+async def wait_for_entry(http: httpx.AsyncClient, url: str, prompt_id: str, cfg: ComfyEngine,
+                         ended: trio.Event) -> Entry:
     """The history entry, read when an end event comes or every `poll_s`. An id in neither
     the queue nor the history is re-read with a short backoff (`SETTLE_S`) before it counts
     as lost; after an end event, a prompt still running (ComfyUI writes its history after
@@ -269,7 +295,7 @@ async def wait_for_entry(http, url: str, prompt_id: str, cfg: ComfyEngine, ended
                 await ended.wait()
 
 
-async def _state(http, url: str, prompt_id: str, cfg: ComfyEngine) -> tuple[str, dict]:
+async def _state(http: httpx.AsyncClient, url: str, prompt_id: str, cfg: ComfyEngine) -> tuple[str, Entry]:
     """`queued` (pending or running), `finished` (with its history entry) or `lost`. The
     queue is read before the history: ComfyUI moves a prompt from one to the other under
     one lock, so an id in neither after that order is gone (or not yet visible)."""
@@ -282,7 +308,8 @@ async def _state(http, url: str, prompt_id: str, cfg: ComfyEngine) -> tuple[str,
     return ("finished", entry) if entry else ("lost", {})
 
 
-async def _outputs(http, url: str, req: RenderRequest, cfg: ComfyEngine, entry: dict) -> list[Output]:
+async def _outputs(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: ComfyEngine,
+                   entry: Entry) -> list[Output]:
     status = entry.get("status") or {}
     if status.get("status_str") == "error" or status.get("completed") is False:
         raise Incomplete(f"ComfyUI reported an error: {_last_message(status)}")
@@ -306,7 +333,7 @@ async def _outputs(http, url: str, req: RenderRequest, cfg: ComfyEngine, entry: 
     return outputs
 
 
-async def _cancel(http, url: str, prompt_id: str) -> None:
+async def _cancel(http: httpx.AsyncClient, url: str, prompt_id: str) -> None:
     try:
         await http.post(f"{url}/queue", json={"delete": [prompt_id]}, timeout=CANCEL_S)
         await http.post(f"{url}/interrupt", json={"prompt_id": prompt_id}, timeout=CANCEL_S)
@@ -318,7 +345,7 @@ def _node_order(node_id: str) -> tuple[int, str]:
     return (int(node_id), "") if node_id.isdigit() else (1 << 30, node_id)
 
 
-def _last_message(status: dict) -> str:
+def _last_message(status: dict[str, Any]) -> str:
     for event, data in reversed(status.get("messages") or []):
         if event in ("execution_error", "execution_interrupted"):
             return f"{event} in node {data.get('node_id')} ({data.get('node_type')}): {data.get('exception_message', '')}"[:300]

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 
 from service.backends.base import InputFile, Output, RenderRequest
 from service.catalog.capabilities import BY_ID
+from service.catalog.engines import Bound
 from service.errors import Unprocessable
 from service.media.inspect import inspect_file
 
@@ -62,12 +65,24 @@ def is_cancel(e: BaseException) -> bool:
     return bool(leaves) and all(isinstance(x, trio.Cancelled) for x in leaves)
 
 
-def _leaves(e: BaseException):
+def _leaves(e: BaseException) -> Iterator[BaseException]:
     if isinstance(e, BaseExceptionGroup):
         for inner in e.exceptions:
             yield from _leaves(inner)
     else:
         yield e
+
+
+def auth(scheme: str, token_env: str | None, required: bool = True) -> dict[str, str]:
+    """The `Authorization` header with the token in `token_env`, read from the environment
+    at each call (the token is in no log or error); none when the variable is unset and the
+    engine takes calls without one, else Unreachable."""
+    token = os.environ.get(token_env) if token_env else None
+    if token:
+        return {"Authorization": f"{scheme} {token}"}
+    if required:
+        raise Unreachable(f"the variable {token_env} is not set")
+    return {}
 
 
 def check(resp: httpx.Response) -> httpx.Response:
@@ -77,6 +92,7 @@ def check(resp: httpx.Response) -> httpx.Response:
     return resp
 
 
+CANCEL_S = 5.0  # the longest a cancel of a job on its engine may take (shielded from the job's own cancel)
 NOT_YET_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # re-reads of a URL the engine gave but cannot serve yet: 6.3 s
 # Waits between tries of a call that met a transient fault (31.75 s in all; a job's own
 # timeout cancels it sooner). A job the engine has accepted is not failed at the first
@@ -118,13 +134,13 @@ async def patiently(send: Callable[[], Awaitable[httpx.Response]],
         await trio.sleep(wait)
 
 
-async def read(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
-               params: dict | None = None) -> httpx.Response:
+async def read(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict[str, str] | None = None,
+               params: dict[str, str] | None = None) -> httpx.Response:
     """GET of a job's state or file (idempotent): transient faults tried again (`patiently`)."""
     return check(await patiently(lambda: http.get(url, headers=headers, params=params, timeout=timeout_s)))
 
 
-async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict | None = None,
+async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict[str, str] | None = None,
                       not_yet: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
     """GET a URL the engine itself just returned (a status URL after a submit, an output
     file after `succeeded`): hosted APIs answer 404 while a new object propagates, so a
@@ -177,6 +193,21 @@ def field_values(req: RenderRequest) -> dict[str, object]:
     return values
 
 
+def inputs_of(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
+    """The request fields and input assets a `[models.engine.bind]` table names, by the
+    engine's input names (an input asset as a data URL): for engines that take JSON."""
+    values = field_values(req)
+    out: dict[str, Any] = {}
+    for key, name in cfg.bind.items():
+        if key.startswith("inputs."):
+            files = req.inputs.get(key.removeprefix("inputs."), [])
+            if files:
+                out[name] = data_url(files[0])
+        elif key in values:
+            out[name] = values[key]
+    return out
+
+
 def data_url(f: InputFile) -> str:
     """An input asset as a data URL (engines that take URLs read these)."""
     return f"data:{f.content_type};base64," + base64.b64encode(f.path.read_bytes()).decode()
@@ -227,7 +258,7 @@ def decode_data_url(url: str) -> bytes | None:
         return None
 
 
-async def collect(http: httpx.AsyncClient, req: RenderRequest, output, timeout_s: float) -> list[Output]:
+async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, timeout_s: float) -> list[Output]:
     """The files of a model's output (Cog, Replicate, fal: any JSON): every data URL or
     http(s) URL in it is fetched and stored; plain strings are a `text.llm` reply."""
     outputs: list[Output] = []
@@ -249,7 +280,7 @@ async def collect(http: httpx.AsyncClient, req: RenderRequest, output, timeout_s
     return outputs
 
 
-def _strings(value) -> list[str]:
+def _strings(value: object) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list):

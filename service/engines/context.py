@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import httpx
 import trio
@@ -18,6 +19,8 @@ import trio
 from service.backends.base import RenderRequest
 
 Progress = Callable[[RenderRequest, float, float, str | None], None]
+Payload = dict[str, Any]  # a webhook's JSON body, as the engine sent it
+Hooks = trio.MemoryReceiveChannel[Payload]
 Verify = Callable[[Mapping[str, str], bytes], bool]  # (headers, raw body) -> signed by the engine?
 HOOK_PATH = "/engine-hooks"
 
@@ -36,7 +39,7 @@ class Context:
         # set when the node shuts down: engine jobs are then left running (not cancelled),
         # and the restarted node follows them again by their ids
         self.stopping = False
-        self._hooks: dict[str, trio.MemorySendChannel] = {}
+        self._hooks: dict[str, trio.MemorySendChannel[Payload]] = {}
         self._verify: dict[str, Verify] = {}
 
     def token(self, job_id: str) -> str:
@@ -45,10 +48,10 @@ class Context:
     def hook_url(self, job_id: str) -> str:
         return f"{self._base_url()}{HOOK_PATH}/{job_id}/{self.token(job_id)}"
 
-    def expect_hooks(self, job_id: str, verify: Verify | None = None) -> trio.MemoryReceiveChannel:
+    def expect_hooks(self, job_id: str, verify: Verify | None = None) -> Hooks:
         """Where the webhooks for this job arrive until `forget_hooks`; with `verify`, only
         those it accepts (an engine that signs its webhooks: Replicate)."""
-        send, receive = trio.open_memory_channel(16)
+        send, receive = trio.open_memory_channel[Payload](16)
         self._hooks[job_id] = send
         if verify is not None:
             self._verify[job_id] = verify
@@ -60,7 +63,7 @@ class Context:
         if send is not None:
             send.close()
 
-    def deliver(self, job_id: str, token: str, payload: dict, headers: Mapping[str, str] | None = None,
+    def deliver(self, job_id: str, token: str, payload: Payload, headers: Mapping[str, str] | None = None,
                 body: bytes = b"") -> bool:
         """A webhook for a job; False when its token is wrong, BadSignature when the job's
         engine signs its webhooks and this one is not signed right. A hook for a job nobody

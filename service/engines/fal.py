@@ -24,21 +24,28 @@
 from __future__ import annotations
 
 import logging
-import os
+from typing import Any
 
 import httpx
 import trio
 
-from service.backends.base import Output, RenderRequest
+from service.backends.base import Completed
 from service.catalog.engines import FalEngine
 
-from .cog import inputs_of
-from .common import RETRY_S, Incomplete, Unreachable, check, collect, get_settled, is_cancel
+from .common import (
+    CANCEL_S,
+    RETRY_S,
+    Incomplete,
+    auth,
+    check,
+    collect,
+    get_settled,
+    inputs_of,
+)
 from .context import Context
+from .protocol import Job
 
 log = logging.getLogger(__name__)
-
-CANCEL_S = 5.0
 
 
 def _in_progress(resp: httpx.Response) -> bool:
@@ -46,42 +53,60 @@ def _in_progress(resp: httpx.Response) -> bool:
     return resp.status_code == 400 and "still in progress" in resp.text
 
 
-def _auth(cfg: FalEngine) -> dict:
-    token = os.environ.get(cfg.token_env)
-    if not token:
-        raise Unreachable(f"the variable {cfg.token_env} is not set")
-    return {"Authorization": f"Key {token}"}
+def _auth(cfg: FalEngine) -> dict[str, str]:
+    return auth("Key", cfg.token_env)
 
 
-async def render(ctx: Context, req: RenderRequest, cfg: FalEngine) -> list[Output]:
-    http = ctx.http
-    queued: dict = {}
-    try:
-        body = await trio.to_thread.run_sync(inputs_of, req, cfg)
+class Fal:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def servers(self, cfg: FalEngine) -> list[str]:
+        return []  # a hosted API: no pool
+
+    async def health(self, cfg: FalEngine, url: str) -> bool:
+        return True
+
+    def job(self, cfg: FalEngine, job: Job) -> FalJob:
+        return FalJob(self.ctx.http, cfg, job)
+
+
+class FalJob:
+    def __init__(self, http: httpx.AsyncClient, cfg: FalEngine, job: Job) -> None:
+        self.http, self.cfg, self.req = http, cfg, job.req
+        self.queued: dict[str, Any] = {}
+        self.status: dict[str, Any] = {}
+
+    async def submit(self) -> None:
+        cfg = self.cfg
+        body = await trio.to_thread.run_sync(inputs_of, self.req, cfg)
         # not repeatable (a lost answer leaves a request we cannot find): its answer is waited
         # for as long as a read would be tried again
-        queued = check(await http.post(f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),
-                                       timeout=cfg.timeout_s + sum(RETRY_S))).json()
+        self.queued = check(await self.http.post(f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),
+                                                 timeout=cfg.timeout_s + sum(RETRY_S))).json()
         for name in ("status_url", "response_url"):
-            if not isinstance(queued.get(name), str):
+            if not isinstance(self.queued.get(name), str):
                 raise Incomplete(f"fal's submit answer has no {name}")
+
+    async def wait(self) -> None:
+        cfg = self.cfg
         while True:
-            status = (await get_settled(http, queued["status_url"], cfg.timeout_s, _auth(cfg))).json()
-            if status.get("status") == "COMPLETED":
-                break
-            if status.get("status") not in ("IN_QUEUE", "IN_PROGRESS"):
-                raise Incomplete(f"fal request {queued.get('request_id')}: status {str(status.get('status'))[:40]}")
+            self.status = (await get_settled(self.http, self.queued["status_url"], cfg.timeout_s, _auth(cfg))).json()
+            state = self.status.get("status")
+            if state == "COMPLETED":
+                return
+            if state not in ("IN_QUEUE", "IN_PROGRESS"):
+                raise Incomplete(f"fal request {self.queued.get('request_id')}: status {str(state)[:40]}")
             await trio.sleep(cfg.poll_s)
-        result = (await get_settled(http, status.get("response_url") or queued["response_url"], cfg.timeout_s,
-                                    _auth(cfg), not_yet=_in_progress)).json()
-        return await collect(http, req, result, cfg.timeout_s)
-    except BaseException as e:
-        cancel = queued.get("cancel_url")
-        if is_cancel(e) and isinstance(cancel, str) and not ctx.stopping:
-            with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
-                try:
-                    resp = await http.put(cancel, headers=_auth(cfg), timeout=CANCEL_S)
-                    log.info("job %s: fal cancel answered %s", req.job_id, resp.status_code)
-                except httpx.HTTPError as err:
-                    log.warning("job %s: cancelling the fal request failed: %s", req.job_id, type(err).__name__)
-        raise
+
+    async def outputs(self) -> Completed:
+        cfg = self.cfg
+        result = (await get_settled(self.http, self.status.get("response_url") or self.queued["response_url"],
+                                    cfg.timeout_s, _auth(cfg), not_yet=_in_progress)).json()
+        return Completed(await collect(self.http, self.req, result, cfg.timeout_s))
+
+    async def cancel(self) -> None:
+        cancel = self.queued.get("cancel_url")
+        if isinstance(cancel, str):
+            resp = await self.http.put(cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
+            log.info("job %s: fal cancel answered %s", self.req.job_id, resp.status_code)

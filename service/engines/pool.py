@@ -86,7 +86,7 @@ class Pool:
         self._wake()
 
     async def watch(self, healthy: Callable[[str], Awaitable[bool]], period: float = HEALTH_S, *,
-                    task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Check every server now (started once that round ends, or after FIRST_S: a
         server that refuses is known down before the first submit) and then every
         `period` seconds, for ever."""

@@ -30,23 +30,32 @@ import base64
 import hashlib
 import hmac
 import logging
-import os
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import trio
 
-from service.backends.base import Output, RenderRequest
+from service.backends.base import Completed, RenderRequest
 from service.catalog.engines import ReplicateEngine
 
-from .cog import inputs_of
-from .common import Incomplete, Unreachable, Upstream, check, collect, get_settled, is_cancel, read
-from .context import Context
+from .common import (
+    CANCEL_S,
+    Incomplete,
+    Upstream,
+    auth,
+    check,
+    collect,
+    get_settled,
+    inputs_of,
+    read,
+)
+from .context import Context, Hooks, Payload, Verify
+from .protocol import Job
 
 log = logging.getLogger(__name__)
 
-CANCEL_S = 5.0
 WAIT_S = 5
 FINAL = ("succeeded", "failed", "canceled", "aborted")
 LOST_CREATE_S = 120  # how long a create whose answer was lost waits for the prediction's webhook
@@ -54,7 +63,7 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)  # the 
 TOLERANCE_S = 300  # Standard Webhooks: a signed timestamp older or newer than this is refused
 
 
-async def _outcome_by_hook(hooks: trio.MemoryReceiveChannel, req: RenderRequest, lost: httpx.TransportError) -> dict:
+async def _outcome_by_hook(hooks: Hooks, req: RenderRequest, lost: httpx.TransportError) -> Payload:
     """The create was sent but its answer lost (reset, timed out): Replicate may have made
     the prediction, and only its webhook (to this job's own URL) can tell. It is waited for
     up to LOST_CREATE_S; none: the fault fails the job. The create is not sent again."""
@@ -67,11 +76,8 @@ async def _outcome_by_hook(hooks: trio.MemoryReceiveChannel, req: RenderRequest,
     raise lost
 
 
-def _auth(cfg: ReplicateEngine) -> dict:
-    token = os.environ.get(cfg.token_env)
-    if not token:
-        raise Unreachable(f"the variable {cfg.token_env} is not set")
-    return {"Authorization": f"Bearer {token}"}
+def _auth(cfg: ReplicateEngine) -> dict[str, str]:
+    return auth("Bearer", cfg.token_env)
 
 
 class SigningKeys:
@@ -90,7 +96,7 @@ class SigningKeys:
         return self._keys[where]
 
 
-def verifier(key: bytes):
+def verifier(key: bytes) -> Verify:
     """The Standard Webhooks check of one webhook (`webhook-id`, `webhook-timestamp`,
     `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, several
     signatures allowed, space separated)."""
@@ -108,13 +114,33 @@ def verifier(key: bytes):
     return verify
 
 
-async def render(ctx: Context, keys: SigningKeys, req: RenderRequest, cfg: ReplicateEngine) -> list[Output]:
-    key = await keys.get(ctx.http, cfg)
-    hooks = ctx.expect_hooks(req.job_id, verifier(key))
-    prediction: dict = {}
-    try:
-        body = {"input": await trio.to_thread.run_sync(inputs_of, req, cfg),
-                "webhook": ctx.hook_url(req.job_id), "webhook_events_filter": ["completed"]}
+class Replicate:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.keys = SigningKeys()
+
+    def servers(self, cfg: ReplicateEngine) -> list[str]:
+        return []  # a hosted API: no pool
+
+    async def health(self, cfg: ReplicateEngine, url: str) -> bool:
+        return True
+
+    def job(self, cfg: ReplicateEngine, job: Job) -> ReplicateJob:
+        return ReplicateJob(self.ctx, self.keys, cfg, job)
+
+
+class ReplicateJob:
+    def __init__(self, ctx: Context, keys: SigningKeys, cfg: ReplicateEngine, job: Job) -> None:
+        self.ctx, self.keys, self.cfg, self.req = ctx, keys, cfg, job.req
+        self.hooks: Hooks | None = None
+        self.prediction: Payload = {}
+
+    async def submit(self) -> None:
+        ctx, cfg, req = self.ctx, self.cfg, self.req
+        key = await self.keys.get(ctx.http, cfg)
+        self.hooks = hooks = ctx.expect_hooks(req.job_id, verifier(key))
+        body: dict[str, Any] = {"input": await trio.to_thread.run_sync(inputs_of, req, cfg),
+                                "webhook": ctx.hook_url(req.job_id), "webhook_events_filter": ["completed"]}
         if cfg.version:
             body["version"] = cfg.version
             create = f"{cfg.url}/predictions"
@@ -130,32 +156,30 @@ async def render(ctx: Context, keys: SigningKeys, req: RenderRequest, cfg: Repli
             except httpx.TransportError as e:  # sent, its answer lost: the prediction may exist
                 lost = e
             else:
-                prediction = check(resp).json()
+                self.prediction = check(resp).json()
         await trio.lowlevel.checkpoint()  # a cancel that came meanwhile lands here
         if lost is not None:
-            prediction = await _outcome_by_hook(hooks, req, lost)
-        while prediction.get("status") not in FINAL:
-            prediction = await _next(ctx.http, hooks, prediction, cfg)
+            self.prediction = await _outcome_by_hook(hooks, req, lost)
+
+    async def wait(self) -> None:
+        assert self.hooks is not None
+        while self.prediction.get("status") not in FINAL:
+            self.prediction = await _next(self.ctx.http, self.hooks, self.prediction, self.cfg)
+
+    async def outputs(self) -> Completed:
+        prediction = self.prediction
         if prediction["status"] != "succeeded":
             raise Incomplete(f"Replicate prediction {prediction.get('id')} {prediction['status']}: "
                              f"{str(prediction.get('error') or '')[:300]}")
-        return await collect(ctx.http, req, prediction.get("output"), cfg.timeout_s)
-    except BaseException as e:
-        cancel = (prediction.get("urls") or {}).get("cancel")
-        if is_cancel(e) and cancel and not ctx.stopping:
-            with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):
-                try:
-                    await ctx.http.post(cancel, headers=_auth(cfg), timeout=CANCEL_S)
-                except httpx.HTTPError as err:
-                    log.warning("job %s: cancelling the Replicate prediction failed: %s", req.job_id,
-                                type(err).__name__)
-        raise
-    finally:
-        ctx.forget_hooks(req.job_id)
+        return Completed(await collect(self.ctx.http, self.req, prediction.get("output"), self.cfg.timeout_s))
+
+    async def cancel(self) -> None:
+        cancel = (self.prediction.get("urls") or {}).get("cancel")
+        if cancel:
+            await self.ctx.http.post(cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
 
 
-async def _next(http: httpx.AsyncClient, hooks: trio.MemoryReceiveChannel, prediction: dict,
-                cfg: ReplicateEngine) -> dict:
+async def _next(http: httpx.AsyncClient, hooks: Hooks, prediction: Payload, cfg: ReplicateEngine) -> Payload:
     """The prediction's next state: a (verified) webhook, or a poll of `urls.get`."""
     with trio.move_on_after(cfg.poll_s):
         async for payload in hooks:
@@ -165,7 +189,8 @@ async def _next(http: httpx.AsyncClient, hooks: trio.MemoryReceiveChannel, predi
     if not url:
         raise Incomplete(f"Replicate prediction {prediction.get('id')} has no urls.get")
     try:  # 404 while it propagates; transient faults tried again
-        return (await get_settled(http, url, cfg.timeout_s, _auth(cfg))).json()
+        answer: Payload = (await get_settled(http, url, cfg.timeout_s, _auth(cfg))).json()
+        return answer
     except (httpx.TransportError, Upstream):
         for payload in _waiting(hooks):  # a webhook that came while the reads failed still ends the job
             if payload.get("id") == prediction.get("id") and payload.get("status") in FINAL:
@@ -173,7 +198,7 @@ async def _next(http: httpx.AsyncClient, hooks: trio.MemoryReceiveChannel, predi
         raise
 
 
-def _waiting(hooks: trio.MemoryReceiveChannel) -> list[dict]:
+def _waiting(hooks: Hooks) -> list[Payload]:
     out = []
     while True:
         try:
