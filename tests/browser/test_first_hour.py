@@ -130,7 +130,7 @@ def test_a_newcomers_first_hour(browser, node, smtp, width, tmp_path):
         expect(page.locator("tr[data-id]")).to_have_count(1)
 
         # a bad file: the error shows in Studio, the form is kept, no token in the address
-        page.goto("/studio")
+        page.goto("/studio?capability=video.generate")  # a model that takes an input file
         page.get_by_label("Prompt").fill("a slow pan over the hills")
         txt = tmp_path / "notes.txt"
         txt.write_text("just some text")
@@ -149,7 +149,9 @@ def test_a_newcomers_first_hour(browser, node, smtp, width, tmp_path):
         expect(page.locator("#new-key")).to_contain_text("aak_")
         page.reload()
         expect(page.locator("#new-key")).to_have_count(0)
-        expect(page.get_by_role("cell", name="my first key", exact=True)).to_have_count(1)
+        # (on a phone the table is stacked: its cells are no longer table cells to assistive tech)
+        assert page.evaluate("() => [...document.querySelectorAll('td')]"
+                             ".filter(td => td.textContent.trim() === 'my first key').length") == 1
         no_dead_end(page, "keys")
 
         # a top-up in test mode: the checkout pays once, a reload of the answer adds nothing
