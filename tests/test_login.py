@@ -68,11 +68,23 @@ async def test_good_login_lands_in_studio(node, mock_clock):
     ("/\\evil.test", "/studio"),
     ("javascript:alert(1)", "/studio"),
     ("/ok\r\nSet-Cookie: x=y", "/studio"),
+    ("http://testserver/billing", "/studio"),  # absolute, even this host's: only paths are followed
+    ("\\\\evil.test", "/studio"),
+    ("/\tevil.test", "/studio"),
 ])
 async def test_next_only_same_site_paths(node, next_path, lands):
     await with_password(node)
     r, _ = await login(node.client, "owner@acme.test", PW, next_path)
     assert r.status_code == 303 and r.headers["Location"] == lands
+
+
+@pytest.mark.parametrize("asked,kept", [("https://evil.test/x", "/studio"), ("//evil.test", "/studio"),
+                                         ("/billing?tab=usage", "/billing?tab=usage")])
+async def test_login_page_keeps_only_a_path_of_this_site(node, asked, kept):
+    """The login form carries `next` on to the post only when it is a path here."""
+    r, html = await page(node.client, "/login?next=" + asked.replace("?", "%3F").replace("&", "%26"))
+    assert r.status_code == 200
+    assert f'<input type="hidden" name="next" value="{kept}">' in html
 
 
 async def test_same_answer_for_unknown_email_and_wrong_password(node):
