@@ -57,5 +57,5 @@ async def test_every_page_carries_it(node):
     checkout = (await r.get_json())["data"]["checkout_url"].removeprefix("http://testserver")
     r = await node.client.get(checkout)
     assert r.status_code == 200 and r.headers["Content-Security-Policy"] == CSP
-    r = await node.client.get("/static/page-1.css")
-    assert r.status_code == 200 and b"font-family" in await r.get_data()
+    r = await node.client.get("/static/auth-1.css")
+    assert r.status_code == 200 and b".auth" in await r.get_data()

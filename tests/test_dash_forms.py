@@ -123,7 +123,7 @@ async def test_a_next_off_this_site_goes_to_assets(node):
     body, ctype = multipart([("csrf_token", csrf(html)), ("next", "https://evil.example/"),
                              ("file", "s.png", "image/png", image_bytes("PNG"))])
     r = await node.client.post("/assets/upload", data=body, headers={"Content-Type": ctype})
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
 
 
 @pytest.mark.parametrize("path", ["/studio", "/studio?capability=video.generate", "/assets", "/products/text-to-clip",

@@ -136,7 +136,7 @@ async def test_existing_person_accepts_with_their_password_and_it_stays(node):
     assert r.status_code == 401
     r = await node.client.post("/invitations/accept", form={"csrf_token": csrf(html), "token": inv["token"],
                                                             "password": PW})
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
     assert password_of(node, "multi@acme.test") == before
     s = node.store.one("SELECT organization_id, org_chosen FROM sessions")
     assert s["organization_id"] == other["organization_id"] and s["org_chosen"] == 1
@@ -220,7 +220,7 @@ async def test_one_organization_lands_straight_in_it(node):
     org = await node.create_org(name="Solo", email="solo@acme.test")
     await set_pw(node, org, "solo@acme.test")
     r, _ = await login(node.client, "solo@acme.test")
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
     _, html = await page(node.client, "/members")
     assert "Switch organization" not in html
 

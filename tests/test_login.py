@@ -47,10 +47,10 @@ async def test_login_page_names(node):
     assert "Sign in with" not in html  # no provider configured
 
 
-async def test_good_login_lands_on_account(node, mock_clock):
+async def test_good_login_lands_in_studio(node, mock_clock):
     org = await with_password(node)
     r, _ = await login(node.client, "Owner@Acme.test", PW)
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
     cookie = r.headers["Set-Cookie"]
     token = cookie.split("gs_session=")[1].split(";")[0]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/" in cookie
@@ -63,16 +63,28 @@ async def test_good_login_lands_on_account(node, mock_clock):
 @pytest.mark.parametrize("next_path,lands", [
     ("/studio?tab=images", "/studio?tab=images"),
     ("/billing", "/billing"),
-    ("//evil.test/x", "/account"),
-    ("https://evil.test/", "/account"),
-    ("/\\evil.test", "/account"),
-    ("javascript:alert(1)", "/account"),
-    ("/ok\r\nSet-Cookie: x=y", "/account"),
+    ("//evil.test/x", "/studio"),
+    ("https://evil.test/", "/studio"),
+    ("/\\evil.test", "/studio"),
+    ("javascript:alert(1)", "/studio"),
+    ("/ok\r\nSet-Cookie: x=y", "/studio"),
+    ("http://testserver/billing", "/studio"),  # absolute, even this host's: only paths are followed
+    ("\\\\evil.test", "/studio"),
+    ("/\tevil.test", "/studio"),
 ])
 async def test_next_only_same_site_paths(node, next_path, lands):
     await with_password(node)
     r, _ = await login(node.client, "owner@acme.test", PW, next_path)
     assert r.status_code == 303 and r.headers["Location"] == lands
+
+
+@pytest.mark.parametrize("asked,kept", [("https://evil.test/x", "/studio"), ("//evil.test", "/studio"),
+                                         ("/billing?tab=usage", "/billing?tab=usage")])
+async def test_login_page_keeps_only_a_path_of_this_site(node, asked, kept):
+    """The login form carries `next` on to the post only when it is a path here."""
+    r, html = await page(node.client, "/login?next=" + asked.replace("?", "%3F").replace("&", "%26"))
+    assert r.status_code == 200
+    assert f'<input type="hidden" name="next" value="{kept}">' in html
 
 
 async def test_same_answer_for_unknown_email_and_wrong_password(node):
@@ -207,7 +219,7 @@ async def test_invitation_accepted_with_a_password(node, mock_clock):
     r, text = await accept("too short")
     assert r.status_code == 422 and "The password must be at least 12 characters long." in text
     r, _ = await accept(PW)
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
     joined = node.store.all("SELECT data FROM events WHERE event = 'member.joined'")
     assert [json.loads(e["data"])["member_email"] for e in joined] == ["new@acme.test"]
     r = await node.client.get("/account")

@@ -86,7 +86,7 @@ async def test_new_person_gets_an_org_waiting_for_approval(oidc_node):
     n = oidc_node
     await set_claims(n.issuer, "alice-sub", email="alice@example.test", email_verified=True, name="Alice")
     r = await sign_in(n, "alice-sub")
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
     cookie = r.headers["Set-Cookie"]
     assert "gs_session=" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
     assert "Secure" not in cookie  # served over http here

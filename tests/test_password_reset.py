@@ -57,7 +57,7 @@ async def test_reset_by_mail_ends_other_sessions(mail_node, smtp):
     mail = (await smtp.wait_for(email))[0]
     assert mail["Subject"] == "Reset your genservice password" and "for 60 minutes" in text_part(mail)
     r = await set_password(node.client, link_in(mail, RESET).removeprefix("http://testserver"))
-    assert r.status_code == 303 and r.headers["Location"] == "/account"
+    assert r.status_code == 303 and r.headers["Location"] == "/studio"
     assert (await node.client.get("/account")).status_code == 200
 
     other = node.app.test_client()  # a second browser, logged in with the new password

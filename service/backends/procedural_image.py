@@ -5,6 +5,12 @@ Pillow paints a sky gradient, a glowing sun or moon, drifting haze and layered
 ridges fading toward the horizon. Same prompt and seed, same bytes; change
 either and the picture changes. It is honest filler for a self-hosted node
 without a GPU, and fast (a 2k render well under a second).
+
+It follows the prompt only as far as a palette can, and says no more than that:
+a colour word sets the sky's hue ("a red fox" gives a red sky, not a fox), a
+night word ("night", "moon", "stars") a dark sky, a day word ("noon") a bright one,
+a dawn or dusk word a warm horizon, a winter word ("snow", "ice") pale ridges
+(`cues`).
 """
 
 from __future__ import annotations
@@ -48,11 +54,33 @@ def run(req: RenderRequest, stop: threading.Event) -> list[Output]:
     return [Output(path, "image/png", "image", width, height, None)]
 
 
+COLOURS = {  # word -> hue (0..1)
+    "red": 0.0, "crimson": 0.97, "scarlet": 0.99, "orange": 0.07, "amber": 0.1, "gold": 0.13, "golden": 0.13,
+    "yellow": 0.15, "green": 0.33, "emerald": 0.38, "teal": 0.47, "turquoise": 0.48, "cyan": 0.5, "blue": 0.6,
+    "azure": 0.58, "navy": 0.64, "indigo": 0.7, "purple": 0.77, "violet": 0.75, "lavender": 0.74,
+    "magenta": 0.85, "pink": 0.93, "rose": 0.95,
+}
+NIGHT = {"night", "midnight", "moon", "moonlit", "moonlight", "stars", "starry", "nocturnal"}
+DAY = {"day", "daylight", "daytime", "noon", "midday", "morning", "sunny", "afternoon"}
+WARM = {"dawn", "sunrise", "sunset", "dusk", "twilight", "evening"}
+WINTER = {"snow", "snowy", "winter", "ice", "icy", "frozen", "glacier", "frost", "frosty"}
+
+
+def cues(prompt: str) -> dict:
+    """What the palette takes from the prompt's words: the first colour's hue, night or day,
+    a warm horizon, winter."""
+    words = [w.strip(".,;:!?\"'()[]") for w in prompt.lower().split()]
+    hue = next((COLOURS[w] for w in words if w in COLOURS), None)
+    found = set(words)
+    return {"hue": hue, "night": bool(found & NIGHT), "day": bool(found & DAY), "warm": bool(found & WARM),
+            "winter": bool(found & WINTER)}
+
+
 def paint(prompt: str, seed: int, width: int, height: int) -> Image.Image:
     """The picture for (prompt, seed) at this size, as RGB."""
     digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
     rng = random.Random(digest)
-    palette = _palette(rng)
+    palette = _palette(rng, cues(prompt))
     horizon = rng.uniform(0.45, 0.7)
 
     image = _sky(width, height, palette["zenith"], palette["horizon"], horizon)
@@ -62,18 +90,25 @@ def paint(prompt: str, seed: int, width: int, height: int) -> Image.Image:
     return image
 
 
-def _palette(rng: random.Random) -> dict[str, RGB]:
-    """Colours from one base hue and a scheme (analogous, complementary, split)."""
+def _palette(rng: random.Random, cue: dict | None = None) -> dict[str, RGB]:
+    """Colours from one base hue and a scheme (analogous, complementary, split); the prompt's
+    cues, when it has any, fix the hue (kept analogous so the named colour fills the sky),
+    night or day, a warm horizon, pale winter ridges."""
+    cue = cue or {"hue": None, "night": False, "day": False, "warm": False, "winter": False}
     base = rng.random()
     night = rng.random() < 0.3
     offset = rng.choice([0.08, 0.5, 0.42, 0.58])
+    if cue["hue"] is not None:
+        base, offset = cue["hue"] + rng.uniform(-0.02, 0.02), rng.choice([0.04, -0.04, 0.08])
+    if cue["night"] or cue["day"] or cue["warm"] or cue["hue"] is not None:
+        night = cue["night"]  # a named colour or time of day is seen in daylight unless night is named
     val = 0.35 if night else 0.95
 
     def hsv(h: float, s: float, v: float) -> RGB:
         r, g, b = colorsys.hsv_to_rgb(h % 1.0, min(1.0, s), min(1.0, v))
         return round(r * 255), round(g * 255), round(b * 255)
 
-    return {
+    colours = {
         "zenith": hsv(base, rng.uniform(0.5, 0.9), val * rng.uniform(0.45, 0.8)),
         "horizon": hsv(base + offset, rng.uniform(0.25, 0.6), val),
         "sun": hsv(base + offset + 0.05, rng.uniform(0.1, 0.45), 1.0),
@@ -81,6 +116,13 @@ def _palette(rng: random.Random) -> dict[str, RGB]:
         "far": hsv(base + 0.5 * offset, rng.uniform(0.2, 0.45), val * 0.75),
         "near": hsv(base - offset / 2, rng.uniform(0.5, 0.85), rng.uniform(0.08, 0.22)),
     }
+    if cue["warm"]:  # the sun low on an orange horizon
+        colours["horizon"] = hsv(0.06, 0.65, 1.0 if not night else 0.6)
+        colours["sun"] = hsv(0.1, 0.45, 1.0)
+    if cue["winter"]:  # snow on the ridges: pale, slightly blue, the near ones in shade
+        colours["far"] = hsv(0.6, 0.06, 0.95 if not night else 0.6)
+        colours["near"] = hsv(0.6, 0.12, 0.85 if not night else 0.45)
+    return colours
 
 
 def _sky(width: int, height: int, top: RGB, bottom: RGB, horizon: float) -> Image.Image:

@@ -44,7 +44,7 @@ from service.http.pages import PageError, render
 from service.roles import allows
 from service.storage import sessions as sql
 
-HOME = "/account"  # where a login lands without a `next`
+HOME = "/studio"  # where a login, a reset, an invitation lands without a `next`: the dashboard's Studio
 SESSION_COOKIE = "gs_session"
 ANON_COOKIE = "gs_anon"
 CSRF_FIELD = "csrf_token"

@@ -1,6 +1,7 @@
 """HTML pages: one Jinja environment over service/http/templates, and the page-error shape.
 
-Pages share `base.html`. A page that refuses (forged form, too many attempts, a sign-in
+The public pages share `public.html` (the sign-in pages its `auth.html` card), the dashboard
+`dash.html`, the operator console `operator_base.html`. A page that refuses (forged form, too many attempts, a sign-in
 that cannot finish) raises `PageError`; `service.http.errors` renders it with its status.
 """
 

@@ -118,7 +118,7 @@ def accept_invitation(page, token: str, password: str = PASSWORD) -> None:
     page.goto(f"/invitations/accept?token={token}")
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name=re.compile("Accept|Join", re.I)).click()
-    page.wait_for_url(re.compile(r"/account$"))
+    page.wait_for_url(re.compile(r"/studio$"))
 
 
 def login_new_org(page, node: Node, role: str = "owner", credits: str | None = "100") -> dict:

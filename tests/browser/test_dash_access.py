@@ -72,7 +72,7 @@ def test_sign_in_through_the_identity_provider(page, node, oidc_issuer):
     page.goto(f"/invitations/accept?token={token}")
     page.get_by_role("button", name="Sign in with TestID").click()
     authorize(page, sub)
-    page.wait_for_url(re.compile(r"/account$"))
+    page.wait_for_url(re.compile(r"/studio$"))
     page.goto("/studio")
     expect(page.locator("header .menu summary")).to_have_text(email)
     page.locator("header .menu summary").click()

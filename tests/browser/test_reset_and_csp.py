@@ -60,7 +60,7 @@ def test_reset_from_the_mail_link_in_a_fresh_browser_then_log_in(browser, node, 
             page.get_by_label("New password").fill(NEW_PASSWORD)
             page.get_by_role("button", name="Set password").click()
         assert posted.value.headers.get("origin") == node.url  # not "null"
-        page.wait_for_url(re.compile(r"/account$"))
+        page.wait_for_url(re.compile(r"/studio$"))
         expect(page.get_by_role("heading", level=1)).not_to_have_text("Request refused")
     finally:
         fresh.close()
@@ -72,7 +72,7 @@ def test_reset_from_the_mail_link_in_a_fresh_browser_then_log_in(browser, node, 
         page.get_by_label("Email").fill(email)
         page.get_by_label("Password").fill(NEW_PASSWORD)
         page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(re.compile(r"/account$"))
+        page.wait_for_url(re.compile(r"/studio$"))
         expect(page.locator("body")).to_contain_text(email)
     finally:
         later.close()

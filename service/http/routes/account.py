@@ -1,4 +1,4 @@
-"""The account page (`GET /account`, where a login lands): change one's password, link an
+"""The account page (`GET /account`, a dashboard page reached from the header's menu): change one's password, link an
 identity provider, and manage members: change a role, remove a member.
 
 Members are changed through the accounts actor with the person's role as the caller, so the
@@ -20,7 +20,8 @@ from service.actors.sessions import ABSOLUTE
 from service.errors import ApiError
 from service.http.auth import node, principal
 from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie, throttle
-from service.http.pages import PageError, render
+from service.http.dashboard import show
+from service.http.pages import PageError
 from service.roles import ROLE_NAMES, allows
 from service.storage import accounts as accounts_sql
 from service.storage import identity as identity_sql
@@ -42,7 +43,7 @@ async def account():
     linked = {row["issuer"] for row in identity_sql.identities_of_person(node().store, s.email)}
     providers = [(k, prov.name, prov.config.issuer in linked) for k, prov in node().oidc.items()]
     has_password = sessions_sql.password_hash(node().store, s.email) is not None
-    return render("account.html", title="Account", members=members(p.org_id), roles=ROLE_NAMES,
+    return show("account.html", title="Account", members=members(p.org_id), roles=ROLE_NAMES,
                   can_manage=allows(p.role, "users:update"), providers=providers, me=p.user_id,
                   has_password=has_password)
 

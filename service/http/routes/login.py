@@ -6,7 +6,7 @@ clock, `service.throttle`); past either limit the answer is a 429 page with Retr
 nothing is checked. An unknown email and a wrong password get the same 401 page, after the
 same argon2 work (a dummy hash is verified for unknown emails). A good login rotates the
 session (the browser's previous session row is deleted) and redirects to `next` when it is a
-path on this site, else to `HOME`; a person of several organizations goes to the switcher
+path on this site, else to `HOME` (Studio); a person of several organizations goes to the switcher
 first (service/http/signin.py). A hash stored under weaker argon2 parameters than the
 current ones is replaced at the next good login.
 """
@@ -32,7 +32,7 @@ def login_form(status: int = 200, error: str | None = None, email: str = "", nex
                headers: dict | None = None):
     providers = [(p.config.key, p.name) for p in node().oidc.values()]
     return render("login.html", status, headers, title="Log in", error=error, email=email,
-                  next_path=next_path, providers=providers)
+                  next_path=next_path, providers=providers, signup_open=node().settings.signup == "open")
 
 
 @bp.get("/login")
