@@ -117,7 +117,7 @@ async def test_a_bad_upload_in_studio_comes_back_to_studio_with_its_reason(node)
     assert f'<option value="{asset_id}" selected>' in shown
 
 
-async def test_a_next_off_this_site_goes_to_assets(node):
+async def test_a_next_off_this_site_goes_to_studio(node):
     await logged_in(node)
     _, html = await page(node.client, "/assets")
     body, ctype = multipart([("csrf_token", csrf(html)), ("next", "https://evil.example/"),
