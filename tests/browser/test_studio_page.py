@@ -6,6 +6,7 @@ plain words; screenshots of each state into docs/screenshots/."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -137,3 +138,40 @@ def test_a_refused_generate_says_why_and_what_to_do_in_the_pane(page, node):
     assert same_page(page)
     check_page(page, "studio-refused")
     doc_shot(page, "studio-refused", widths=("desktop",))
+
+
+def test_use_the_api_shows_the_exact_request_and_copies_it(page, node):
+    org = login_new_org(page, node)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=node.url)
+    page.goto("/studio")
+    page.get_by_label("Resolution").select_option("2k")
+    expect(page.locator("#price")).to_contain_text("2.00 credits")
+    page.get_by_label("Aspect ratio").select_option("16:9")
+    page.get_by_label("Prompt").fill("a red kite")
+    page.get_by_role("button", name="Generate").click()
+    pane = page.locator("#pane-body")
+    expect(pane.locator("[data-status]")).to_have_text("completed", timeout=20_000)
+    api = pane.locator("section.api")
+    expect(api.get_by_role("tab")).to_have_text(["curl", "Python (httpx)", "Python (genservice_client)", "OpenAI SDK"])
+    curl = api.locator("pre[id$='-curl']").inner_text()
+    assert f"{node.url}/v1/generation/capabilities/image.generate" in curl and "$GENSERVICE_API_KEY" in curl
+    assert "aak_" not in page.content()
+    # the body in the curl snippet is the job's own request: sent as it is, it makes the same job
+    body = json.loads(curl.split("-d '", 1)[1].rsplit("'", 1)[0])
+    assert body == {"model": "proc-image", "prompt": "a red kite", "aspect_ratio": "16:9", "resolution": "2k"}
+    r = node.api("POST", "/v1/generation/capabilities/image.generate", org["api_key"], json=body)
+    assert r.status_code == 202 and r.json()["credits_estimate"] == "2.00"
+    api.get_by_role("tab", name="OpenAI SDK").click()
+    openai = api.locator("pre[id$='-openai']")
+    expect(openai).to_be_visible()
+    expect(openai).to_contain_text("size='2048x1152'")
+    expect(api.locator("pre[id$='-curl']")).to_be_hidden()
+    api.get_by_role("tab", name="Python (httpx)").click()
+    api.get_by_role("button", name="Copy Python (httpx)").click()
+    copy = api.locator("button[data-copy$='-httpx']")  # by its target: its name changes to "Copied"
+    expect(copy).to_have_text("Copied")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == api.locator("pre[id$='-httpx']").inner_text().strip()
+    assert "import httpx" in copied and "os.environ['GENSERVICE_API_KEY']" in copied
+    expect(copy).to_have_text("Copy Python (httpx)", timeout=5_000)
+    doc_shot(page, "studio-api", widths=("desktop",))

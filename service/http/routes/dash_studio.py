@@ -26,7 +26,7 @@ from service.http.dashboard import current_project, show, session_still_allowed,
 from service.machines import JOB
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
-from service.views import spend
+from service.views import spend, studio_api
 from service.http.topics import job_stream, respond
 
 bp = Blueprint("dash_studio", __name__)
@@ -230,7 +230,8 @@ def job_view(status: dict) -> dict:
     # it right after the final status (it may still read "held" for a moment)
     released = hold is not None and hold != "captured"
     queue = node().generation.queues.view(status["model"]) if status["status"] == "queued" else None
-    return {**status, "outputs": outputs, "released": released, "queue": queue,
+    api = studio_api.snippets(node().generation.base_url, status, row.get("prompt"), params)
+    return {**status, "outputs": outputs, "released": released, "queue": queue, "api": api,
             "final": status["status"] in JOB.final, "prompt": row.get("prompt"), "params": params,
             "started_at": row.get("started_at"), "again": "/studio?" + urlencode(again)}
 

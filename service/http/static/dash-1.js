@@ -187,3 +187,13 @@ document.addEventListener("submit", function (e) {
     if (e.detail.elt && e.detail.elt.id === "studio-form") { say("The request did not reach the server. Check the connection and generate again."); }
   });
 })();
+// "Use the API": one language shown at a time (tabs); the copy buttons are handled above.
+document.addEventListener("click", function (e) {
+  var tab = e.target.closest && e.target.closest("[data-tab]");
+  if (!tab) { return; }
+  tab.parentElement.querySelectorAll("[data-tab]").forEach(function (t) {
+    var on = t === tab;
+    t.setAttribute("aria-selected", on ? "true" : "false");
+    document.getElementById(t.getAttribute("aria-controls")).hidden = !on;
+  });
+});
