@@ -22,6 +22,7 @@ from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
+from service.http.routes import dash_gallery
 from service.http.dashboard import current_project, show, session_still_allowed, signed
 from service.machines import JOB
 from service.storage import billing as billing_sql
@@ -99,6 +100,8 @@ def studio_page(state: dict, status: int = 200, error: str | None = None, short:
     svc = node()
     left = spend.left_this_month(svc.store, principal().org_id, project["id"], svc.clock.now())
     queue = svc.generation.queues.view(state["model"]["id"]) if state.get("model") else None
+    if not fragment:  # "My generations" under the form
+        extra = {**dash_gallery.gallery(request.args, "studio"), **extra}
     return show(template, status, title="Studio", state=state, price=price(state), error=error, short=short,
                 assets=assets_for(project["id"]), project=project, project_left=left, queue=queue, **extra)
 
@@ -269,3 +272,11 @@ async def cancel(job_id: str):
         return show("job_detail.html", job=job_view(job_or_404(job_id)))
     forms.notify("Job canceled.")
     return redirect(f"/studio/jobs/{job_id}", 303)
+
+
+@bp.get("/studio/jobs/<job_id>/pane")
+@hide
+@page("generation:read")
+async def job_pane(job_id: str):
+    """A job in the output pane, opened from a tile of "My generations"."""
+    return show("job_detail.html", job=job_view(job_or_404(job_id)))
