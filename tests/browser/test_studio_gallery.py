@@ -107,7 +107,7 @@ def test_a_product_run_draws_its_steps_as_a_graph_that_fills_in(page, node):
     count = nodes.count()
     assert count >= 3 and page.locator("svg.graph line.edge").count() >= count - 1
     doc_shot(page, "product-run-graph-live", widths=("desktop",))
-    expect(page.locator("svg.graph [data-node][data-status='completed']")).to_have_count(count, timeout=60_000)
+    expect(page.locator("svg.graph [data-node][data-step-status='completed']")).to_have_count(count, timeout=60_000)
     assert page.evaluate("window.__same_page") is True
     check_page(page, "product-run-graph")
     doc_shot(page, "product-run-graph")

@@ -48,15 +48,13 @@ def test_generate_without_leaving_the_page_follows_the_job_to_its_output(page, n
     expect(page.locator("#model-card")).to_contain_text("proc-image")
     expect(page.locator("#model-card table.prices")).to_contain_text("credits")
     expect(page.locator("#model-card .badge.ok")).to_have_text("available")
-    if size == "desktop":
-        doc_shot(page, "studio-empty")
+    doc_shot(page, "studio-empty", widths=(size,))
     mark(page)
     page.get_by_label("Prompt").fill("a lighthouse at dusk [[delay:2]]")
     page.get_by_label("Prompt").press("Control+Enter")  # the shortcut submits like the button
     status = page.locator("#pane-body [data-status]")
     expect(status).to_have_text(re.compile("queued|rendering"))
-    if size == "desktop":
-        doc_shot(page, "studio-rendering")
+    doc_shot(page, "studio-rendering", widths=(size,))
     expect(status).to_have_text("completed", timeout=20_000)
     img = page.locator("#pane-body .outputs img")
     expect(img).to_be_visible()
