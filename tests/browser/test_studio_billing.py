@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from playwright.sync_api import expect
 
-from tests.browser.studio_shots import doc_shot
+from tests.browser.studio_shots import SIZES, doc_shot
 from tests.browser.support import check_page, login_new_org
 
 
-def test_a_job_is_one_line_charged_with_its_unit_and_local_times(page, node):
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_a_job_is_one_line_charged_with_its_unit_and_local_times(page, node, size):
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))
     org = login_new_org(page, node)
     key = org["api_key"]
     job = node.api("POST", "/v1/generation/capabilities/image.generate", key, json={"prompt": "a fox"}).json()["request_id"]
@@ -31,6 +34,6 @@ def test_a_job_is_one_line_charged_with_its_unit_and_local_times(page, node):
     stamp = line.locator("time")
     expect(stamp).to_have_attribute("data-local", "1")
     assert stamp.get_attribute("title").endswith(" UTC")
-    check_page(page, "billing-lines")
+    check_page(page, f"billing-lines-{size}")
     page.locator("#ledger").scroll_into_view_if_needed()
-    doc_shot(page, "billing-ledger", widths=("desktop",))
+    doc_shot(page, "billing-ledger", widths=(size,))

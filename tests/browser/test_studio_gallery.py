@@ -96,7 +96,9 @@ def test_filters_and_pages_loaded_as_the_grid_scrolls(page, node):
     expect(tiles).to_have_count(0)
 
 
-def test_a_product_run_draws_its_steps_as_a_graph_that_fills_in(page, node):
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_a_product_run_draws_its_steps_as_a_graph_that_fills_in(page, node, size):
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))
     login_new_org(page, node)
     page.goto("/products/text-to-clip")
     page.get_by_label("Prompt").fill("a harbour at dawn [[delay:1]]")
@@ -106,8 +108,8 @@ def test_a_product_run_draws_its_steps_as_a_graph_that_fills_in(page, node):
     nodes = page.locator("svg.graph [data-node]")
     count = nodes.count()
     assert count >= 3 and page.locator("svg.graph line.edge").count() >= count - 1
-    doc_shot(page, "product-run-graph-live", widths=("desktop",))
+    doc_shot(page, "product-run-graph-live", widths=(size,))
     expect(page.locator("svg.graph [data-node][data-step-status='completed']")).to_have_count(count, timeout=60_000)
     assert page.evaluate("window.__same_page") is True
-    check_page(page, "product-run-graph")
-    doc_shot(page, "product-run-graph")
+    check_page(page, f"product-run-graph-{size}")
+    doc_shot(page, "product-run-graph", widths=(size,))

@@ -4,8 +4,10 @@ operator sign-in page and the public pages use the same stylesheet."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.browser.support import check_page, login_new_org
-from tests.browser.studio_shots import doc_shot
+from tests.browser.studio_shots import SIZES, doc_shot
 
 DARK_BG = "rgb(18, 21, 25)"
 LIGHT_BG = "rgb(255, 255, 255)"
@@ -15,7 +17,9 @@ def background(page) -> str:
     return page.evaluate("() => getComputedStyle(document.body).backgroundColor")
 
 
-def test_light_by_default_and_every_page_axe_clean_in_dark(page, node):
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_light_by_default_and_every_page_axe_clean_in_dark(page, node, size):
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))
     org = login_new_org(page, node)
     node.api("POST", "/v1/generation/capabilities/image.generate", org["api_key"], json={"prompt": "a fox"})
     page.goto("/studio")
@@ -24,11 +28,12 @@ def test_light_by_default_and_every_page_axe_clean_in_dark(page, node):
     for path, name in [("/studio", "studio"), ("/history", "history"), ("/billing", "billing"), ("/keys", "keys"),
                        ("/products", "products"), ("/products/text-to-clip", "product"), ("/assets", "assets"),
                        ("/members", "members"), ("/projects", "projects"), ("/support", "support")]:
+        page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))  # check_page's shots reset it
         page.goto(path)
         assert background(page) == DARK_BG, path
-        check_page(page, f"dark-{name}")
+        check_page(page, f"dark-{name}-{size}")
     page.goto("/studio")
-    doc_shot(page, "studio-dark")
+    doc_shot(page, "studio-dark", widths=(size,))
 
 
 def test_public_and_operator_sign_in_pages_share_the_tokens(page, node):

@@ -70,7 +70,9 @@ def test_generate_without_leaving_the_page_follows_the_job_to_its_output(page, n
     assert same_page(page)
 
 
-def test_cancel_from_the_pane(page, node):
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_cancel_from_the_pane(page, node, size):
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))
     login_new_org(page, node)
     page.goto("/studio")
     mark(page)
@@ -82,11 +84,12 @@ def test_cancel_from_the_pane(page, node):
     expect(status).to_have_text("canceled", timeout=20_000)
     expect(page.locator("#pane-body")).to_contain_text("nothing was charged")
     assert same_page(page)
-    doc_shot(page, "studio-canceled", widths=("desktop",))
+    doc_shot(page, "studio-canceled", widths=(size,))
 
 
-@pytest.mark.parametrize("how", ["drop", "paste"])
-def test_an_input_dropped_or_pasted_is_uploaded_chosen_and_previewed(page, node, how):
+@pytest.mark.parametrize(("how", "size"), [("drop", "desktop"), ("drop", "phone"), ("paste", "desktop")])
+def test_an_input_dropped_or_pasted_is_uploaded_chosen_and_previewed(page, node, how, size):
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))
     login_new_org(page, node)
     page.goto("/studio?capability=video.generate")
     expect(page.get_by_label("Model")).to_have_value("camera-move")
@@ -101,8 +104,8 @@ def test_an_input_dropped_or_pasted_is_uploaded_chosen_and_previewed(page, node,
     expect(page.get_by_label("Prompt")).to_have_value("slow pan")  # the form kept what was typed
     assert same_page(page)
     if how == "drop":
-        check_page(page, "studio-input")
-        doc_shot(page, "studio-input")
+        check_page(page, f"studio-input-{size}")
+        doc_shot(page, "studio-input", widths=(size,))
 
 
 def test_a_file_the_slot_cannot_take_is_refused_in_plain_words(page, node):
@@ -138,7 +141,9 @@ def test_a_refused_generate_says_why_and_what_to_do_in_the_pane(page, node):
     doc_shot(page, "studio-refused", widths=("desktop",))
 
 
-def test_use_the_api_shows_the_exact_request_and_copies_it(page, node):
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_use_the_api_shows_the_exact_request_and_copies_it(page, node, size):
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES[size], strict=True)))
     org = login_new_org(page, node)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=node.url)
     page.goto("/studio")
@@ -172,4 +177,5 @@ def test_use_the_api_shows_the_exact_request_and_copies_it(page, node):
     assert copied == api.locator("pre[id$='-httpx']").inner_text().strip()
     assert "import httpx" in copied and "os.environ['GENSERVICE_API_KEY']" in copied
     expect(copy).to_have_text("Copy Python (httpx)", timeout=5_000)
-    doc_shot(page, "studio-api", widths=("desktop",))
+    api.scroll_into_view_if_needed()
+    doc_shot(page, "studio-api", widths=(size,))
