@@ -5,13 +5,17 @@ thumbnails are made once, hiding a job, the gallery's filters; the OpenAI `size`
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
+import trio
+from werkzeug.datastructures import FileStorage
 
 from service.catalog.capabilities import CAPABILITIES
 from service.http.openai_compat import size_to_tier
 from service.views.studio_api import image_size
+from tests.test_media_samples import image_bytes
 from tests.pages import csrf, page
 from tests.test_dashboard_http import HTML, logged_in, wait_final
 
@@ -118,3 +122,29 @@ async def test_gallery_filters_ignore_what_they_do_not_know(node):
 async def test_the_openai_size_maps_back_to_the_jobs_tier_and_aspect_ratio(node, ratio, tier):
     model = node.parts.generation.catalog.model("proc-image")
     assert size_to_tier(model, image_size(ratio, tier)) == {"aspect_ratio": ratio, "resolution": tier}
+
+
+async def test_a_videos_thumbnail_is_its_first_frame(node):
+    org = await logged_in(node)
+    key = org["api_key"]
+    r = await node.client.post("/v1/generation/uploads", headers={"Authorization": f"Bearer {key}"},
+                               files={"file": FileStorage(io.BytesIO(image_bytes("PNG", 320, 240)), "f.png", content_type="image/png")})
+    assert r.status_code == 201, await r.get_data(as_text=True)
+    frame = (await r.get_json())["data"]["id"]
+    r = await node.call("POST", "/v1/generation/capabilities/video.generate", key,
+                        json={"prompt": "pan", "inputs": {"start_frame": [frame]}})
+    assert r.status_code == 202, await r.get_data(as_text=True)
+    job_id = (await r.get_json())["request_id"]
+    for _ in range(1200):
+        status = await (await node.call("GET", f"/v1/generation/requests/{job_id}/status", key)).get_json()
+        if status["status"] not in ("queued", "rendering"):
+            break
+        await trio.sleep(0.05)
+    assert status["status"] == "completed"
+    video = status["outputs"][0]
+    assert video["content_type"].startswith("video/")
+    r = await node.client.get(f"/studio/thumbs/{video['id']}")
+    data = await r.get_data()
+    assert r.status_code == 200 and data[8:12] == b"WEBP"
+    _, html = await page(node.client, "/studio")
+    assert f'src="/studio/thumbs/{video["id"]}"' in html and "(video, first frame)" in html

@@ -1,5 +1,6 @@
-"""A gallery thumbnail: the image scaled to fit 320x320 (never enlarged), WebP at quality 80
-(a few KB where the output is hundreds), through the same guarded opener as every image."""
+"""A gallery thumbnail: the image (or a video's first frame) scaled to fit 320x320 (never
+enlarged), WebP at quality 80 (a few KB where the output is hundreds), through the same
+guarded openers as every image and video."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ from pathlib import Path
 from PIL import Image, ImageOps
 
 from .images import open_image
+from .ops import extract_frame
 
 SIDE = 320
 CONTENT_TYPE = "image/webp"
 
 
-def make_thumbnail(src: str | Path, dst: str | Path) -> tuple[int, int]:
+def make_thumbnail(src: str | Path, dst: str | Path, kind: str = "image") -> tuple[int, int]:
+    if kind == "video":  # its first frame, as a PNG beside the thumbnail, then as an image
+        frame = Path(str(dst) + ".frame.png")
+        try:
+            extract_frame(src, 0.0, frame)
+            return make_thumbnail(frame, dst)
+        finally:
+            frame.unlink(missing_ok=True)
     with open_image(src) as im:
         im.load()
         rgb = im.convert("RGBA" if "A" in im.getbands() else "RGB")

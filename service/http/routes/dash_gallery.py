@@ -3,10 +3,10 @@ tiles, newest first, filtered by capability and project, loaded a page at a time
 grid scrolls into view (htmx `revealed`); a tile opens the job in Studio's output pane (its
 settings, "Use these settings again", downloads) or hides it from the grid.
 
-Tiles show a thumbnail made once per distinct output image (`GET /studio/thumbs/<asset>`:
-320 px WebP, kept in the file store and the `thumbnails` table), never the full-size output
-scaled down by the browser. Videos and sounds show a labelled tile (no frame is decoded for
-a grid). Hiding keeps the job, its outputs and its ledger; the API still lists it.
+Tiles show a thumbnail made once per distinct output image or video (`GET
+/studio/thumbs/<asset>`: 320 px WebP of the image or the video's first frame, kept in the
+file store and the `thumbnails` table), never the full-size output scaled down by the
+browser. Sounds and texts show a labelled tile. Hiding keeps the job, its outputs and its ledger; the API still lists it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from service.storage import generation as gen_sql
 bp = Blueprint("dash_gallery", __name__)
 
 CURSOR_MAX = 200
+THUMBNAILED = ("image", "video")  # a video's tile shows its first frame
 
 
 def chosen_project(value: str | None) -> dict:
@@ -81,24 +82,24 @@ async def thumb(asset_id: str):
     organization, or not an image, is 404."""
     svc, p = node(), principal()
     rows = gen_sql.assets_in_org(svc.store, p.org_id, [asset_id])
-    if not rows or rows[0]["kind"] != "image":
+    if not rows or rows[0]["kind"] not in THUMBNAILED:
         raise NotFound("Thumbnail not found.")
     sha = rows[0]["sha256"]
     made = sql.thumbnail(svc.store, sha)
     if made is None or not svc.generation.files.exists(made["thumb_sha256"]):
-        made = await make(sha)
+        made = await make(sha, rows[0]["kind"])
     body = await trio.to_thread.run_sync(svc.generation.files.path(made["thumb_sha256"]).read_bytes)
     response = Response(body, 200, content_type=made["content_type"])
     response.headers["Cache-Control"] = "private, max-age=31536000, immutable"  # an asset's bytes never change
     return response
 
 
-async def make(sha: str) -> dict:
+async def make(sha: str, kind: str) -> dict:
     svc = node()
     files = svc.generation.files
     tmp = files.upload_temp(f"thumb-{uuid.uuid4()}")
     try:
-        width, height = await trio.to_thread.run_sync(make_thumbnail, files.local(sha), tmp)
+        width, height = await trio.to_thread.run_sync(make_thumbnail, files.local(sha), tmp, kind)
         digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
         size = tmp.stat().st_size
         await trio.to_thread.run_sync(files.place, tmp, digest)
