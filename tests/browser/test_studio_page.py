@@ -179,3 +179,14 @@ def test_use_the_api_shows_the_exact_request_and_copies_it(page, node, size):
     expect(copy).to_have_text("Copy Python (httpx)", timeout=5_000)
     api.scroll_into_view_if_needed()
     doc_shot(page, "studio-api", widths=(size,))
+
+
+def test_generate_after_the_session_expired_goes_to_the_login_page(page, node):
+    login_new_org(page, node)
+    page.goto("/studio")
+    page.get_by_label("Prompt").fill("late fox")
+    # 12 idle hours on the node's clock (test mode): the session expires
+    assert node.op("POST", "/test/clock", {"advance_seconds": 12 * 3600 + 1}).status_code == 200
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_url(re.compile(r"/login\?next=/studio$"))
+    expect(page.locator("#pane-body")).to_have_count(0)  # the login page itself, not inside the pane

@@ -197,3 +197,12 @@ document.addEventListener("click", function (e) {
     document.getElementById(t.getAttribute("aria-controls")).hidden = !on;
   });
 });
+// A session that expired answers an htmx request with the login page (after the redirect):
+// go there instead of showing it inside the pane.
+document.addEventListener("htmx:beforeSwap", function (e) {
+  var url = e.detail.xhr && e.detail.xhr.responseURL;
+  if (url && new URL(url).origin === location.origin && new URL(url).pathname === "/login") {
+    e.detail.shouldSwap = false;
+    window.location.href = url;
+  }
+});
