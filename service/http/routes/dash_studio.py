@@ -1,13 +1,15 @@
 """Studio (`/studio`): pick a capability and model from the catalog, see the chosen tier's
-price, submit a job with `source` studio, then follow it live on its own page.
+price, submit a job with `source` studio, and follow it in the output pane beside the form.
 
-The form only offers what the catalog offers and this node can run (available models). Its
-selects re-render the form through htmx (`/studio/form`) so the price follows the choice;
-without script the "Update price" button does the same. A submit goes through the same
-facade as `POST /v1/generation/capabilities/{id}` (plan -> active limit -> submit), so a
-page and the API refuse the same things with the same messages; a 402 shows the balance and
-a link to top up. The job page follows `/studio/jobs/{id}/events` (the API's job stream,
-authenticated by the browser session) until the output shows.
+The form only offers what the catalog offers and this node can run (available models; the
+others are listed, disabled). Its selects re-render the form through htmx (`/studio/form`) so
+the price follows the choice; without script the "Update price" button does the same. A
+submit goes through the same facade as `POST /v1/generation/capabilities/{id}` (plan ->
+active limit -> submit), so a page and the API refuse the same things with the same
+messages. Through htmx (Generate, Ctrl/Cmd+Enter) the answer is the output pane: the job's
+section, which follows `/studio/jobs/{id}/events`, or the refusal in plain words with its
+status and what to do; without script the post redirects to the job's own page, and a
+refusal shows the form again (a 402 with the balance and a link to top up).
 """
 
 from __future__ import annotations
