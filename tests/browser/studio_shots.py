@@ -9,12 +9,15 @@ DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "screenshots"
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 
 
-def doc_shot(page, name: str, widths=("desktop", "phone")) -> None:
+def doc_shot(page, name: str, widths=("desktop", "phone"), element: str | None = None) -> None:
+    """`element`: a selector scrolled into view first (after the resize, which moves the page)."""
     DOCS.mkdir(exist_ok=True)
     before = page.viewport_size
     for label in widths:
         w, h = SIZES[label]
         page.set_viewport_size({"width": w, "height": h})
+        if element:
+            page.locator(element).first.scroll_into_view_if_needed()
         page.screenshot(path=str(DOCS / f"{name}-{label}.png"))
     if before:
         page.set_viewport_size(before)

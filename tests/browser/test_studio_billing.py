@@ -35,5 +35,4 @@ def test_a_job_is_one_line_charged_with_its_unit_and_local_times(page, node, siz
     expect(stamp).to_have_attribute("data-local", "1")
     assert stamp.get_attribute("title").endswith(" UTC")
     check_page(page, f"billing-lines-{size}")
-    page.locator("#ledger").scroll_into_view_if_needed()
-    doc_shot(page, "billing-ledger", widths=(size,))
+    doc_shot(page, "billing-ledger", widths=(size,), element="#ledger")

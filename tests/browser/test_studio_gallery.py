@@ -50,8 +50,7 @@ def test_the_grid_shows_stored_thumbnails_opens_reuses_and_hides(page, node, siz
     assert page.evaluate("() => document.querySelector('#generations img').naturalWidth") <= 320 < full["width"]
     assert len(thumb.body()) < 30_000 and page.request.get(src).body() == thumb.body()  # made once, same bytes
     check_page(page, f"studio-generations-{size}")
-    page.locator("#generations").scroll_into_view_if_needed()
-    doc_shot(page, "studio-generations", widths=(size,))
+    doc_shot(page, "studio-generations", widths=(size,), element="#generations [data-tile]")
 
     page.evaluate("window.__same_page = true")
     tiles.first.get_by_role("link", name=re.compile("^Open job")).click()

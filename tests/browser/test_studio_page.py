@@ -177,8 +177,7 @@ def test_use_the_api_shows_the_exact_request_and_copies_it(page, node, size):
     assert copied == api.locator("pre[id$='-httpx']").inner_text().strip()
     assert "import httpx" in copied and "os.environ['GENSERVICE_API_KEY']" in copied
     expect(copy).to_have_text("Copy Python (httpx)", timeout=5_000)
-    api.scroll_into_view_if_needed()
-    doc_shot(page, "studio-api", widths=(size,))
+    doc_shot(page, "studio-api", widths=(size,), element="#pane-body section.api")
 
 
 def test_generate_after_the_session_expired_goes_to_the_login_page(page, node):
