@@ -12,8 +12,11 @@ clock (the operator's test clock moves a day between batches, so usage covers a 
 their invitation with a password, one webhook and one ticket. Then one logged-in browser
 session (httpx with the session cookie) reads every page `--rounds` times, interleaved with
 the API reads, and prints per page: server p50/p99 (ms), HTML bytes on the wire, and HTML plus
-the page's scripts and stylesheet on a first visit (no cache; gzip accepted, as browsers do). Images the page shows are signed
-links loaded lazily and are not counted. Last line: one JSON object.
+the page's scripts and stylesheet on a first visit (no cache; gzip accepted, as browsers do), plus
+the stored thumbnails of its "My generations" grid (Studio, History). Outputs shown full size are
+signed links loaded lazily and are not counted. Studio's p50 is compared with the sum of the API
+reads its first screen replaces (capabilities, models with queues, the last 24 jobs, balance);
+the issue's bar: under 200 KB, within 3x. Last line: one JSON object.
 
 The operator console (bench/operator_pages.py) is measured on its own server with `--orgs`
 organizations: each console page's p50 against the summed p50 of the API reads it replaces,
@@ -51,6 +54,13 @@ API = {  # what feeds the pages compared (History's page size is 25)
     "GET /v1/billing/holds?status=held": "/v1/billing/holds?status=held",
     "GET /v1/billing/topups": "/v1/billing/topups",
 }
+STUDIO_API = {  # what Studio's first screen replaces: the catalog, the queues, the balance, the recent jobs
+    "GET /v1/generation/capabilities": "/v1/generation/capabilities",
+    "GET /v1/generation/models": "/v1/generation/models",
+    "GET /v1/generation/requests?limit=24": "/v1/generation/requests?limit=24",
+}
+API |= STUDIO_API
+THUMB = re.compile(r'src="(/studio/thumbs/[^"]+)"')
 
 
 def pct(values: list[float], q: float) -> float:
@@ -144,11 +154,13 @@ def measure(browser: httpx.Client, api: httpx.Client, key: str, rounds: int) -> 
             r = api.get(path, headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == 200, (name, r.status_code)
             times[name].append(float(r.headers["X-Process-Time"]))
-    static = {}
+    static, thumbs = {}, {}
     for p in PAGES:
         html = browser.get(p).text
         static[p] = sum(browser.get(a).num_bytes_downloaded for a in sorted(set(ASSET.findall(html))))
-    return {"times": times, "size": size, "static": static}
+        # the grid's thumbnails (made on their first view; their bytes on the wire counted)
+        thumbs[p] = sum(browser.get(a).num_bytes_downloaded for a in sorted(set(THUMB.findall(html))))
+    return {"times": times, "size": size, "static": static, "thumbs": thumbs}
 
 
 def main() -> None:
@@ -203,13 +215,15 @@ def dashboard(args) -> None:
     t = m["times"]
     print(f"seeded in {seeded:.0f} s: {args.jobs} jobs over 365 days, {args.runs} runs, 20 keys, 10 members; "
           f"load average at start {load[0]:.2f}, {os.cpu_count()} cores; {args.rounds} rounds")
-    print(f"{'page / call':42} {'p50 ms':>8} {'p99 ms':>8} {'HTML B':>9} {'+static B':>10}")
+    print(f"{'page / call':42} {'p50 ms':>8} {'p99 ms':>8} {'HTML B':>9} {'+static B':>10} {'+thumbs B':>10}")
     for p in PAGES:
         total = m["size"][p] + m["static"][p]
-        print(f"{p:42} {pct(t[p], .5):8.2f} {pct(t[p], .99):8.2f} {m['size'][p]:9d} {total:10d}")
+        print(f"{p:42} {pct(t[p], .5):8.2f} {pct(t[p], .99):8.2f} {m['size'][p]:9d} {total:10d} "
+              f"{total + m['thumbs'][p]:10d}")
     for name in API:
         print(f"{name:42} {pct(t[name], .5):8.2f} {pct(t[name], .99):8.2f}")
     billing_api = [sum(v) for v in zip(*(t[n] for n in API if "billing" in n))]
+    studio_api = [sum(v) for v in zip(*(t[n] for n in (*STUDIO_API, "GET /v1/billing/balance")))]
     out = {
         "history_p50_ms": pct(t["/history"], .5), "runs_api_p50_ms": pct(t["GET /v1/runs?limit=25"], .5),
         "history_vs_api": pct(t["/history"], .5) / pct(t["GET /v1/runs?limit=25"], .5),
@@ -217,10 +231,16 @@ def dashboard(args) -> None:
         "billing_vs_api_sum": pct(t["/billing"], .5) / pct(billing_api, .5),
         "billing_vs_ledger": pct(t["/billing"], .5) / pct(t["GET /v1/billing/ledger?limit=50"], .5),
         "max_page_bytes_with_static": max(m["size"][p] + m["static"][p] for p in PAGES),
+        "studio_p50_ms": pct(t["/studio"], .5), "studio_api_sum_p50_ms": pct(studio_api, .5),
+        "studio_vs_api_sum": pct(t["/studio"], .5) / pct(studio_api, .5),
+        "studio_bytes_first_load": m["size"]["/studio"] + m["static"]["/studio"] + m["thumbs"]["/studio"],
         "load_avg_start": load[0],
     }
     print(f"History / GET /v1/runs: {out['history_vs_api']:.2f}x; Billing / sum of its five API reads: "
           f"{out['billing_vs_api_sum']:.2f}x (/ the ledger read alone: {out['billing_vs_ledger']:.2f}x)")
+    print(f"Studio ({args.jobs} jobs in History): {out['studio_bytes_first_load']} bytes with scripts, stylesheet and "
+          f"thumbnails; p50 {out['studio_p50_ms']:.2f} ms = {out['studio_vs_api_sum']:.2f}x the sum of the API reads "
+          f"it replaces (capabilities, models, requests?limit=24, balance)")
     print(json.dumps(out))
 
 

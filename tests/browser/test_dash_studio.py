@@ -18,10 +18,10 @@ def test_studio_submit_follows_the_job_live_and_lands_in_history(page, node):
     expect(page.locator("#price")).to_contain_text("2.00 credits")  # the price follows the tier (htmx)
     check_page(page, "studio")
     page.get_by_label("Prompt").fill("a lighthouse at dusk [[delay:2]]")
-    page.get_by_role("button", name="Generate").click()
-    page.wait_for_url(re.compile(r"/studio/jobs/[0-9a-f-]{36}$"))
-    job_id = page.url.rsplit("/", 1)[1]
     page.evaluate("window.__same_page = true")  # survives only if the page never reloads
+    page.get_by_role("button", name="Generate").click()  # the output pane follows the job in place
+    job_id = page.locator("#pane-body [data-job]").get_attribute("data-job")
+    assert page.url.endswith("/studio")
     expect(page.locator("[data-status]")).to_have_text(re.compile("queued|rendering"))
     expect(page.locator("[data-status]")).to_have_text("completed", timeout=20_000)
     expect(page.get_by_role("img", name=re.compile("Output 1"))).to_be_visible()
@@ -30,6 +30,8 @@ def test_studio_submit_follows_the_job_live_and_lands_in_history(page, node):
     assert src.startswith("/files/") and "sig=" in src  # a signed link, no key
     page.wait_for_function("() => { const i = document.querySelector('.outputs img'); return i.complete && i.naturalWidth > 0; }")
     check_page(page, "studio-job")
+    page.goto(f"/studio/jobs/{job_id}")
+    expect(page.get_by_role("img", name=re.compile("Output 1"))).to_be_visible()
     assert "aak_" not in page.content()
     storage = page.evaluate("() => JSON.stringify(localStorage) + JSON.stringify(sessionStorage)")
     assert "aak_" not in storage and "gs_session" not in storage  # htmx keeps only the current path there

@@ -106,9 +106,11 @@ def picked(back: str, kind: str, asset_id: str) -> str:
     parts = urlsplit(back)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     model = node().catalog.model(query.get("model", ""))
-    slot = next((s for s in model.slots if kind in s.kinds and s.count > 0), None) if model else None
+    wanted = query.pop("slot", None)  # the slot a file was dropped on (Studio's page script)
+    takes = [s for s in model.slots if kind in s.kinds and s.count > 0] if model else []
+    slot = next((s for s in takes if s.name == wanted), takes[0] if takes else None)
     if slot is None:
-        return back
+        return f"{parts.path}?{urlencode(query)}"
     query["input_" + slot.name] = asset_id
     return f"{parts.path}?{urlencode(query)}"
 

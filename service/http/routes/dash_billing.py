@@ -31,6 +31,7 @@ from service.http.routes.topups import topup_view
 from service.payments import facade
 from service.storage import billing as sql
 from service.storage import topups as topups_sql
+from service.views import billing_lines
 
 bp = Blueprint("dash_billing", __name__)
 
@@ -116,7 +117,8 @@ async def billing_page(status: int = 200, **ctx):
     returned = topups_sql.get_in_org(svc.store, org_id, topup) if topup else None
     returned = topup_view(returned) if returned else None
     return show("billing.html", status, title="Billing", usage=usage, names=names,
-                chart=chart(usage, datetime.fromtimestamp(now, UTC), names), ledger=ledger, total=total, offset=offset,
+                chart=chart(usage, datetime.fromtimestamp(now, UTC), names), ledger=ledger,
+                ledger_lines=billing_lines.lines(ledger), total=total, offset=offset,
                 page_size=LEDGER_PAGE, holds=sql.list_holds(svc.store, org_id, "held", 100),
                 topups=[topup_view(t) for t in topups_sql.list_for_org(svc.store, org_id, 20)], quote=facade.quote(svc),
                 provider=svc.payments is not None, settings=sql.settings(svc.store, org_id),

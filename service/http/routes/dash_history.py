@@ -15,8 +15,9 @@ from service.views import run_feed
 from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import page
-from service.http.dashboard import current_project, session_still_allowed, show, signed
+from service.http.dashboard import current_project, session_still_allowed, show
 from service.http.pages import PageError
+from service.http.routes import dash_gallery
 from service.http.topics import project_stream, respond
 
 bp = Blueprint("dash_history", __name__)
@@ -26,13 +27,13 @@ SOURCES = ("api", "studio", "workflow")
 
 
 def thumb(item: dict) -> str | None:
-    """A signed link to the row's first image output, if any."""
+    """The stored thumbnail of the row's first image output, if any (never the full image)."""
     outputs = item.get("outputs") or []
     if isinstance(outputs, dict):  # a product run: named outputs
         outputs = [o for group in outputs.values() for o in group]
     for o in outputs:
         if o.get("content_type", "").startswith("image/"):
-            return signed(o["id"])
+            return f"/studio/thumbs/{o['id']}"
     return None
 
 
@@ -52,7 +53,8 @@ async def history():
     items = [{**i, "thumb": thumb(i)} for i in feed["items"]]
     events = "/history/events" + (f"?source={source}" if source else "")
     return show("history.html", title="History", items=items, total=feed["total"], next_cursor=feed["next_cursor"],
-                source=source, sources=SOURCES, cursor=cursor, events=events, project=project)
+                source=source, sources=SOURCES, cursor=cursor, events=events, project=project,
+                **dash_gallery.gallery(request.args, "history"))
 
 
 @bp.get("/history/events")

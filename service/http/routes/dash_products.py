@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
+from service.catalog import products as catalog_products
 from service.catalog.products import list_products
 from service.errors import ApiError, InsufficientCredits
 from service.http import forms
@@ -22,7 +23,9 @@ from service.http.browser import csrf_protected, page
 from service.http.dashboard import current_project, session_still_allowed, show, signed
 from service.machines import RUN
 from service.storage import generation as gen_sql
+from service.views import run_graph
 from service.http.topics import respond, run_stream
+
 
 bp = Blueprint("dash_products", __name__)
 
@@ -104,7 +107,10 @@ def run_view(run_id: str) -> dict:
     run = products().get(principal().org_id, run_id)
     link = lambda outputs: [{**o, "link": signed(o["id"])} for o in outputs]  # noqa: E731
     again = {"in_" + k: v for k, v in (run["inputs"] or {}).items() if isinstance(v, (str, int, float))}
+    definition = catalog_products.product(run["product"])
+    needs = {st.key: list(st.needs) for st in definition.steps} if definition is not None else {}
     return {**run, "final": run["status"] in RUN.final, "again": f"/products/{run['product']}?" + urlencode(again),
+            "graph": run_graph.layout(run["steps"], needs),
             "steps": [{**s, "outputs": link(s["outputs"])} for s in run["steps"]],
             "outputs": {name: link(outs) for name, outs in run["outputs"].items()}}
 

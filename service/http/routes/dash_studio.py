@@ -1,13 +1,15 @@
 """Studio (`/studio`): pick a capability and model from the catalog, see the chosen tier's
-price, submit a job with `source` studio, then follow it live on its own page.
+price, submit a job with `source` studio, and follow it in the output pane beside the form.
 
-The form only offers what the catalog offers and this node can run (available models). Its
-selects re-render the form through htmx (`/studio/form`) so the price follows the choice;
-without script the "Update price" button does the same. A submit goes through the same
-facade as `POST /v1/generation/capabilities/{id}` (plan -> active limit -> submit), so a
-page and the API refuse the same things with the same messages; a 402 shows the balance and
-a link to top up. The job page follows `/studio/jobs/{id}/events` (the API's job stream,
-authenticated by the browser session) until the output shows.
+The form only offers what the catalog offers and this node can run (available models; the
+others are listed, disabled). Its selects re-render the form through htmx (`/studio/form`) so
+the price follows the choice; without script the "Update price" button does the same. A
+submit goes through the same facade as `POST /v1/generation/capabilities/{id}` (plan ->
+active limit -> submit), so a page and the API refuse the same things with the same
+messages. Through htmx (Generate, Ctrl/Cmd+Enter) the answer is the output pane: the job's
+section, which follows `/studio/jobs/{id}/events`, or the refusal in plain words with its
+status and what to do; without script the post redirects to the job's own page, and a
+refusal shows the form again (a 402 with the balance and a link to top up).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
+from service.http.routes import dash_gallery
 from service.http.dashboard import current_project, show, session_still_allowed, signed
 from service.machines import JOB
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
-from service.views import spend
+from service.views import spend, studio_api
 from service.http.topics import job_stream, respond
 
 bp = Blueprint("dash_studio", __name__)
@@ -39,8 +42,8 @@ def catalog() -> list[dict]:
     out = []
     for cap in node().generation.capabilities_view():
         models = [m for m in cap["models"] if m["available"]]
-        if models:
-            out.append({**cap, "models": models})
+        if models:  # the picker lists the others too, disabled, so a person sees what exists
+            out.append({**cap, "models": models, "all_models": cap["models"]})
     return out
 
 
@@ -92,13 +95,17 @@ def assets_for(project_id: str) -> list[dict]:
     return [{**r, "link": signed(r["id"])} for r in rows]
 
 
-def studio_page(state: dict, status: int = 200, error: str | None = None, short: bool = False, fragment=False):
+def studio_page(state: dict, status: int = 200, error: str | None = None, short: bool = False, fragment=False,
+                **extra):
     project = current_project()
     template = "studio_form.html" if fragment else "studio.html"
     svc = node()
     left = spend.left_this_month(svc.store, principal().org_id, project["id"], svc.clock.now())
+    queue = svc.generation.queues.view(state["model"]["id"]) if state.get("model") else None
+    if not fragment:  # "My generations" under the form
+        extra = {**dash_gallery.gallery(request.args, "studio"), **extra}
     return show(template, status, title="Studio", state=state, price=price(state), error=error, short=short,
-                assets=assets_for(project["id"]), project=project, project_left=left)
+                assets=assets_for(project["id"]), project=project, project_left=left, queue=queue, **extra)
 
 
 @bp.get("/studio")
@@ -124,12 +131,49 @@ async def submit():
     form = await request.form
     if form.get("update"):  # "Update price" without script: the form again, nothing sent
         return studio_page(choose(form))
-    return await forms.once(form, lambda: submit_job(form), "/studio")
+    response = await forms.once(form, lambda: submit_job(form), "/studio")
+    if not htmx() or response.status_code != 303:
+        return response
+    # Generate through htmx: the output pane follows the job (the page stays; a repeat of the
+    # same form_token shows the job the first post made)
+    where = response.headers["Location"]
+    job = job_view(job_or_404(where.rsplit("/", 1)[1])) if where.startswith("/studio/jobs/") else None
+    if job is None:
+        return pane(409, {"title": "Already sent", "message": forms.ALREADY_SENT, "todo": "Wait for the first one to show here.",
+                          "balance": None, "link": None})
+    return pane(200, None, job)
+
+
+def htmx() -> bool:
+    return bool(request.headers.get("HX-Request"))
+
+
+def pane(status: int, error: dict | None, job: dict | None = None):
+    """The output pane alone (htmx swaps it in), with a fresh form token out of band."""
+    return show("studio_pane.html", status, pane_error=error, job=job, fresh_token=True)
+
+
+def plain_error(status: int, message: str) -> dict:
+    """A refused submit in plain words, with what to do about it."""
+    if status == 402:
+        bal = billing_sql.balance(node().store, principal().org_id, node().clock.now())
+        return {"title": "Not enough credits", "message": message, "balance": bal["available"],
+                "todo": "Top up, or pick a lower resolution or a shorter duration.", "link": ("/billing#top-up", "Top up credits")}
+    if status in (409, 503):
+        return {"title": "The model cannot take this job now", "message": message, "balance": None,
+                "todo": "Pick another model, or try again in a minute.", "link": None}
+    if status == 429:
+        return {"title": "Too many jobs at once", "message": message, "balance": None,
+                "todo": "Wait for a running job to finish (or cancel one), then generate again.", "link": ("/history", "See running jobs")}
+    return {"title": "This cannot be generated as set", "message": message, "balance": None,
+            "todo": "Change the setting named above (a lower resolution, a required input, a prompt) and generate again.", "link": None}
 
 
 async def submit_job(form):
     state = choose(form)
     if state["cap"] is None:
+        if htmx():
+            return pane(409, plain_error(409, "No model can run on this node right now."))
         return studio_page(state, 409, "No model can run on this node right now.")
     gen, p, project = node().generation, principal(), current_project()
     try:
@@ -137,10 +181,31 @@ async def submit_job(form):
         gen.check_active_limit(p.org_id)
         out = await gen.submit(plan, org_id=p.org_id, project_id=project["id"], source="studio")
     except InsufficientCredits as e:
+        if htmx():
+            return pane(402, plain_error(402, e.message))
         return studio_page(state, 402, e.message, short=True)
     except ApiError as e:
+        if htmx():
+            return pane(e.status, plain_error(e.status, e.message))
         return studio_page(state, e.status, e.message)
     return redirect(f"/studio/jobs/{out['request_id']}", 303)
+
+
+TEXT_SHOWN = 20_000  # characters of a text output shown in place (the whole file is a download)
+
+
+def text_of(output: dict) -> str | None:
+    """A text output's first characters, shown in the pane like an image is."""
+    if not output["content_type"].startswith("text/"):
+        return None
+    row = gen_sql.get_asset(node().store, output["id"])
+    if row is None or not row.get("sha256"):
+        return None
+    try:
+        with open(node().generation.files.path(row["sha256"]), encoding="utf-8", errors="replace") as f:
+            return f.read(TEXT_SHOWN)
+    except OSError:
+        return None
 
 
 def job_or_404(job_id: str) -> dict:
@@ -154,7 +219,7 @@ def job_view(status: dict) -> dict:
     """The status object plus what a page shows: signed output links, whether the hold was
     released, the settings it ran with, its timings and a link to run them again."""
     store = node().store
-    outputs = [{**o, "link": signed(o["id"])} for o in status["outputs"]]
+    outputs = [{**o, "link": signed(o["id"]), "text": text_of(o)} for o in status["outputs"]]
     hold = billing_sql.hold_status_of_job(store, status["request_id"]) \
         if status["status"] in ("failed", "canceled", "nsfw") else None
     row = gen_sql.get_job(store, status["request_id"]) or {}
@@ -169,7 +234,9 @@ def job_view(status: dict) -> dict:
     # a job that ends failed, canceled or flagged never captures its hold: the actor releases
     # it right after the final status (it may still read "held" for a moment)
     released = hold is not None and hold != "captured"
-    return {**status, "outputs": outputs, "released": released,
+    queue = node().generation.queues.view(status["model"]) if status["status"] == "queued" else None
+    api = studio_api.snippets(node().generation.base_url, status, row.get("prompt"), params)
+    return {**status, "outputs": outputs, "released": released, "queue": queue, "api": api,
             "final": status["status"] in JOB.final, "prompt": row.get("prompt"), "params": params,
             "started_at": row.get("started_at"), "again": "/studio?" + urlencode(again)}
 
@@ -200,6 +267,18 @@ async def cancel(job_id: str):
         await node().generation.cancel(principal().org_id, job_id)
     except ApiError as e:
         job = job_view(job_or_404(job_id))
+        if htmx():
+            return show("job_detail.html", e.status, job=job, error=e.message)
         return show("studio_job.html", e.status, title="Job", job=job, error=e.message)
+    if htmx():  # from Studio's output pane: the job's section again, in place
+        return show("job_detail.html", job=job_view(job_or_404(job_id)))
     forms.notify("Job canceled.")
     return redirect(f"/studio/jobs/{job_id}", 303)
+
+
+@bp.get("/studio/jobs/<job_id>/pane")
+@hide
+@page("generation:read")
+async def job_pane(job_id: str):
+    """A job in the output pane, opened from a tile of "My generations"."""
+    return show("job_detail.html", job=job_view(job_or_404(job_id)))
