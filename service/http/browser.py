@@ -124,6 +124,15 @@ def login_redirect() -> WerkzeugResponse:
     return redirect("/login?next=" + quote(target, safe="/"), 303)
 
 
+def page_session() -> BrowserSession:
+    """The session `page()` checked for this request: inside a page handler it is never None
+    (outside one, asking for it is a programming error, not a visitor's)."""
+    s = g.get("page_session")
+    if s is None:
+        raise RuntimeError("page_session() is for handlers behind @page()")
+    return s
+
+
 def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable:
     """Require a live session (and `permission` from the role table) for an HTML page."""
 
@@ -141,6 +150,7 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
                 raise PageError(403, "Not allowed", f"Your role ({s.role}) does not allow this.")
             await take_request(s)
             g.principal = Principal(s.org_id, s.user_id, None, s.role)
+            g.page_session = s
             return await func(*args, **kwargs)
 
         wrapper.permission = permission  # type: ignore[attr-defined]  # read by the page matrix test
