@@ -9,9 +9,16 @@ month (`period` `YYYY-MM`), a key's for its life (`period` '').
 
 from __future__ import annotations
 
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
 from service.money import fmt
 from service.storage.events import emit
 from service.storage.mail import enqueue, managers
+from service.storage.rows import Row
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
 
 SQL_LIMIT_UPSERT = ("INSERT INTO spend_limits (organization_id, scope, scope_id, limit_uc, notified_at) "
                     "VALUES (?,?,?,?,?) ON CONFLICT (scope, scope_id) DO UPDATE SET "
@@ -21,7 +28,8 @@ SQL_FIGURE_UPSERT = ("INSERT INTO spend_figures (organization_id, scope, scope_i
                      "spent_uc = excluded.spent_uc")
 
 
-def persist(conn, org_id: str, limits: list[tuple], figures: list[tuple], warnings: list[tuple]) -> None:
+def persist(conn: sqlite3.Connection, org_id: str, limits: list[tuple[Any, ...]], figures: list[tuple[Any, ...]],
+            warnings: list[tuple[Any, ...]]) -> None:
     """limits: (scope, id, limit_uc, notified_at); figures: (scope, id, period, spent_uc);
     warnings: (scope, id, limit, spent, now_iso) with decimal strings."""
     if limits:
@@ -34,7 +42,8 @@ def persist(conn, org_id: str, limits: list[tuple], figures: list[tuple], warnin
         _mail(conn, org_id, scope, scope_id, limit, spent, now_iso)
 
 
-def _mail(conn, org_id: str, scope: str, scope_id: str, limit: str, spent: str, now_iso: str) -> None:
+def _mail(conn: sqlite3.Connection, org_id: str, scope: str, scope_id: str, limit: str, spent: str,
+          now_iso: str) -> None:
     from service.mail.messages import spend_limit_reached
 
     table = "projects" if scope == "project" else "api_keys"
@@ -44,7 +53,7 @@ def _mail(conn, org_id: str, scope: str, scope_id: str, limit: str, spent: str, 
         enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso)
 
 
-def load(store, org_id: str, month: str) -> tuple[list[dict], list[dict]]:
+def load(store: Store, org_id: str, month: str) -> tuple[list[Row], list[Row]]:
     """The organization's limit rows and its figures of `month` (projects) and of its keys."""
     limits = store.all("SELECT scope, scope_id, limit_uc, notified_at FROM spend_limits WHERE organization_id = ?",
                        (org_id,))
@@ -54,9 +63,9 @@ def load(store, org_id: str, month: str) -> tuple[list[dict], list[dict]]:
 
 
 # -- reads of the routes -------------------------------------------------------------------------
-def project_fields(store, org_id: str, month: str) -> dict[str, dict]:
+def project_fields(store: Store, org_id: str, month: str) -> dict[str, Row]:
     """project id -> {monthly_spend_limit, month_spent} for projects with a limit or a figure."""
-    out: dict[str, dict] = {}
+    out: dict[str, Row] = {}
     for r in store.all("SELECT scope_id, limit_uc FROM spend_limits WHERE organization_id = ? "
                        "AND scope = 'project'", (org_id,)):
         out[r["scope_id"]] = {"monthly_spend_limit": fmt(r["limit_uc"]), "month_spent": "0.00"}
@@ -66,9 +75,9 @@ def project_fields(store, org_id: str, month: str) -> dict[str, dict]:
     return out
 
 
-def key_fields(store, org_id: str) -> dict[str, dict]:
+def key_fields(store: Store, org_id: str) -> dict[str, Row]:
     """key id -> {spend_limit, spent} for keys with a limit or a figure."""
-    out: dict[str, dict] = {}
+    out: dict[str, Row] = {}
     for r in store.all("SELECT scope_id, limit_uc FROM spend_limits WHERE organization_id = ? "
                        "AND scope = 'api_key'", (org_id,)):
         out[r["scope_id"]] = {"spend_limit": fmt(r["limit_uc"]), "spent": "0.00"}
