@@ -52,7 +52,6 @@ from service.credits.rules import spend_key as lot_spend_key
 from service.money import fmt
 from service.storage import spend
 from service.storage.events import emit
-from service.storage.mail import mail_low_balance
 from service.storage.rows import Row, rows_in
 
 if TYPE_CHECKING:
@@ -130,7 +129,9 @@ class HoldIdTaken(Exception):
 
 
 def persist(conn: sqlite3.Connection, org_id: str, w: Writes) -> None:
-    """Apply one batch (runs inside `Store.write`, i.e. in the group-commit transaction)."""
+    """Apply one batch (runs inside `Store.write`, i.e. in the group-commit transaction).
+    The warnings' mails are the mail layer's to compose (service.mail.notices), in the
+    same transaction."""
     if w.lot_inserts:
         conn.executemany(SQL_LOT_INSERT, w.lot_inserts)
     if w.lot_updates:
@@ -150,7 +151,6 @@ def persist(conn: sqlite3.Connection, org_id: str, w: Writes) -> None:
         conn.execute(SQL_SETTINGS_UPSERT, w.settings)
     for left, threshold, now_iso in w.notices:
         emit(conn, org_id, "billing.credits_low", {"available": left, "threshold": threshold}, now_iso)
-        mail_low_balance(conn, org_id, left, threshold, now_iso)
     if w.limits or w.figures or w.warnings:
         spend.persist(conn, org_id, w.limits, w.figures, w.warnings)
 

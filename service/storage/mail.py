@@ -147,12 +147,7 @@ def org_row(conn: sqlite3.Connection, org_id: str) -> Row | None:
     return one(conn, "SELECT * FROM organizations WHERE id = ?", (org_id,))
 
 
-def mail_low_balance(conn: sqlite3.Connection, org_id: str, available: str, threshold: str, now_iso: str) -> None:
-    """The low-balance warning, to every active owner and admin (once per crossing: the
-    balance actor calls this only when the warning fires)."""
-    from service.mail.messages import low_balance
-
-    row = conn.execute("SELECT name FROM organizations WHERE id = ?", (org_id,)).fetchone()
-    mail = low_balance(row["name"] if row else "", available, threshold)
-    for to in managers(conn, org_id):
-        enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso)
+def org_name(conn: sqlite3.Connection, org_id: str) -> str:
+    """The organization's name ("" when it is gone), for a mail about it."""
+    row = one(conn, "SELECT name FROM organizations WHERE id = ?", (org_id,))
+    return str(row["name"]) if row else ""

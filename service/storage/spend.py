@@ -2,8 +2,9 @@
 the figures the routes show.
 
 The balance actor is the only writer: `persist` applies a batch's changed limits and figures
-(absolute values from memory) and its warnings (event `billing.spend_limit_reached` and a
-mail to the owners and admins) in the batch's transaction. A project's figure is per UTC
+(absolute values from memory) and its warnings' events (`billing.spend_limit_reached`) in
+the batch's transaction; their mails to the owners and admins are queued in the same
+transaction by service/mail/notices.py. A project's figure is per UTC
 month (`period` `YYYY-MM`), a key's for its life (`period` '').
 """
 
@@ -14,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.money import fmt
 from service.storage.events import emit
-from service.storage.mail import enqueue, managers
-from service.storage.rows import Row
+from service.storage.rows import Row, one
 
 if TYPE_CHECKING:
     from service.storage.db import Store
@@ -39,18 +39,13 @@ def persist(conn: sqlite3.Connection, org_id: str, limits: list[tuple[Any, ...]]
     for scope, scope_id, limit, spent, now_iso in warnings:
         emit(conn, org_id, "billing.spend_limit_reached",
              {"scope": scope, "id": scope_id, "limit": limit, "spent": spent}, now_iso)
-        _mail(conn, org_id, scope, scope_id, limit, spent, now_iso)
 
 
-def _mail(conn: sqlite3.Connection, org_id: str, scope: str, scope_id: str, limit: str, spent: str,
-          now_iso: str) -> None:
-    from service.mail.messages import spend_limit_reached
-
+def scope_name(conn: sqlite3.Connection, scope: str, scope_id: str) -> str | None:
+    """The name of a limit's project or API key (None when it is gone)."""
     table = "projects" if scope == "project" else "api_keys"
-    row = conn.execute(f"SELECT name FROM {table} WHERE id = ?", (scope_id,)).fetchone()
-    mail = spend_limit_reached(scope, row["name"] if row else scope_id, limit, spent)
-    for to in managers(conn, org_id):
-        enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso)
+    row = one(conn, f"SELECT name FROM {table} WHERE id = ?", (scope_id,))
+    return None if row is None else str(row["name"])
 
 
 def load(store: Store, org_id: str, month: str) -> tuple[list[Row], list[Row]]:
