@@ -68,7 +68,8 @@ class CreditBook:
         self.notified_at: str | None = None
 
     def load(self, lots: list[dict[str, Any]], holds: list[tuple[dict[str, Any], list[tuple[str, int]]]],
-             settings: dict[str, Any] | None, spend: tuple[str, list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> None:
+             settings: dict[str, Any] | None,
+             spend: tuple[str, list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> None:
         """Rebuild from stored rows: lots, the held holds with their slices, the settings row,
         and the spend limits (this month, limit rows, figure rows)."""
         self.reset()
@@ -140,7 +141,8 @@ class CreditBook:
             self.foreign = set()
         self.foreign.add(hold_id)
 
-    def _ledger(self, kind: str, amount: int, lot: Lot, hold: Hold | None = None, description: str | None = None) -> None:
+    def _ledger(self, kind: str, amount: int, lot: Lot, hold: Hold | None = None,
+                description: str | None = None) -> None:
         if hold is None or kind == "expiry":
             project_id = job_id = run_id = None
         else:

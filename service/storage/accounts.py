@@ -14,6 +14,7 @@ from service.storage.rows import new_id as new_id  # the actors name it through 
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 KEY_COLUMNS = "id, name, key_prefix, user_id, role_id, expires_at, is_active, created_at, last_used_at"
 PROJECT_COLUMNS = ("id, organization_id, name, slug, description, is_default, is_archived, "
                    "created_by, created_at, updated_at, archived_at")

@@ -57,6 +57,7 @@ from service.storage.rows import Row, rows_in
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 HOLD_COLUMNS = ("id, organization_id, job_id, workflow_run_id, project_id, description, status, amount_uc, "
                 "captured_uc, slices, created_at, settled_at")
 HOLD_KEYED = HOLD_COLUMNS + ", api_key_id"  # the actor's inserts and loads: with the key (spend limits)

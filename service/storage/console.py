@@ -16,6 +16,7 @@ from service.storage.rows import Row
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 PAGE = 25
 
 

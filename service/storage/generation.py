@@ -16,6 +16,7 @@ from service.storage.rows import Row, Source, insert, one, rows_in
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, source, workflow_run_id, "
                "status, prompt, params, price_uc, actual_uc, hold_id, hold_settled, webhook_url, error, "
                "created_at, started_at, finished_at, usage")

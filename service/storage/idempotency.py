@@ -12,6 +12,7 @@ from service.storage.rows import Row, insert
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 TABLES = {"idempotency_keys", "product_run_keys"}
 
 

@@ -20,6 +20,7 @@ from service.storage.rows import Row, Source, new_id, one
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 

@@ -16,6 +16,7 @@ from service.storage.rows import Row, Source, all_rows, insert, one, rows_in
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 RUN_COLUMNS = ("id, organization_id, project_id, product, product_version, status, inputs, run_values, "
                "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at")
 STEP_COLUMNS = ("run_id, key, position, capability, op, model, status, request_id, outputs, cost_uc, error, "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 BATCH = 500  # rows per transaction: the writer is never held for long
 
 

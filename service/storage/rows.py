@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeAlias, cast
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 Connection: TypeAlias = sqlite3.Connection  # the writer's, inside `Store.write`: named for layers above
 Row: TypeAlias = dict[str, Any]  # a row as the connections' row factory builds it (column -> value)
 Params: TypeAlias = Sequence[Any] | dict[str, Any]

@@ -20,6 +20,7 @@ from service.storage.rows import Row, one
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 SQL_LIMIT_UPSERT = ("INSERT INTO spend_limits (organization_id, scope, scope_id, limit_uc, notified_at) "
                     "VALUES (?,?,?,?,?) ON CONFLICT (scope, scope_id) DO UPDATE SET "
                     "limit_uc = excluded.limit_uc, notified_at = excluded.notified_at")

@@ -14,6 +14,7 @@ from .rows import new_id as new_id  # the actors name it through this module
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 TICKET_COLUMNS = ("id, organization_id, number, subject_line, type, priority, state, body, opened_by, "
                   "opened_by_email, created_at, updated_at")
 REPLY_COLUMNS = "id, ticket_id, author_kind, author, user_id, body, created_at"

@@ -14,6 +14,7 @@ from .rows import all_rows, one
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 COLUMNS = ("id, organization_id, created_by, credits_uc, amount_cents, currency, usd_per_credit, "
            "expiry_days, status, provider, provider_ref, checkout_url, success_url, cancel_url, failure, "
            "created_at, paid_at, expired_at, lot_id")

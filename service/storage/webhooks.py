@@ -23,6 +23,7 @@ from .rows import one, scalar
 if TYPE_CHECKING:
     from service.storage.db import Store
 
+
 WEBHOOK_COLUMNS = "id, organization_id, url, events, description, is_active, created_at, updated_at"
 DELIVERY_COLUMNS = ("id, webhook_id, event, status, created_at, sent_at, completed_at, status_code, "
                     "error, error_class, duration_ms")
