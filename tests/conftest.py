@@ -190,12 +190,12 @@ async def wait_for_run(node, key, run_id, pred, timeout=60) -> dict:
     return await wait_until(ready, timeout, every=0.02)
 
 
-async def until(check, timeout: float = 10.0) -> None:
+async def until(check, timeout: float = 10.0, *, real_time: bool = False) -> None:
     """Wait for a condition of the node's state, not for a fixed time (tests/waiting.py)."""
-    await wait_until(check, timeout)
+    await wait_until(check, timeout, real_time=real_time)
 
 
-async def outboxes_settled(node, timeout: float = 10.0) -> None:
+async def outboxes_settled(node, timeout: float = 10.0, *, real_time: bool = False) -> None:
     """Wait until the node's outboxes have nothing left to do now: every event fanned out,
     every account and job webhook final, no mail being sent, nothing in flight. Webhooks are
     never retried, so what a test then finds absent stays absent: no fixed wait is needed."""
@@ -207,9 +207,10 @@ async def outboxes_settled(node, timeout: float = 10.0) -> None:
                 and store.scalar("SELECT count(*) FROM events WHERE dispatched = 0") == 0
                 and store.scalar("SELECT count(*) FROM webhook_deliveries WHERE status IN ('pending', 'sending')") == 0
                 and store.scalar("SELECT count(*) FROM job_webhooks WHERE state IN ('waiting', 'pending', 'sending')") == 0
-                and store.scalar("SELECT count(*) FROM emails WHERE state = 'sending'") == 0)
+                and store.scalar("SELECT count(*) FROM emails WHERE state = 'sending' OR "
+                                 "(state = 'pending' AND next_attempt_at <= ?)", (node.clock.now(),)) == 0)
 
-    await until(settled, timeout)
+    await until(settled, timeout, real_time=real_time)
 
 
 async def j(r):

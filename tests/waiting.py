@@ -7,6 +7,8 @@
   server, a thread, another process): reads `condition()` (sync or async) until it gives a
   true value and returns that value; fails after `timeout` seconds of trio's clock (virtual
   under a mock clock, so a test on the mock clock stays virtual).
+  With `real_time=True` it waits on the real clock whatever trio's clock is (for a thread
+  such as the SMTP server's, under a mock clock nobody advances).
 - `wait_until_sync`: the same for a test without trio (browser, subprocess tests), on the
   real clock.
 """
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -31,15 +34,34 @@ async def settle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
-async def wait_until(condition: Callable[[], T | Awaitable[T]], timeout: float = 10.0, every: float = EVERY) -> T:
+async def wait_until(condition: Callable[[], T | Awaitable[T]], timeout: float = 10.0, every: float = EVERY, *,
+                     real_time: bool = False) -> T:
+    if real_time:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = await _read(condition)
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"not true within {timeout} s (real time): {_name(condition)}")
+            await trio.to_thread.run_sync(threading.Event().wait, every)
     with trio.fail_after(timeout):
         while True:
-            value = condition()
-            if inspect.isawaitable(value):
-                value = await value
+            value = await _read(condition)
             if value:
-                return value  # type: ignore[return-value]
+                return value
             await trio.sleep(every)
+
+
+async def _read(condition: Callable[[], T | Awaitable[T]]) -> T:
+    value = condition()
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _name(condition: Callable[..., object]) -> str:
+    return getattr(condition, "__qualname__", repr(condition))
 
 
 def wait_until_sync(condition: Callable[[], T], timeout: float = 10.0, every: float = 0.02) -> T:
@@ -49,5 +71,5 @@ def wait_until_sync(condition: Callable[[], T], timeout: float = 10.0, every: fl
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"not true within {timeout} s: {getattr(condition, '__name__', condition)}")
+            raise TimeoutError(f"not true within {timeout} s: {_name(condition)}")
         time.sleep(every)
