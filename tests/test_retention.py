@@ -9,6 +9,7 @@ import trio
 
 from conftest import start_node, stop_node
 from test_generation_support import submit, wait_status
+from waiting import wait_until
 
 DAY = 86400
 
@@ -24,9 +25,7 @@ async def advance(node, seconds: float) -> None:
 
 
 async def until(check, timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not check():
-            await trio.sleep(0.02)
+    await wait_until(check, timeout, every=0.02)
 
 
 async def test_finished_rows_go_after_the_retention_age_and_in_flight_rows_stay(node):
