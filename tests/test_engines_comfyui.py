@@ -97,10 +97,8 @@ async def asset_image(n, key, out) -> Image.Image:
 
 
 async def rendering_on_peer(peer, prompt_id: str, running: bool = True) -> None:
-    with trio.fail_after(10):
-        while not ((peer.running and peer.running[1] == prompt_id) if running
-                   else any(i[1] == prompt_id for i in peer.pending)):
-            await trio.sleep(0.01)
+    await wait_until(lambda: (peer.running and peer.running[1] == prompt_id) if running
+                     else any(i[1] == prompt_id for i in peer.pending), 10)
 
 
 async def test_a_job_runs_the_bound_workflow_and_is_charged(tmp_path, peer):
