@@ -60,32 +60,30 @@ FINAL_HOOK = ("delivered", "failed", "skipped", "unknown")
 
 async def wait_deliveries_final(node, hooks: dict, timeout: float) -> dict[str, dict]:
     """hooks: name -> (key, webhook id). Returns name -> the one delivery, once all are final."""
-    with trio.fail_after(timeout):
-        while True:
-            out = {}
-            for name, (key, hook_id) in hooks.items():
-                ds = await deliveries(node, key, hook_id)
-                if len(ds) == 1 and ds[0]["status"] in FINAL_DELIVERY:
-                    out[name] = ds[0]
-            if len(out) == len(hooks):
-                return out
-            await trio.sleep(0.05)
+    async def all_final() -> dict[str, dict] | None:
+        out = {}
+        for name, (key, hook_id) in hooks.items():
+            ds = await deliveries(node, key, hook_id)
+            if len(ds) == 1 and ds[0]["status"] in FINAL_DELIVERY:
+                out[name] = ds[0]
+        return out if len(out) == len(hooks) else None
+
+    return await wait_until(all_final, timeout, every=0.05)
 
 
 async def wait_job_hooks_final(node, jobs: dict[str, str], timeout: float,
                                final_at: dict[str, float] | None = None) -> dict[str, dict]:
     """jobs: name -> job id. Returns name -> job_webhooks row, once all are final. `final_at`
     gets the service time each row was first seen final (the table has no completion time)."""
-    with trio.fail_after(timeout):
-        while True:
-            rows = {name: gsql.webhook_of_job(node.store, rid) for name, rid in jobs.items()}
-            if final_at is not None:
-                for name, r in rows.items():
-                    if r is not None and r["state"] in FINAL_HOOK:
-                        final_at.setdefault(name, node.clock.now())
-            if all(r is not None and r["state"] in FINAL_HOOK for r in rows.values()):
-                return rows
-            await trio.sleep(0.05)
+    def all_final() -> dict[str, dict] | None:
+        rows = {name: gsql.webhook_of_job(node.store, rid) for name, rid in jobs.items()}
+        if final_at is not None:
+            for name, r in rows.items():
+                if r is not None and r["state"] in FINAL_HOOK:
+                    final_at.setdefault(name, node.clock.now())
+        return rows if all(r is not None and r["state"] in FINAL_HOOK for r in rows.values()) else None
+
+    return await wait_until(all_final, timeout, every=0.05)
 
 
 def seconds_between(a: str, b: str) -> float:
