@@ -16,6 +16,11 @@ import trio
 
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+# How stale a "last seen" time may be: a session's, an API key's or an operator session's
+# last_seen_at / last_used_at is written at most once per this many seconds (one write a
+# minute per caller, not one per request).
+TOUCH_EVERY = 60.0
+
 
 class Clock:
     def __init__(self, start: float | None = None) -> None:

@@ -13,13 +13,12 @@ import secrets
 import uuid
 from dataclasses import dataclass, field
 
-from service.clock import Clock, iso
+from service.clock import TOUCH_EVERY, Clock, iso
 from service.storage import console as sql
 from service.storage.db import Store
 
 IDLE = 3600.0            # an hour without a request
 ABSOLUTE = 12 * 3600.0   # twelve hours after sign-in
-TOUCH_EVERY = 60.0
 
 
 @dataclass

@@ -2,17 +2,22 @@
 
     ServiceError
     ├── ApiError(status, code, message, details)   a rejection the spec names; sent as the envelope
+    │   ├── BadRequest        400 request.bad_request
     │   ├── NotFound          404 request.not_found (or a domain code such as api_key.not_found)
     │   ├── Conflict          409 request.conflict
     │   ├── Unprocessable     422 request.validation_failed (or a webhook.* code)
     │   ├── InsufficientCredits 402 billing.insufficient_credits
     │   ├── SpendLimitReached 402 billing.spend_limit_reached
     │   ├── Unavailable       503 request.service_unavailable (or billing.not_configured)
+    │   ├── RateLimited       429 request.rate_limited (with Retry-After)
     │   └── Forbidden         403 auth.forbidden (the in-endpoint kind, in the envelope)
     ├── ActorGone             an actor past its restart limit, or stopped: 503
     └── AskTimeout            an actor did not answer in time: 503
 
-Layers below HTTP raise these; they never build responses.
+Layers below HTTP raise these; they never build responses. A body over its size limit is
+refused before any layer sees it (werkzeug's RequestEntityTooLarge, mapped to the spec's
+413 request.bad_request in service/http/errors.py), so no class here stands for it.
+tests/test_small_truths.py holds this tree equal to the classes below.
 """
 
 from __future__ import annotations
@@ -99,11 +104,6 @@ class RateLimited(ApiError):
 class Forbidden(ApiError):
     status = 403
     code = "auth.forbidden"
-
-
-class PayloadTooLarge(ApiError):
-    status = 413
-    code = "request.bad_request"
 
 
 class ActorGone(ServiceError):

@@ -14,6 +14,7 @@ from service.http.app import create_app
 from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
+from waiting import wait_until
 
 OPERATOR = "test-operator-token"
 START = 1_790_000_000.0  # a fixed service time for deterministic timestamps
@@ -182,22 +183,19 @@ async def get_run(node, key, run_id) -> dict:
 
 async def wait_for_run(node, key, run_id, pred, timeout=60) -> dict:
     """The product run once `pred(run)` holds (its status read every 20 ms)."""
-    with trio.fail_after(timeout):
-        while True:
-            run = await get_run(node, key, run_id)
-            if pred(run):
-                return run
-            await trio.sleep(0.02)
+    async def ready() -> dict | None:
+        run = await get_run(node, key, run_id)
+        return run if pred(run) else None
+
+    return await wait_until(ready, timeout, every=0.02)
 
 
-async def until(check, timeout: float = 10.0) -> None:
-    """Wait for a condition of the node's state (read every 10 ms), not for a fixed time."""
-    with trio.fail_after(timeout):
-        while not check():
-            await trio.sleep(0.01)
+async def until(check, timeout: float = 10.0, *, real_time: bool = False) -> None:
+    """Wait for a condition of the node's state, not for a fixed time (tests/waiting.py)."""
+    await wait_until(check, timeout, real_time=real_time)
 
 
-async def outboxes_settled(node, timeout: float = 10.0) -> None:
+async def outboxes_settled(node, timeout: float = 10.0, *, real_time: bool = False) -> None:
     """Wait until the node's outboxes have nothing left to do now: every event fanned out,
     every account and job webhook final, no mail being sent, nothing in flight. Webhooks are
     never retried, so what a test then finds absent stays absent: no fixed wait is needed."""
@@ -209,9 +207,10 @@ async def outboxes_settled(node, timeout: float = 10.0) -> None:
                 and store.scalar("SELECT count(*) FROM events WHERE dispatched = 0") == 0
                 and store.scalar("SELECT count(*) FROM webhook_deliveries WHERE status IN ('pending', 'sending')") == 0
                 and store.scalar("SELECT count(*) FROM job_webhooks WHERE state IN ('waiting', 'pending', 'sending')") == 0
-                and store.scalar("SELECT count(*) FROM emails WHERE state = 'sending'") == 0)
+                and store.scalar("SELECT count(*) FROM emails WHERE state = 'sending' OR "
+                                 "(state = 'pending' AND next_attempt_at <= ?)", (node.clock.now(),)) == 0)
 
-    await until(settled, timeout)
+    await until(settled, timeout, real_time=real_time)
 
 
 async def j(r):

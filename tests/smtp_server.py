@@ -18,10 +18,11 @@ import threading
 from email.message import EmailMessage
 from pathlib import Path
 
-import trio
 import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+
+import waiting
 
 USERNAME = "mailer"
 PASSWORD = "smtp-pass-0f3c9e7d2b"  # tests check it never reaches a log
@@ -119,25 +120,17 @@ class SmtpServer:
 
     async def wait_for(self, to: str, count: int = 1, timeout: float = 20.0) -> list[EmailMessage]:
         """The messages of `to` once there are `count` (real time: the SMTP thread's pace)."""
-        for _ in range(int(timeout / 0.02)):
+        def arrived() -> list[EmailMessage]:
             got = self.messages(to)
-            if len(got) >= count:
-                return got
-            await trio.to_thread.run_sync(threading.Event().wait, 0.02)  # real time, any trio clock
-        raise AssertionError(f"{to} received {len(self.messages(to))} mails, expected {count}")
+            return got if len(got) >= count else []
 
-
-async def real_sleep(seconds: float) -> None:
-    """Wait in real time whatever trio clock the test runs on (mail goes out in threads)."""
-    await trio.to_thread.run_sync(threading.Event().wait, seconds)
+        return await waiting.wait_until(arrived, timeout, 0.02, real_time=True)
 
 
 async def wait_until(check, timeout: float = 20.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if check():
-            return
-        await real_sleep(0.02)
-    raise AssertionError("condition not met in time")
+    """A condition of the node's mail, in real time whatever trio clock the test runs on
+    (mail goes out in threads)."""
+    await waiting.wait_until(check, timeout, 0.02, real_time=True)
 
 
 def text_part(msg: EmailMessage) -> str:

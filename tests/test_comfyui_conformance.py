@@ -17,6 +17,7 @@ from trio_websocket import open_websocket_url
 
 from peers.comfyui_target import comfy, comfy_process  # noqa: F401 - fixtures
 from peers.comfyui_target import events_until_done, graph, wait_history
+from waiting import wait_until
 
 TROUBLE = "500 Internal Server Error\n\nServer got itself in trouble"
 
@@ -36,9 +37,10 @@ def without_tracebacks(value):
 
 
 async def wait_idle(c: httpx.AsyncClient) -> None:
-    with trio.fail_after(60):
-        while (await c.get("/queue")).json() != {"queue_running": [], "queue_pending": []}:
-            await trio.sleep(0.05)
+    async def idle() -> bool:
+        return (await c.get("/queue")).json() == {"queue_running": [], "queue_pending": []}
+
+    await wait_until(idle, 60, every=0.05)
 
 
 async def drain(ws, seconds: float = 0.5) -> list[dict]:

@@ -17,6 +17,7 @@ import trio
 from engine_support import engine_node
 from peers.comfyui_target import comfy, comfy_process  # noqa: F401 - fixtures
 from test_generation_support import submit, wait_status
+from waiting import wait_until
 
 RENDERS = int(os.environ.get("GENSERVICE_COMFYUI_RENDERS", "50"))
 PATH = "/v1/generation/models/comfy-renders"
@@ -52,14 +53,13 @@ def workflow(prefix: str) -> dict:
 async def comfyui_entry(c: httpx.AsyncClient, prompt_id: str) -> dict:
     """ComfyUI's own history entry once the prompt has left its queue ({} if it never
     ran): ComfyUI writes it a moment after its end event, which a job may end on."""
-    with trio.fail_after(60):
-        while True:
-            queue = (await c.get("/queue")).json()
-            listed = [i[1] for i in queue["queue_running"] + queue["queue_pending"]]
-            entry = (await c.get(f"/history/{prompt_id}")).json().get(prompt_id)
-            if entry or prompt_id not in listed:
-                return entry or {}
-            await trio.sleep(0.05)
+    async def ended() -> tuple[dict] | None:
+        queue = (await c.get("/queue")).json()
+        listed = [i[1] for i in queue["queue_running"] + queue["queue_pending"]]
+        entry = (await c.get(f"/history/{prompt_id}")).json().get(prompt_id)
+        return (entry or {},) if entry or prompt_id not in listed else None
+
+    return (await wait_until(ended, 60, every=0.05))[0]
 
 
 async def test_renders_in_a_row_lose_no_job_comfyui_finished(tmp_path, comfy, capsys):

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reliability"))
 
 from receiver import Receiver  # noqa: E402
 from scenario import SIGNUP, Scenario, new_tag, png_bytes  # noqa: E402
+from waiting import wait_until_sync  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -105,9 +106,7 @@ def _final_committed(s: Scenario, prompt: str, status: str, charged: Decimal, ca
     s.restart()
     s.check(charged=charged)
     assert s.get(f"/v1/generation/requests/{job_id}/status").json()["status"] == status
-    deadline = time.monotonic() + 15
-    while s.rx.count(f"/ok/final/{tag}") == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until_sync(lambda: s.rx.count(f"/ok/final/{tag}") > 0, 15)
     assert s.rx.count(f"/ok/final/{tag}") == 1  # sent after the restart, exactly once
     assert [w["state"] for w in s.db("SELECT state FROM job_webhooks WHERE job_id = ?", (job_id,))] == ["delivered"]
 
@@ -162,9 +161,7 @@ def delivery_sending(s: Scenario) -> None:
     assert s.rx.count(f"/ok/account/{tag}") <= 1  # 0 or 1, never 2
     before = s.rx.count(f"/ok/account/{tag}")
     assert s.post("/v1/api-keys", json={"name": "second"}).status_code == 201  # deliveries go on
-    deadline = time.monotonic() + 15
-    while s.rx.count(f"/ok/account/{tag}") == before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until_sync(lambda: s.rx.count(f"/ok/account/{tag}") > before, 15)
     s.check()
     rows = s.db("SELECT status FROM webhook_deliveries WHERE webhook_id = ? ORDER BY seq", (hook_id,))
     assert [d["status"] for d in rows] == ["unknown", "delivered"]
@@ -187,11 +184,8 @@ def mail_sending(s: Scenario) -> None:
     r = s.post(f"/operator/v1/organizations/{org_id}/invitations", op=True,
                json={"email": "after@crash.test", "role": "member"})
     assert r.status_code == 201, r.text
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if s.db("SELECT state FROM emails WHERE to_address = 'after@crash.test'") == [{"state": "sent"}]:
-            break
-        time.sleep(0.05)
+    wait_until_sync(lambda: s.db("SELECT state FROM emails WHERE to_address = 'after@crash.test'")
+                    == [{"state": "sent"}], 15)
     assert s.db("SELECT state FROM emails WHERE to_address = 'after@crash.test'") == [{"state": "sent"}]
     assert "mail (no SMTP host set, not sent) to lost@crash.test" not in s.node.log_tail(400)
 
@@ -274,9 +268,7 @@ def test_restart_with_more_rendering_jobs_than_slots(tmp_path, rx):
             r = s.submit(f"line {i} [[delay:1.5]]")
             assert r.status_code == 202, r.text
             ids.append(r.json()["request_id"])
-        deadline = time.monotonic() + 10
-        while len(s.db("SELECT id FROM jobs WHERE status = 'rendering'")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until_sync(lambda: len(s.db("SELECT id FROM jobs WHERE status = 'rendering'")) >= 2, 10)
         assert s.node.kill() == -9
         with closing(sqlite3.connect(s.node.db_path)) as conn:  # the node is down: the state it would leave
             conn.execute("UPDATE jobs SET status = 'rendering', started_at = created_at WHERE status = 'queued'")

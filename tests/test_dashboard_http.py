@@ -9,7 +9,9 @@ import trio
 
 from service import passwords
 from service.actors.sessions import SetPassword
+from service.machines import JOB
 from tests.pages import csrf, page
+from waiting import wait_until
 
 PW = "correct horse battery"
 HTML = {"Accept": "text/html,application/xhtml+xml"}
@@ -34,13 +36,12 @@ async def logged_in(node, role: str = "owner", email: str = "owner@acme.test") -
 
 
 async def wait_final(node, key: str, job_id: str) -> dict:
-    for _ in range(400):
+    async def final() -> dict | None:
         r = await node.call("GET", f"/v1/generation/requests/{job_id}/status", key)
         body = await r.get_json()
-        if body["status"] in ("completed", "failed", "canceled", "nsfw"):
-            return body
-        await trio.sleep(0.05)
-    raise AssertionError("job did not finish")
+        return body if body["status"] in JOB.final else None
+
+    return await wait_until(final, 20, every=0.05)
 
 
 async def test_static_files_are_served_with_cache_headers(node):

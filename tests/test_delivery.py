@@ -22,6 +22,7 @@ from service.roles import ROLE_IDS
 from service.storage.events import emit
 from test_webhooks_receiver import receiver, running_node
 from conftest import j, outboxes_settled, until
+from waiting import wait_until
 
 KEY_FIELDS = {"key_id", "name", "key_prefix", "user_id", "role_id", "expires_at", "organization_id"}
 MEMBER_FIELDS = {"member_id", "member_email", "role", "organization_id"}
@@ -242,9 +243,8 @@ async def test_connection_error_is_recorded_not_retried(tmp_path):
         org = await node.create_org()
         hook = await make_hook(node, org["api_key"], f"https://127.0.0.1:{dead}/x", ["member.joined"])
         await node.add_member(org["organization_id"], "member")
-        with trio.fail_after(5):
-            while not statuses(node, hook["id"]) or statuses(node, hook["id"])[0]["status"] != "failed":
-                await trio.sleep(0.05)
+        await wait_until(lambda: statuses(node, hook["id"]) and statuses(node, hook["id"])[0]["status"] == "failed",
+                         5, every=0.05)
         await outboxes_settled(node)
         [d] = statuses(node, hook["id"])
         assert (d["status_code"], d["error_class"]) == (None, "connection")
@@ -255,9 +255,8 @@ async def test_private_addresses_are_refused_without_the_setting(tmp_path):
         org = await node.create_org()
         hook = await make_hook(node, org["api_key"], rx.url("/ok"), ["member.joined"])
         await node.add_member(org["organization_id"], "member")
-        with trio.fail_after(5):
-            while not statuses(node, hook["id"]) or statuses(node, hook["id"])[0]["status"] != "failed":
-                await trio.sleep(0.05)
+        await wait_until(lambda: statuses(node, hook["id"]) and statuses(node, hook["id"])[0]["status"] == "failed",
+                         5, every=0.05)
         assert statuses(node, hook["id"])[0]["error_class"] == "blocked_address"
         r = await node.call("POST", f"/v1/webhooks/{hook['id']}/test", org["api_key"])
         d = (await j(r))["delivery"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import trio
 
 from engine_support import engine_node, free_port
 from peers.comfyui import run_peer
@@ -16,6 +15,7 @@ from service.engines.table import tables
 from service.engines.pool import Pool
 from test_engines_comfyui import PATH, catalog, graph, rendering_on_peer, req
 from test_generation_support import submit, wait_status
+from waiting import wait_until
 
 TOKEN = "metrics-token-for-queue-tests"
 
@@ -68,9 +68,11 @@ async def test_a_down_server_is_counted_and_built_in_models_carry_no_queue(tmp_p
                            metrics_token=TOKEN) as n:
         key = (await n.create_org())["api_key"]
         assert "queue" not in (await models(n, key))["proc-image"]
-        with trio.fail_after(10):
-            while (q := (await models(n, key))["comfy-image"]["queue"])["servers_down"] != 1:
-                await trio.sleep(0.05)
+        async def one_down() -> dict | None:
+            q = (await models(n, key))["comfy-image"]["queue"]
+            return q if q["servers_down"] == 1 else None
+
+        q = await wait_until(one_down, 10, every=0.05)
         assert q == {"queued": 0, "running": 0, "servers_up": 0, "servers_down": 1, "time_to_start_p50_s": None}
         assert 'genservice_engine_servers{model="comfy-image",state="down"} 1.0' in await metrics(n)
 

@@ -8,12 +8,12 @@ import hashlib
 
 import httpx
 import pytest
-import trio
 
 from service.engines import common
 
 from engine_support import CogServer, cog_catalog, engine_node
 from test_generation_support import balance, submit, wait_hold, wait_status
+from waiting import wait_until
 
 UNAVAILABLE = "Generation failed: the model backend is unavailable. Credits were released."
 INCOMPLETE = "Generation failed: the model backend could not complete the request. Credits were released."
@@ -25,6 +25,10 @@ COG = "/v1/generation/models/cog-image"
 async def health(url: str) -> str:
     async with httpx.AsyncClient() as c:
         return (await c.get(f"{url}/health-check", timeout=5)).json()["status"]
+
+
+async def health_is(url: str, status: str) -> bool:
+    return await health(url) == status
 
 
 @pytest.fixture
@@ -75,15 +79,12 @@ async def test_cancel_while_running_cancels_the_prediction(cog, tmp_path):
         key = (await n.create_org())["api_key"]
         rid = (await submit(n, key, {"prompt": "long [slow:30]"}, path=COG))["request_id"]
         await wait_status(n, key, rid, wanted=("rendering",))
-        with trio.fail_after(10):
-            while await health(cog.url) != "BUSY":
-                await trio.sleep(0.05)
+        await wait_until(lambda: health_is(cog.url, "BUSY"), 10, every=0.05)
         r = await n.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
         assert r.status_code == 200 and (await r.get_json())["status"] == "canceled"
         await wait_hold(n, key, rid, "released")
-        with trio.fail_after(15):  # the predictor was stopped, not left to run its 30 s
-            while await health(cog.url) != "READY":
-                await trio.sleep(0.1)
+        # the predictor was stopped, not left to run its 30 s
+        await wait_until(lambda: health_is(cog.url, "READY"), 15, every=0.1)
 
 
 async def test_at_capacity_is_backpressure_not_failure(cog, tmp_path):

@@ -16,6 +16,7 @@ from service.engines import common
 from engine_support import engine_node
 from peers.comfyui import run_peer
 from test_generation_support import balance, submit, upload_ok, wait_hold, wait_status
+from waiting import wait_until
 
 UPSTREAM_400 = "Generation failed upstream (HTTP 400). Credits were released."
 UNAVAILABLE = "Generation failed: the model backend is unavailable. Credits were released."
@@ -96,10 +97,8 @@ async def asset_image(n, key, out) -> Image.Image:
 
 
 async def rendering_on_peer(peer, prompt_id: str, running: bool = True) -> None:
-    with trio.fail_after(10):
-        while not ((peer.running and peer.running[1] == prompt_id) if running
-                   else any(i[1] == prompt_id for i in peer.pending)):
-            await trio.sleep(0.01)
+    await wait_until(lambda: (peer.running and peer.running[1] == prompt_id) if running
+                     else any(i[1] == prompt_id for i in peer.pending), 10)
 
 
 async def test_a_job_runs_the_bound_workflow_and_is_charged(tmp_path, peer):
@@ -142,9 +141,7 @@ async def test_cancel_removes_a_pending_prompt_and_interrupts_a_running_one(tmp_
             r = await n.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
             assert (await r.get_json())["status"] == "canceled"
             await wait_hold(n, key, rid, "released")
-        with trio.fail_after(5):
-            while running not in peer.history:
-                await trio.sleep(0.02)
+        await wait_until(lambda: running in peer.history, 5, every=0.02)
         assert peer.history[running]["status"]["messages"][-1][0] == "execution_interrupted"
         assert peer.pending == [] and pending not in peer.executed_prompts
         assert (await balance(n, key))["available"] == "200.00"
@@ -280,9 +277,7 @@ async def test_a_websocket_dropped_mid_prompt_is_opened_again(tmp_path, peer):
         rid = (await submit(n, key, req(), path=PATH))["request_id"]
         await rendering_on_peer(peer, rid)
         peer.drop_sockets()
-        with trio.fail_after(10):
-            while f"genservice-{rid}" not in peer.sockets:
-                await trio.sleep(0.02)
+        await wait_until(lambda: f"genservice-{rid}" in peer.sockets, 10, every=0.02)
         assert rid in {i[1] for i in ([peer.running] if peer.running else [])}  # back before the prompt ended
         st = await wait_status(n, key, rid)  # poll_s 60: ended by the event on the new socket
         assert st["status"] == "completed"

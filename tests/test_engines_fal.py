@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-import trio
 
 from engine_support import engine_node, free_port
 from peers.fal import run_peer
 from test_generation_support import balance, submit, wait_hold, wait_status
+from waiting import wait_until
 
 UPSTREAM = "Generation failed upstream (HTTP {}). Credits were released."
 UNAVAILABLE = "Generation failed: the model backend is unavailable. Credits were released."
@@ -87,16 +87,13 @@ async def test_cancel_while_running_and_while_queued_cancels_on_fal(token, tmp_p
         key = (await n.create_org())["api_key"]
         running = (await submit(n, key, {"prompt": "long [slow:30]"}, path=PATH))["request_id"]
         queued = (await submit(n, key, {"prompt": "behind it"}, path=PATH))["request_id"]
-        with trio.fail_after(10):
-            while sorted(r["status"] for r in peer.requests.values()) != ["IN_PROGRESS", "IN_QUEUE"]:
-                await trio.sleep(0.02)
+        await wait_until(lambda: sorted(r["status"] for r in peer.requests.values()) == ["IN_PROGRESS", "IN_QUEUE"],
+                         10, every=0.02)
         for rid in (queued, running):
             r = await n.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
             assert r.status_code == 200 and (await r.get_json())["status"] == "canceled"
             await wait_hold(n, key, rid, "released")
-        with trio.fail_after(10):
-            while len(peer.canceled) < 2:
-                await trio.sleep(0.02)
+        await wait_until(lambda: len(peer.canceled) >= 2, 10, every=0.02)
         assert peer.canceled == set(peer.requests)
         assert (await balance(n, key))["available"] == "200.00"
 

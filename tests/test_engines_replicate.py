@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-import trio
 
 from service.engines import common
 
 from engine_support import engine_node, free_port
 from peers.replicate import MODELS, run_peer
 from test_generation_support import balance, submit, wait_hold, wait_status
+from waiting import wait_until
 
 UPSTREAM = "Generation failed upstream (HTTP {}). Credits were released."
 UNAVAILABLE = "Generation failed: the model backend is unavailable. Credits were released."
@@ -131,16 +131,13 @@ async def test_cancel_while_running_cancels_the_prediction(token, tmp_path):
     async with run_peer(token) as peer, engine_node(tmp_path, catalog(peer.url)) as n:
         key = (await n.create_org())["api_key"]
         rid = (await submit(n, key, {"prompt": "long [slow:30]"}, path=PATH))["request_id"]
-        with trio.fail_after(10):
-            while not peer.predictions:
-                await trio.sleep(0.02)
+        await wait_until(lambda: peer.predictions, 10, every=0.02)
         r = await n.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
         assert r.status_code == 200 and (await r.get_json())["status"] == "canceled"
         await wait_hold(n, key, rid, "released")
         [pid] = peer.predictions
-        with trio.fail_after(15):  # the create is held (Prefer: wait=5), then the cancel goes
-            while pid not in peer.canceled or peer.predictions[pid]["status"] != "canceled":
-                await trio.sleep(0.05)
+        # the create is held (Prefer: wait=5), then the cancel goes
+        await wait_until(lambda: pid in peer.canceled and peer.predictions[pid]["status"] == "canceled", 15, every=0.05)
 
 
 async def test_the_token_is_in_no_log_line_and_no_error(token, tmp_path, caplog, monkeypatch):

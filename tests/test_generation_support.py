@@ -9,6 +9,7 @@ from pathlib import Path
 import trio
 
 from conftest import start_node
+from waiting import wait_until
 from service.storage import generation as gsql
 
 FINAL = ("completed", "failed", "nsfw", "canceled")
@@ -36,12 +37,11 @@ async def status(node, key: str, job_id: str) -> dict:
 
 
 async def wait_status(node, key: str, job_id: str, wanted=FINAL, timeout: float = 30.0) -> dict:
-    with trio.fail_after(timeout):
-        while True:
-            st = await status(node, key, job_id)
-            if st["status"] in wanted:
-                return st
-            await trio.sleep(0.01)
+    async def reached() -> dict | None:
+        st = await status(node, key, job_id)
+        return st if st["status"] in wanted else None
+
+    return await wait_until(reached, timeout)
 
 
 async def balance(node, key: str) -> dict:
@@ -63,12 +63,11 @@ async def hold_of(node, key: str, job_id: str) -> dict:
 
 
 async def wait_hold(node, key: str, job_id: str, wanted: str, timeout: float = 10.0) -> dict:
-    with trio.fail_after(timeout):
-        while True:
-            h = await hold_of(node, key, job_id)
-            if h["status"] == wanted:
-                return h
-            await trio.sleep(0.01)
+    async def reached() -> dict | None:
+        h = await hold_of(node, key, job_id)
+        return h if h["status"] == wanted else None
+
+    return await wait_until(reached, timeout)
 
 
 def job_row(node, job_id: str) -> dict:

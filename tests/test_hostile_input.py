@@ -42,6 +42,7 @@ from service.media.inspect import MAX_PIXELS
 from test_generation_support import UPLOADS, leftovers, local, multipart, upload
 from test_media_samples import fits_bytes, image_bytes, jpeg_with_size, png_header_only, webp_vp8x_header
 from conftest import err
+from waiting import wait_until_sync
 
 MiB = 1024 * 1024
 ALLOWED = ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]
@@ -725,7 +726,7 @@ def test_real_early_413s_close_at_once_and_leak_nothing(served, client):
             closes.append(x.closed_after)
             # an idle timeout starts at the answer at the earliest: closed before one could fire
             assert x.closed_after < x.answered_after + KEEP_ALIVE_S, (x.answered_after, x.closed_after)
-    time.sleep(0.5)
+    wait_until_sync(lambda: served.open_fds() <= fds_before + 1)  # each connection closed by the server
     assert served.open_fds() <= fds_before + 1, (fds_before, served.open_fds())
     assert figures["rss_growth"] < 16 * MiB, figures
     print(f"early 413 x20 ({client}): slowest close {max(closes):.3f} s, fds {fds_before} -> {served.open_fds()},"

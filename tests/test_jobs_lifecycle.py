@@ -19,6 +19,7 @@ from test_generation_support import (
     VIDEO, balance, hold_of, holds, job_row, running_node, status, submit, upload_ok, wait_hold, wait_status,
 )
 from test_media_samples import image_bytes
+from waiting import settle, wait_until
 
 FAILURES = [
     ("[[fail:upstream:502]]", "Generation failed upstream (HTTP 502). Credits were released."),
@@ -28,6 +29,12 @@ FAILURES = [
     ("[[fail:no-output]]", "Generation failed: the model returned no output. Credits were released."),
     ("[[fail:internal]]", "Generation failed due to an internal error. Credits were released."),
 ]
+
+
+async def balance_is(node, key, **want) -> dict | None:
+    """The balance, when its fields have the wanted values (a condition for wait_until)."""
+    b = await balance(node, key)
+    return b if all(b[k] == v for k, v in want.items()) else None
 
 
 async def cancel(node, key, rid):
@@ -64,7 +71,7 @@ async def test_cancel_queued_on_a_busy_model(node, org):
     for rid in busy:
         await wait_status(node, key, rid, wanted=("rendering",))
     rid = (await submit(node, key, {"prompt": "waits", "webhook_url": "https://127.0.0.1:9/never"}))["request_id"]
-    await trio.sleep(0.05)
+    await settle()  # everything that could start it has run: both slots are still busy
     assert (await status(node, key, rid))["status"] == "queued"
     st = await cancel(node, key, rid)
     assert st == await status(node, key, rid)
@@ -189,9 +196,7 @@ async def test_restart_settles_a_hold_left_open_and_releases_an_orphan_hold(tmp_
         await n1.parts.balances.ask(org["organization_id"], PlaceHold("h-orphan", 2_000_000, job_id="never"))
         assert (await balance(n1, key))["held"] == "5.00"
     async with running_node(tmp_path, test_mode=True) as n2:
-        with trio.fail_after(10):
-            while (await balance(n2, key))["held"] != "0.00":
-                await trio.sleep(0.01)
+        await wait_until(lambda: balance_is(n2, key, held="0.00"))
         statuses = {h["id"]: h["status"] for h in await holds(n2, key)}
         assert statuses["h-unsettled"] == "released" and statuses["h-orphan"] == "released"
         assert job_row(n2, done)["hold_settled"] == 1
@@ -207,9 +212,7 @@ async def test_workflow_submit_notify_and_watch(node, org):
     resp = await gen.submit(plan, org_id=org_id, project_id=project_id, source="workflow",
                             workflow_run_id="run-1", notify=seen.append)
     rid = resp["request_id"]
-    with trio.fail_after(10):
-        while not seen:
-            await trio.sleep(0.01)
+    await wait_until(lambda: seen)
     assert len(seen) == 1 and seen[0]["status"] == "completed" and seen[0]["source"] == "workflow"
     assert seen[0] == gen.status(rid)
     h = await hold_of(node, org["api_key"], rid)
@@ -237,7 +240,8 @@ async def test_workflow_watchers_hear_a_cancel_once(node, org):
     await wait_status(node, org["api_key"], rid, wanted=("rendering",))
     st = await gen.cancel(org_id, rid)
     assert st["status"] == "canceled"
-    await trio.sleep(0.05)
+    await wait_until(lambda: len(seen) == 2)
+    await settle()  # and no third notice comes
     assert [s["status"] for s in seen] == ["canceled", "canceled"]
     assert gen.jobs.renders == {}
 
@@ -263,7 +267,7 @@ async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch)
     monkeypatch.setattr(jobs_mod.JobActor, "_watch", crash)
     with pytest.raises(ActorGone):  # the crashed actor answers its caller ActorGone
         await gen.watch(rid, lambda st: None)
-    await trio.sleep(0.01)
+    await settle()  # the supervisor has reloaded the actor from SQLite
     assert gen.jobs.renders.get(rid) is handle
     st = await wait_status(node, key, rid)
     assert st["status"] == "completed" and len(st["outputs"]) == 1
@@ -322,8 +326,7 @@ async def test_a_failed_job_write_releases_the_hold_and_creates_nothing(node, or
     assert [h["status"] for h in hs] == ["released"]
     assert node.store.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
     assert (await balance(node, key))["available"] == "200.00"
-    await trio.sleep(0.01)
-    assert node.parts.generation.jobs.keys() == []
+    await wait_until(lambda: node.parts.generation.jobs.keys() == [])
     monkeypatch.undo()
     rid = (await submit(node, key, {"prompt": "fine"}))["request_id"]
     assert (await wait_status(node, key, rid))["status"] == "completed"

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import trio
 
 from conftest import outboxes_settled
 from faultserver import fault_server
 from service.storage import generation as gsql
 from test_generation_support import running_node, status, submit, wait_status
+from waiting import wait_until
 
 
 @pytest.fixture
@@ -31,21 +31,19 @@ def hook(node, rid: str) -> dict | None:
 
 
 async def wait_hook_state(node, rid: str, states=("delivered", "failed", "skipped", "unknown")) -> dict:
-    with trio.fail_after(15):
-        while True:
-            row = hook(node, rid)
-            if row is not None and row["state"] in states:
-                return row
-            await trio.sleep(0.01)
+    def reached() -> dict | None:
+        row = hook(node, rid)
+        return row if row is not None and row["state"] in states else None
+
+    return await wait_until(reached, 15)
 
 
 async def received(fs, tag: str, count: int = 1):
-    with trio.fail_after(15):
-        while True:
-            got = [r for r in fs.requests if r.query.get("job") == [tag]]
-            if len(got) >= count:
-                return got
-            await trio.sleep(0.01)
+    def arrived() -> list:
+        got = [r for r in fs.requests if r.query.get("job") == [tag]]
+        return got if len(got) >= count else []
+
+    return await wait_until(arrived, 15)
 
 
 @pytest.mark.parametrize("prompt,final", [
@@ -154,7 +152,7 @@ async def test_outbox_across_a_restart(nursery, tmp_path):
                 await n2.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
             for rid in (rids[1], rids[3]):
                 assert (await wait_hook_state(n2, rid))["state"] == "delivered"
-            await trio.sleep(0.1)
+            await outboxes_settled(n2)  # nothing else left to send
             after = [json.loads(r.body).get("request_id") for r in fs.requests[before:]]
             assert rids[0] not in after  # `sending` at the stop: never re-sent
             assert rids[2] not in after

@@ -16,7 +16,8 @@ FORBIDDEN = {
                  "service.actors", "service.http"),
     "catalog": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
                 "service.actors", "service.http"),
-    "storage": ("service.actors", "service.http", "quart", "hypercorn"),
+    # storage keeps rows; what a mail says is the mail layer's (service/mail/notices.py)
+    "storage": ("service.actors", "service.http", "service.mail", "quart", "hypercorn"),
     "actors": ("service.http", "quart", "hypercorn"),
     "streams": ("service.storage", "service.actors", "sqlite3"),
     # the money rules: pure, so they are tested without trio; service.clock brings trio in
@@ -59,11 +60,24 @@ def test_every_module_keeps_to_its_layer():
     assert checked > 40
 
 
-def test_no_sql_outside_storage():
-    """Only service/storage opens SQLite (the one writer and its readers live there)."""
-    users = [str(p.relative_to(SERVICE.parent)) for p in SERVICE.rglob("*.py")
-             if package_of(p) != "storage" and {"sqlite3", "sqlite_utils"} & imports_of(p)]
-    assert users == []
+# what only code holding a connection calls (the writer's and the readers' live in storage)
+CONNECTION_CALLS = {"execute", "executemany", "executescript", "fetchone", "fetchall", "cursor"}
+
+
+def test_only_storage_opens_sqlite():
+    """Only service/storage opens SQLite (the one writer and its readers live there): no
+    other package imports sqlite3 or sqlite_utils, nor calls a connection's methods."""
+    found = []
+    for path in sorted(SERVICE.rglob("*.py")):
+        if package_of(path) == "storage":
+            continue
+        where = path.relative_to(SERVICE.parent)
+        found += [f"{where} imports {name}" for name in sorted(imports_of(path))
+                  if name.split(".")[0] in ("sqlite3", "sqlite_utils")]
+        found += [f"{where}:{node.lineno} calls .{node.func.attr}(" for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in CONNECTION_CALLS]
+    assert found == []
 
 
 def test_the_credit_rules_load_without_trio_or_sqlite():
@@ -128,4 +142,18 @@ def test_no_sql_outside_storage():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and node.value.lstrip().startswith(SQL_START):
                 found.append(f"{path.relative_to(SERVICE.parent)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_test_module_defines_a_name_twice():
+    """A second `def test_x` in one module silently replaces the first, which then never
+    runs (this file had one): every top-level function and class of tests/ is defined once."""
+    found = []
+    for path in sorted(SERVICE.parent.joinpath("tests").rglob("*.py")):
+        seen: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name in seen:
+                    found.append(f"{path.relative_to(SERVICE.parent)}:{node.lineno} {node.name}")
+                seen.add(node.name)
     assert found == []

@@ -9,10 +9,11 @@ import logging
 
 import pytest
 
-from conftest import START, start_node, stop_node
+from conftest import START, outboxes_settled, start_node, stop_node
 from service.mail import messages, outbox
 from service.storage import mail as mail_sql
-from smtp_server import PASSWORD, free_port, html_part, link_in, real_sleep, text_part, wait_until
+from smtp_server import PASSWORD, free_port, html_part, link_in, text_part, wait_until
+from waiting import settle
 
 
 def mail_rows(node, to):
@@ -90,7 +91,7 @@ async def test_low_balance_mail_to_owners_and_admins(mail_node, smtp):
         assert mail["Subject"] == "Your credit balance is low"
         assert "The available credits of \u201cAcme\u201d (200.00) fell below your low-balance threshold (500.00)." \
             in text_part(mail)
-    await real_sleep(0.2)
+    await outboxes_settled(node, real_time=True)  # every mail of the crossing has gone
     assert smtp.messages("low-member@mail.test") == []
     assert len(smtp.messages("low-owner@mail.test")) == 1  # once per crossing
 
@@ -119,7 +120,8 @@ async def test_temporary_refusal_retried_with_backoff(mail_node, smtp, mock_cloc
     assert row["error"] == "SMTP 451: 4.3.0 Try again later"
     assert row["link"].startswith("v1:")  # the link waits sealed, never in clear
     node.clock.advance(59)
-    await real_sleep(0.3)
+    await settle()  # the dispatcher has looked at the new time
+    await outboxes_settled(node, real_time=True)
     assert one_row(node, to)["attempts"] == 1 and smtp.refused(to) == 1
     node.clock.advance(1)
     await wait_until(lambda: one_row(node, to)["attempts"] == 2 and one_row(node, to)["state"] == "pending")
@@ -140,7 +142,8 @@ async def test_permanent_refusal_recorded(mail_node, smtp, mock_clock):
     row = one_row(node, to)
     assert (row["attempts"], row["error"], row["link"]) == (1, "SMTP 550: 5.1.1 Mailbox unavailable", None)
     node.clock.advance(86400)
-    await real_sleep(0.3)
+    await settle()
+    await outboxes_settled(node, real_time=True)
     assert one_row(node, to)["attempts"] == 1 and smtp.refused(to) == 1
 
 
@@ -182,7 +185,7 @@ async def test_mail_in_flight_at_a_stop_is_not_sent_again(nursery, tmp_path, smt
     assert row["state"] == "unknown" and "not sent again" in row["error"]
     node.clock.advance(3600)
     await smtp.wait_for("waiting@mail.test")
-    await real_sleep(0.3)
+    await outboxes_settled(node, real_time=True)
     assert smtp.messages("inflight@mail.test") == []
     assert one_row(node, "inflight@mail.test")["state"] == "unknown"
     await stop_node(node)

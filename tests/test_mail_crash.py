@@ -4,12 +4,12 @@ conversation; the next start records it `unknown` and never sends it (at most on
 a mail queued after the restart goes out."""
 
 import sqlite3
-import time
 
 import httpx
 import pytest
 
 from test_topups_crash import serve
+from waiting import wait_until_sync
 
 OP = {"Authorization": "Bearer crash-test-token"}
 
@@ -49,9 +49,7 @@ def test_crash_between_sending_and_smtp_never_sends_twice(tmp_path, smtp):
         r = httpx.post(url + f"/operator/v1/organizations/{org['organization_id']}/invitations", headers=OP,
                        json={"email": "after@crash.test", "role": "member"})
         assert r.status_code == 201
-        deadline = time.monotonic() + 20
-        while not smtp.messages("after@crash.test") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until_sync(lambda: smtp.messages("after@crash.test"), 20, every=0.05)
         assert len(smtp.messages("after@crash.test")) == 1
         assert smtp.messages("lost@crash.test") == []
     finally:

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from service.media.gate import LARGE_DECODE, DecodeGate
+from waiting import wait_until
 
 LARGE = LARGE_DECODE + 1
 
@@ -135,9 +136,7 @@ async def test_uploads_of_two_organizations_take_turns_at_the_gate(node):
         answered.append(name)
 
     async def queued(org, count):
-        with trio.fail_after(10):
-            while gate.queued(org["organization_id"]) < count:
-                await trio.sleep(0.01)
+        await wait_until(lambda: gate.queued(org["organization_id"]) >= count, 10)
 
     async with trio.open_nursery() as n:
         await n.start(holder)

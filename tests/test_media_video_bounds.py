@@ -29,6 +29,7 @@ from service.media.video import (
     VideoHeader,
     read_header,
 )
+from waiting import wait_until
 
 NO_SIZE = {"code": "request.validation_failed", "message": MSG_NO_SIZE,
            "details": {"max_frame_pixels": MAX_FRAME_PIXELS}}
@@ -151,9 +152,7 @@ async def test_a_large_video_upload_waits_for_the_decode_gate(node, tmp_path):
     async with trio.open_nursery() as n:
         await n.start(holder)
         n.start_soon(one)
-        with trio.fail_after(10):
-            while gate.queued(org["organization_id"]) == 0:
-                await trio.sleep(0.01)
+        await wait_until(lambda: gate.queued(org["organization_id"]) > 0, 10)
         assert statuses == []
         release.set()
     assert statuses == [201]

@@ -31,6 +31,7 @@ import pytest
 import trio
 
 from service.roles import PERMISSIONS
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -140,12 +141,11 @@ class Driver:
 
 
 async def _poll(drv, client, op_id: str, done, **kw):
-    with trio.fail_after(60):
-        while True:
-            parsed = await drv.call(client, op_id, 200, **kw)
-            if done(parsed):
-                return parsed
-            await trio.sleep(0.02)
+    async def finished():
+        parsed = await drv.call(client, op_id, 200, **kw)
+        return parsed if done(parsed) else None
+
+    return await wait_until(finished, 60, every=0.02)
 
 
 def _plan() -> list[tuple[str, dict]]:

@@ -13,6 +13,7 @@ import trio.testing
 from service.clock import Clock
 from service.outbox import RESTART_PAUSE, Dispatcher
 from service.storage.db import Store
+from waiting import wait_until
 
 
 class FlakySource:
@@ -87,9 +88,7 @@ async def add(store: Store, n: int) -> None:
 
 
 async def until(check) -> None:
-    with trio.fail_after(60):
-        while not check():
-            await trio.sleep(0.01)
+    await wait_until(check, 60)
 
 
 async def test_the_commit_wakes_the_dispatcher_and_every_row_goes_once(outbox, autojump_clock):

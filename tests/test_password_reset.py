@@ -10,7 +10,8 @@ from service import passwords
 from service.clock import iso
 from service.actors.people import INVALID_RESET, UNKNOWN_EMAIL
 from service.mail.addresses import BAD_ADDRESS
-from smtp_server import link_in, real_sleep, text_part
+from conftest import outboxes_settled
+from smtp_server import link_in, text_part
 from tests.pages import csrf, page
 
 PW = "a brand new passphrase"
@@ -84,7 +85,7 @@ async def test_same_answer_for_unknown_address_and_no_mail(mail_node, smtp):
     assert r1.status_code == r2.status_code == 200
     assert html1.replace("known@", "X@") == html2.replace("nobody@", "X@")
     await smtp.wait_for("known@reset.test")
-    await real_sleep(0.2)
+    await outboxes_settled(node, real_time=True)
     assert smtp.messages("nobody@reset.test") == []
     assert node.store.scalar("SELECT count(*) FROM emails WHERE to_address = 'nobody@reset.test'") == 0
 

@@ -18,6 +18,7 @@ from s3_server import FAKE_KEY, FAKE_SECRET, clean_env, s3, s3_session  # noqa: 
 from serve_process import HARNESS_ENV, ServeProcess
 from service.config import Settings
 from service.replica import ReplicaError, config_text, restore
+from waiting import wait_until
 
 TOKEN = "replica-operator-token"
 TABLES = ("organizations", "credit_lots", "credit_ledger", "credit_holds", "api_keys")
@@ -123,9 +124,7 @@ async def test_litestream_is_restarted_when_it_exits_and_stopped_with_the_node(t
     settings = Settings(data_dir=tmp_path, replica_url="s3://bucket/db", s3_endpoint_url="http://127.0.0.1:9")
     async with trio.open_nursery() as nursery:
         await nursery.start(replica.supervise, settings)
-        with trio.fail_after(30):
-            while not runs.exists() or len(runs.read_text().splitlines()) < 3:
-                await trio.sleep(0.01)
+        await wait_until(lambda: runs.exists() and len(runs.read_text().splitlines()) >= 3, 30)
         nursery.cancel_scope.cancel()
     lines = runs.read_text().splitlines()
     assert lines[0] == f"replicate -no-expand-env -config {tmp_path / 'litestream.yml'}"

@@ -9,6 +9,7 @@ import trio
 
 from conftest import start_node, stop_node
 from test_generation_support import submit, wait_status
+from waiting import wait_until
 
 DAY = 86400
 
@@ -24,9 +25,7 @@ async def advance(node, seconds: float) -> None:
 
 
 async def until(check, timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not check():
-            await trio.sleep(0.02)
+    await wait_until(check, timeout, every=0.02)
 
 
 async def test_finished_rows_go_after_the_retention_age_and_in_flight_rows_stay(node):
@@ -38,10 +37,9 @@ async def test_finished_rows_go_after_the_retention_age_and_in_flight_rows_stay(
     rid = (await submit(node, key, {"prompt": "x [[fail:internal]]", "webhook_url": "https://127.0.0.1:9/j"},
                         headers={"Idempotency-Key": "once"}))["request_id"]
     await wait_status(node, key, rid)
-    with trio.fail_after(60):
-        while node.store.scalar("SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'failed'") < 1 \
-                or node.store.scalar("SELECT COUNT(*) FROM job_webhooks WHERE state = 'failed'") < 1:
-            await trio.sleep(0.5)
+    await wait_until(lambda: node.store.scalar("SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'failed'") >= 1
+                     and node.store.scalar("SELECT COUNT(*) FROM job_webhooks WHERE state = 'failed'") >= 1,
+                     60, every=0.5)
     # a delivery still in flight, as old as the rest: it must stay
     await node.store.write(lambda c: c.execute(
         "INSERT INTO webhook_deliveries (id, webhook_id, organization_id, event, body, status, created_at) "

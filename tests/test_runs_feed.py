@@ -7,8 +7,7 @@ import base64
 import json
 
 import pytest
-import trio
-from conftest import j
+from conftest import j, wait_for_run
 
 FINAL = ("completed", "failed", "canceled")
 
@@ -53,12 +52,8 @@ async def failing_run(node, key) -> str:
                         json={"inputs": {"prompt": "x [[fail:internal]]"}})
     assert r.status_code == 202
     run_id = (await j(r))["data"]["id"]
-    with trio.fail_after(30):
-        while True:
-            r = await node.call("GET", f"/v1/workflows/runs/{run_id}", key)
-            if (await j(r))["data"]["status"] in FINAL:
-                return run_id
-            await trio.sleep(0.02)
+    await wait_for_run(node, key, run_id, lambda run: run["status"] in FINAL, 30)
+    return run_id
 
 
 @pytest.fixture

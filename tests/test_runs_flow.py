@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import av
 import pytest
-import trio
 from PIL import Image
 
 from service.actors import runs as runs_mod
@@ -19,6 +18,7 @@ from service.catalog import products as P
 from service.catalog.product_defs import TEXT_TO_CLIP
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step
 from conftest import get_run, j, wait_for_run
+from waiting import settle
 
 RUNS = "/v1/workflows/products/text-to-clip/runs"
 BASE = "http://testserver"
@@ -341,7 +341,7 @@ async def test_cancel_while_the_first_step_renders(node, key):
     assert (await balance(node, key))["available"] == "200.00"
     # a canceled run is returned unchanged; it stays canceled
     assert await cancel(node, key, run["id"]) == out
-    await trio.sleep(0.2)
+    await settle()  # whatever the cancel set going has run
     assert await get_run(node, key, run["id"]) == out
 
 

@@ -18,6 +18,7 @@ from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
 from conftest import get_run, j, wait_for_run
+from waiting import wait_until
 
 FINAL = ("completed", "failed", "canceled")
 RUNS = "/v1/workflows/products/text-to-clip/runs"
@@ -117,9 +118,10 @@ async def test_a_step_job_that_finished_while_the_node_was_down(nursery, tmp_pat
     a, key, run_id = await boot_and_start(nursery, tmp_path, "a harbour")
     mid = await wait_for_run(a.node, key, run_id, lambda r: step(r, "still")["request_id"] is not None)
     still_job = step(mid, "still")["request_id"]
-    with trio.fail_after(30):
-        while (await job(a.node, key, still_job))["status"] != "completed":
-            await trio.sleep(0.02)
+    async def still_completed() -> bool:
+        return (await job(a.node, key, still_job))["status"] == "completed"
+
+    await wait_until(still_completed, 30, every=0.02)
     assert (await get_run(a.node, key, run_id))["steps"][0]["status"] == "running"
     b = await restart(nursery, tmp_path, a, monkeypatch)
     done = await wait_for_run(b.node, key, run_id, lambda r: r["status"] in FINAL)
@@ -164,9 +166,10 @@ async def test_open_step_jobs_of_a_finished_run_are_canceled_at_start(nursery, t
     b = await restart(nursery, tmp_path, a, monkeypatch)
     st = await job(b.node, key, job_id)
     assert st["status"] == "canceled"
-    with trio.fail_after(10):
-        while [h["status"] for h in await holds(b.node, key)] != ["released"]:
-            await trio.sleep(0.02)
+    async def released() -> bool:
+        return [h["status"] for h in await holds(b.node, key)] == ["released"]
+
+    await wait_until(released, 10, every=0.02)
     assert (await get_run(b.node, key, run_id))["status"] == "canceled"
     await b.stop()
 

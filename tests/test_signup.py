@@ -12,7 +12,8 @@ import pytest
 from service import passwords
 from service.actors.people import INVALID_CONFIRM
 from service.mail.addresses import BAD_ADDRESS
-from smtp_server import html_part, link_in, real_sleep, text_part
+from conftest import outboxes_settled
+from smtp_server import html_part, link_in, text_part
 from tests.pages import csrf, page
 
 PW = "a long sign-up passphrase"
@@ -95,7 +96,7 @@ async def test_sign_up_confirm_approve_log_in(mail_node, smtp):
     assert [(x["source"], x["amount_uc"]) for x in lots] == [("signup", 200_000_000)]
     # approving again grants nothing more and mails nothing more
     await node.op("POST", f"/organizations/{org['organization_id']}/approve")
-    await real_sleep(0.2)
+    await outboxes_settled(node, real_time=True)
     assert len(smtp.messages(email)) == 2
     assert node.store.scalar("SELECT count(*) FROM credit_lots WHERE organization_id = ?",
                              (org["organization_id"],)) == 1

@@ -10,12 +10,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from test_hostile_input import OPERATOR, real_server
+from waiting import wait_until_sync
 
 PW = "self hosted passphrase"
 
@@ -33,13 +33,11 @@ def admin(server, *args) -> dict | list:
 
 
 def link_in_log(server, prefix: str, count: int = 1) -> str:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        links = re.findall(re.escape(prefix) + r"\S+", server.log.read_text(errors="replace"))
-        if len(links) >= count:
-            return links[count - 1]
-        time.sleep(0.05)
-    raise AssertionError("no link in the log")
+    def links() -> list[str]:
+        found = re.findall(re.escape(prefix) + r"\S+", server.log.read_text(errors="replace"))
+        return found if len(found) >= count else []
+
+    return wait_until_sync(links, 20, every=0.05)[count - 1]
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from service.node import build
 from service.storage.db import Store
 from service.storage.migrate import apply_all
 from conftest import err, j
+from waiting import wait_until
 
 UNAUTHORIZED = {"status": False, "error": "Unauthorized"}
 FORBIDDEN = {"status": False, "error": "Forbidden"}
@@ -378,14 +379,10 @@ async def test_a_grant_cut_short_is_retried_by_the_actor(tnode):
     tnode.balances.fail = 2
     assert (await pay(tnode, t["id"])).status_code == 503
     tnode.clock.advance(6)  # first retry after 5 s: fails again (backoff 10 s)
-    with trio.fail_after(5):
-        while len(tnode.balances.calls) < 2:
-            await trio.sleep(0.01)
+    await wait_until(lambda: len(tnode.balances.calls) >= 2, 5)
     assert row(tnode, t["id"])["lot_id"] is None
     tnode.clock.advance(11)
-    with trio.fail_after(5):
-        while row(tnode, t["id"])["lot_id"] is None:
-            await trio.sleep(0.01)
+    await wait_until(lambda: row(tnode, t["id"])["lot_id"] is not None, 5)
     assert len(tnode.balances.topup_lots()) == 1 and len(tnode.balances.calls) == 3
 
 
@@ -402,9 +399,8 @@ async def test_restart_completes_paid_topups_without_a_lot(nursery, tmp_path):
 
     fb2 = FakeBalances()
     n2 = await start(nursery, data, balances=fb2, test_mode=True)  # recovery runs in start
-    with trio.fail_after(30):  # a hang guard for a busy machine, not a timing rule
-        while row(n2, t["id"])["lot_id"] is None:
-            await trio.sleep(0.01)
+    # a hang guard for a busy machine, not a timing rule
+    await wait_until(lambda: row(n2, t["id"])["lot_id"] is not None, 30)
     assert [g.grant_id for _, g in fb2.grants()] == [t["id"]]
     await close(n1)
     await close(n2)

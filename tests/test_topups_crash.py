@@ -2,12 +2,12 @@
 after the top-up is committed `paid` and before its lot exists; the next start grants the
 lot exactly once, and paying again adds nothing."""
 
-import time
 
 import httpx
 import pytest
 
 from serve_process import HARNESS_ENV, ServeProcess
+from waiting import wait_until_sync
 
 
 def serve(data_dir, crashpoint: str | None = None, **extra) -> ServeProcess:
@@ -35,13 +35,10 @@ def test_crash_between_paid_and_lot_recovers_one_lot(tmp_path):
     node = serve(tmp_path)
     url = node.url
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            bal = httpx.get(url + "/v1/billing/balance", headers=key).json()["data"]
-            if bal["available"] == "700.00" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert bal["available"] == "700.00"
+        def available() -> str:
+            return httpx.get(url + "/v1/billing/balance", headers=key).json()["data"]["available"]
+
+        wait_until_sync(lambda: available() == "700.00", 10, every=0.05)
         r = httpx.post(url + f"/operator/v1/topups/{t['id']}/pay", headers=op)
         assert r.status_code == 200 and r.json()["data"]["status"] == "paid"
         assert httpx.get(url + "/v1/billing/balance", headers=key).json()["data"]["available"] == "700.00"

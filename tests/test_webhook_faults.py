@@ -37,6 +37,7 @@ from service.net.client import Sender
 from service.storage import generation as gsql
 from test_generation_support import running_node, submit, wait_status
 from conftest import j, outboxes_settled
+from waiting import wait_until
 
 REAL_LIMIT = 10.0
 
@@ -59,32 +60,30 @@ FINAL_HOOK = ("delivered", "failed", "skipped", "unknown")
 
 async def wait_deliveries_final(node, hooks: dict, timeout: float) -> dict[str, dict]:
     """hooks: name -> (key, webhook id). Returns name -> the one delivery, once all are final."""
-    with trio.fail_after(timeout):
-        while True:
-            out = {}
-            for name, (key, hook_id) in hooks.items():
-                ds = await deliveries(node, key, hook_id)
-                if len(ds) == 1 and ds[0]["status"] in FINAL_DELIVERY:
-                    out[name] = ds[0]
-            if len(out) == len(hooks):
-                return out
-            await trio.sleep(0.05)
+    async def all_final() -> dict[str, dict] | None:
+        out = {}
+        for name, (key, hook_id) in hooks.items():
+            ds = await deliveries(node, key, hook_id)
+            if len(ds) == 1 and ds[0]["status"] in FINAL_DELIVERY:
+                out[name] = ds[0]
+        return out if len(out) == len(hooks) else None
+
+    return await wait_until(all_final, timeout, every=0.05)
 
 
 async def wait_job_hooks_final(node, jobs: dict[str, str], timeout: float,
                                final_at: dict[str, float] | None = None) -> dict[str, dict]:
     """jobs: name -> job id. Returns name -> job_webhooks row, once all are final. `final_at`
     gets the service time each row was first seen final (the table has no completion time)."""
-    with trio.fail_after(timeout):
-        while True:
-            rows = {name: gsql.webhook_of_job(node.store, rid) for name, rid in jobs.items()}
-            if final_at is not None:
-                for name, r in rows.items():
-                    if r is not None and r["state"] in FINAL_HOOK:
-                        final_at.setdefault(name, node.clock.now())
-            if all(r is not None and r["state"] in FINAL_HOOK for r in rows.values()):
-                return rows
-            await trio.sleep(0.05)
+    def all_final() -> dict[str, dict] | None:
+        rows = {name: gsql.webhook_of_job(node.store, rid) for name, rid in jobs.items()}
+        if final_at is not None:
+            for name, r in rows.items():
+                if r is not None and r["state"] in FINAL_HOOK:
+                    final_at.setdefault(name, node.clock.now())
+        return rows if all(r is not None and r["state"] in FINAL_HOOK for r in rows.values()) else None
+
+    return await wait_until(all_final, timeout, every=0.05)
 
 
 def seconds_between(a: str, b: str) -> float:
@@ -274,11 +273,11 @@ async def test_hanging_account_receivers_do_not_delay_a_healthy_one(faults, tmp_
         under_load = await timed_balance_reads(node, healthy["api_key"], 200)
         reads_done = trio.current_time()
         # the hanging deliveries end at the limit, all recorded as timeouts
-        with trio.fail_after(SHORT_LIMIT + 10):
-            while node.store.one("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE status = 'failed' "
-                                 "AND error_class = 'timeout'")["n"] < HANGING:
-                await trio.sleep(0.1)
-        await trio.sleep(1.0)
+        await wait_until(lambda: node.store.one("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE status = 'failed' "
+                                                "AND error_class = 'timeout'")["n"] >= HANGING,
+                         SHORT_LIMIT + 10, every=0.1)
+        # the hung connections are let go: tasks and descriptors back near where they were
+        await wait_until(lambda: task_count() <= tasks_before + 2 and open_fds() <= fds_before + 2, 10, every=0.1)
         tasks_after, fds_after = task_count(), open_fds()
         p99_base, p99_load = balance_p99(baseline), balance_p99(under_load)
         print(f"\nhealthy account delivery {delay * 1000:.0f} ms after its event with {HANGING} receivers hanging;"
@@ -314,9 +313,9 @@ async def test_hanging_job_receivers_do_not_delay_a_healthy_one(faults, tmp_path
         async with trio.open_nursery() as n:
             for i, org in enumerate(orgs):
                 n.start_soon(hang_job, i, org)
-        with trio.fail_after(60):  # every hanging job is final and its webhook waits for a slot or hangs
-            while node.store.one("SELECT COUNT(*) AS n FROM job_webhooks")["n"] < HANGING:
-                await trio.sleep(0.05)
+        # every hanging job is final and its webhook waits for a slot or hangs
+        await wait_until(lambda: node.store.one("SELECT COUNT(*) AS n FROM job_webhooks")["n"] >= HANGING,
+                         60, every=0.05)
         await fs.wait_for(HANGING, "/hang")  # every hanging receiver holds a connection now
         in_flight = node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'sending'")["n"]
         rid = (await submit(node, healthy["api_key"], {"prompt": "healthy",
@@ -327,11 +326,11 @@ async def test_hanging_job_receivers_do_not_delay_a_healthy_one(faults, tmp_path
             await fs.wait_for(1, "/ok")
         delay = fs.seen("/ok")[0].time - final_at
         ended_before = node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'failed'")["n"]
-        with trio.fail_after(4 * SHORT_LIMIT * (HANGING // 32 + 2)):
-            while node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'failed' "
-                                 "AND error_class = 'timeout'")["n"] < HANGING:
-                await trio.sleep(0.1)
-        await trio.sleep(1.0)
+        await wait_until(lambda: node.store.one("SELECT COUNT(*) AS n FROM job_webhooks WHERE state = 'failed' "
+                                                "AND error_class = 'timeout'")["n"] >= HANGING,
+                         4 * SHORT_LIMIT * (HANGING // 32 + 2), every=0.1)
+        # the hung connections are let go: tasks and descriptors back near where they were
+        await wait_until(lambda: task_count() <= tasks_before + 2 and open_fds() <= fds_before + 2, 10, every=0.1)
         tasks_after, fds_after = task_count(), open_fds()
         print(f"\nhealthy job webhook {delay * 1000:.0f} ms after its job ended, {HANGING} receivers hanging"
               f" ({in_flight} in flight when it was submitted); tasks {tasks_before}->{tasks_after},"

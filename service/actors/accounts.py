@@ -17,7 +17,7 @@ from service.actors.account_messages import (  # noqa: F401 - re-exported: the r
     UpdateProject,
 )
 from service.actors.runtime import Actor
-from service.clock import Clock, iso
+from service.clock import TOUCH_EVERY, Clock, iso
 from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, within
@@ -37,7 +37,6 @@ from service.storage.events import emit
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # \Z: `$` also matches before a final newline
 SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
                 "and cannot start or end with a hyphen.")
-TOUCH_EVERY = 60.0
 
 
 def derive_slug(name: str) -> str:

@@ -57,6 +57,7 @@ from service.clock import iso, parse_iso
 from service.credits.book import CreditBook, Unread
 from service.credits.limits import month_of
 from service.errors import ApiError, Unavailable
+from service.mail import notices
 from service.money import MAX_UC
 from service.storage import billing as sql
 
@@ -228,6 +229,7 @@ class BalanceActor(Actor):
                 if prev is not None and (prev.error is not None or not prev.result):
                     raise ChainBroken(f"balance {org_id}: the previous batch did not commit")
                 sql.persist(conn, org_id, w)
+                notices.queue_warnings(conn, org_id, w)
                 return True
 
             if optimistic:

@@ -18,14 +18,13 @@ from typing import Any
 
 from service.actors import credentials
 from service.actors.runtime import Actor
-from service.clock import Clock, iso
+from service.clock import TOUCH_EVERY, Clock, iso
 from service.storage import sessions as sql
 from service.storage.accounts import new_id
 from service.storage.db import Store
 
 IDLE = 12 * 3600.0        # idle expiry: 12 hours without a request
 ABSOLUTE = 7 * 86400.0    # absolute expiry: 7 days after login
-TOUCH_EVERY = 60.0        # last_seen_at is written at most once a minute per session
 FLOW_TTL = 600.0          # a provider sign-in must come back within 10 minutes
 
 

@@ -33,7 +33,7 @@ from service.money import bad_amount, fmt
 
 __all__ = ["HOLD_EFFECTS", "LOW_BALANCE_EFFECTS", "CreditBook", "Hold", "Lot", "Settled", "Unread"]
 
-NOTHING: frozenset = frozenset()
+NOTHING: frozenset[str] = frozenset()
 
 
 class Unread(Exception):
@@ -61,14 +61,15 @@ class CreditBook:
         self.order: list[Lot] = []          # unexpired lots with credits left, in spend order
         self.active: dict[str, Hold] = {}
         self.settling: dict[str, Hold] = {}  # settled by a batch not yet committed
-        self.recent: OrderedDict[str, tuple] = OrderedDict()  # plain tuples of Settled fields
+        self.recent: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # plain tuples of Settled fields
         self.available = 0
         self.held = 0
         self.threshold: int | None = None
         self.notified_at: str | None = None
 
-    def load(self, lots: list[dict], holds: list[tuple[dict, list[tuple[str, int]]]],
-             settings: dict | None, spend: tuple[str, list[dict], list[dict]] | None = None) -> None:
+    def load(self, lots: list[dict[str, Any]], holds: list[tuple[dict[str, Any], list[tuple[str, int]]]],
+             settings: dict[str, Any] | None,
+             spend: tuple[str, list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> None:
         """Rebuild from stored rows: lots, the held holds with their slices, the settings row,
         and the spend limits (this month, limit rows, figure rows)."""
         self.reset()
@@ -110,10 +111,10 @@ class CreditBook:
         self.dirty_lots: dict[str, Lot] = {}
         self.dirty_holds: dict[str, Hold] = {}
         self.settings_dirty = False
-        self.ledger: list[tuple] = []
+        self.ledger: list[tuple[Any, ...]] = []
         self.notices: list[tuple[str, str, str]] = []
         self.settled: list[Hold] = []
-        self.trace: list | None = [] if tracing else None
+        self.trace: list[tuple[Any, ...]] | None = [] if tracing else None
         self.foreign: set[str] = NOTHING  # type: ignore[assignment]  # shared and empty until a first add
         self.unread: set[str] = NOTHING  # type: ignore[assignment]  # shared and empty until replaced
 
@@ -121,7 +122,7 @@ class CreditBook:
         order = self.order
         return order[0].expires_at if order else None
 
-    def remember(self, hold: tuple, keep: int) -> None:
+    def remember(self, hold: tuple[Any, ...], keep: int) -> None:
         """`hold` is a plain tuple of `Settled`'s fields (committed: a repeat returns it); the
         `keep` most recent are kept, older repeats are the caller's to read from storage."""
         recent = self.recent
@@ -140,7 +141,8 @@ class CreditBook:
             self.foreign = set()
         self.foreign.add(hold_id)
 
-    def _ledger(self, kind: str, amount: int, lot: Lot, hold: Hold | None = None, description: str | None = None):
+    def _ledger(self, kind: str, amount: int, lot: Lot, hold: Hold | None = None,
+                description: str | None = None) -> None:
         if hold is None or kind == "expiry":
             project_id = job_id = run_id = None
         else:
@@ -148,7 +150,7 @@ class CreditBook:
         self.ledger.append((self.new_id(), self.org_id, self.now_iso, kind, amount, lot.source, lot.id,
                             hold.id if hold is not None else None, project_id, job_id, run_id, description))
 
-    def _record(self, *entry) -> None:
+    def _record(self, *entry: Any) -> None:
         if self.trace is not None:
             self.trace.append(entry)
 
@@ -170,7 +172,7 @@ class CreditBook:
         self._check_low()
 
     # -- holds -------------------------------------------------------------------------------------
-    def hold_reply(self, h: Hold | Settled | None) -> dict:
+    def hold_reply(self, h: Hold | Settled | None) -> dict[str, Any]:
         assert h is not None  # asked only for a hold this book holds or has settled
         return {"id": h.id, "organization_id": self.org_id, "job_id": h.job_id,
                 "workflow_run_id": h.workflow_run_id, "project_id": h.project_id, "description": h.description,
@@ -189,7 +191,7 @@ class CreditBook:
 
     def place(self, hold_id: Any, amount: Any, job_id: str | None = None, workflow_run_id: str | None = None,
               project_id: str | None = None, description: str | None = None,
-              api_key_id: str | None = None) -> dict:
+              api_key_id: str | None = None) -> dict[str, Any]:
         """Refusals in order: the amount, the balance, the key's limit, the project's limit."""
         if not isinstance(hold_id, str) or not hold_id:
             raise Unprocessable("hold_id is required.", {"hold_id": hold_id})
@@ -275,7 +277,7 @@ class CreditBook:
         else:
             self.available += uc
 
-    def capture(self, hold_id: Any, amount: Any = None) -> dict:
+    def capture(self, hold_id: Any, amount: Any = None) -> dict[str, Any]:
         h, effects = self._settle(hold_id, "capture")
         if h is None:
             return self.hold_reply(self.find(hold_id))
@@ -312,7 +314,7 @@ class CreditBook:
                 self.order.remove(lot)
         self.spend.give_back(h.project_id, h.api_key_id, h.month, h.amount - amount)
 
-    def release(self, hold_id: Any) -> dict:
+    def release(self, hold_id: Any) -> dict[str, Any]:
         h, effects = self._settle(hold_id, "release")
         if h is None:
             return self.hold_reply(self.find(hold_id))
@@ -348,7 +350,7 @@ class CreditBook:
 
     # -- grants ------------------------------------------------------------------------------------
     def grant(self, grant_id: Any, source: Any, amount: Any, expires_at: float | None = None,
-              reason: str | None = None) -> dict:
+              reason: str | None = None) -> dict[str, Any]:
         lot = self.by_grant.get(grant_id)
         if lot is not None:
             self._record("dup", self.now, "grant", grant_id)
@@ -412,7 +414,7 @@ class CreditBook:
             LOW_BALANCE_EFFECTS[e](self)
 
     # -- spend limits ------------------------------------------------------------------------------
-    def put_limit(self, scope: Any, scope_id: Any, limit: Any) -> dict:
+    def put_limit(self, scope: Any, scope_id: Any, limit: Any) -> dict[str, Any]:
         """Set a project's monthly or a key's lifetime limit (None: none); re-arms its warning."""
         if scope not in ("project", "api_key") or not isinstance(scope_id, str) or not scope_id:
             raise Unprocessable("A spend limit needs a scope (project or api_key) and an id.", {"scope": scope})
@@ -434,7 +436,7 @@ class CreditBook:
             raise self.spend.refuse(over, amount)
 
     # -- inspection ------------------------------------------------------------------------------
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """Canonical memory state; a fresh book loaded from the DB must give the same."""
         return {
             "organization_id": self.org_id,

@@ -21,6 +21,7 @@ batch's write and read from storage by `load`.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from service.errors import ApiError, SpendLimitReached
 from service.money import fmt, plain_uc
@@ -59,7 +60,7 @@ class SpendLimits:
         self.key_spent: dict[str, int] = {}                 # ever
         self.begin("")
 
-    def load(self, month: str, limits: list[dict], spent: list[dict]) -> None:
+    def load(self, month: str, limits: list[dict[str, Any]], spent: list[dict[str, Any]]) -> None:
         """Stored limits (scope, scope_id, limit_uc, notified_at) and figures (scope,
         scope_id, period, spent_uc) of the organization; only this month's project figures
         count."""
@@ -91,7 +92,7 @@ class SpendLimits:
     def spent(self, scope: str, scope_id: str) -> int:
         return (self.project_spent if scope == PROJECT else self.key_spent).get(scope_id, 0)
 
-    def check(self, project_id: str | None, key_id: str | None, amount: int) -> tuple | None:
+    def check(self, project_id: str | None, key_id: str | None, amount: int) -> tuple[str, str, int, int] | None:
         """(scope, id, limit, spent) of the limit `amount` more would pass, the key's before
         the project's, or None."""
         for scope, scope_id in ((API_KEY, key_id), (PROJECT, project_id)):
@@ -104,7 +105,7 @@ class SpendLimits:
                     return scope, scope_id, limit, spent
         return None
 
-    def refuse(self, found: tuple, amount: int) -> SpendLimitReached:
+    def refuse(self, found: tuple[str, str, int, int], amount: int) -> SpendLimitReached:
         """The refusal of what `check` found; stages the scope's warning when it is the first
         of its period."""
         scope, scope_id, limit, spent = found
@@ -144,7 +145,7 @@ class SpendLimits:
         self.notified.pop(key, None)
         self.dirty_limits.add(key)
 
-    def view(self, scope: str, scope_id: str) -> dict:
+    def view(self, scope: str, scope_id: str) -> dict[str, Any]:
         limit = self.limits.get((scope, scope_id))
         return {"scope": scope, "id": scope_id, "limit": fmt(limit), "spent": fmt(self.spent(scope, scope_id))}
 
@@ -168,7 +169,7 @@ class SpendLimits:
         return [(scope, sid, self.limits.get((scope, sid)), self.notified.get((scope, sid)))
                 for scope, sid in self.dirty_limits]
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"month": self.month, "limits": dict(self.limits), "notified": dict(self.notified),
                 "project_spent": {k: v for k, v in self.project_spent.items() if v},
                 "key_spent": {k: v for k, v in self.key_spent.items() if v}}

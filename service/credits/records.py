@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from service.credits.rules import spend_key
 from service.money import fmt
@@ -12,8 +12,9 @@ class Lot:
     __slots__ = ("id", "grant_id", "source", "amount", "remaining", "reserved", "expired_uc", "expires_at",
                  "expires_iso", "expired_at", "reason", "created_at", "key", "new_in")
 
-    def __init__(self, id, grant_id, source, amount, remaining, reserved, expired_uc, expires_at, expires_iso,
-                 expired_at, reason, created_at) -> None:
+    def __init__(self, id: str, grant_id: str, source: str, amount: int, remaining: int, reserved: int,
+                 expired_uc: int, expires_at: float | None, expires_iso: str | None, expired_at: str | None,
+                 reason: str | None, created_at: str) -> None:
         self.id = id
         self.grant_id = grant_id
         self.source = source
@@ -29,7 +30,7 @@ class Lot:
         self.key = spend_key(expires_at, created_at, id)
         self.new_in = -1                  # serial of the batch that created it (its INSERT)
 
-    def view(self) -> dict:
+    def view(self) -> dict[str, Any]:
         return {"id": self.id, "grant_id": self.grant_id, "source": self.source, "amount": fmt(self.amount),
                 "remaining": fmt(self.remaining), "expires_at": self.expires_iso, "reason": self.reason,
                 "created_at": self.created_at, "amount_uc": self.amount, "remaining_uc": self.remaining}
@@ -56,8 +57,10 @@ class Hold:
     __slots__ = ("id", "job_id", "workflow_run_id", "project_id", "description", "status", "amount", "captured",
                  "slices", "created_at", "settled_at", "new_in", "placed_slices", "api_key_id", "month")
 
-    def __init__(self, id, job_id, workflow_run_id, project_id, description, status, amount, captured, slices,
-                 created_at, settled_at, api_key_id=None, month="") -> None:
+    def __init__(self, id: str, job_id: str | None, workflow_run_id: str | None, project_id: str | None,
+                 description: str | None, status: str, amount: int, captured: int | None,
+                 slices: list[tuple[Lot, int]], created_at: str, settled_at: str | None,
+                 api_key_id: str | None = None, month: str = "") -> None:
         self.id = id
         self.job_id = job_id
         self.workflow_run_id = workflow_run_id
@@ -74,7 +77,7 @@ class Hold:
         self.api_key_id = api_key_id      # the key its work was submitted with (spend limits)
         self.month = month                # UTC month it was placed in, `YYYY-MM` (spend limits)
 
-    def settled(self) -> tuple:
+    def settled(self) -> tuple[Any, ...]:
         """The plain tuple of `Settled`'s fields."""
         return (self.id, self.job_id, self.workflow_run_id, self.project_id, self.description, self.status,
                 self.amount, self.captured, self.created_at, self.settled_at)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
-def spend_key(expires_at: float | None, created_at: str, lot_id: str) -> tuple:
+def spend_key(expires_at: float | None, created_at: str, lot_id: str) -> tuple[bool, float, str, str]:
     """Spend order: soonest expiry first, no expiry last, ties by creation time then id."""
     return (expires_at is None, expires_at if expires_at is not None else 0.0, created_at, lot_id)
 

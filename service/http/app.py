@@ -149,7 +149,7 @@ def create_app(node) -> QuartTrio:
     async def finish(response):
         response = browser.after_request(response)
         if app.config["CHECK_RESPONSES"] and request.url_rule is not None:
-            response = await _check_answer(response)
+            response = await _check_answer(response, request.url_rule.rule)
         started = g.get("started")
         if started is not None:
             elapsed = time.perf_counter() - started
@@ -161,19 +161,19 @@ def create_app(node) -> QuartTrio:
             metrics.latency.labels(route, method).observe(elapsed)
         return response
 
-    async def _check_answer(response):
+    async def _check_answer(response, rule: str):
         """Test mode: a success answer of a `/v1` operation must be exactly its documented
         shape (service/http/responses/check.py); a mismatch is the usual 500, the reason logged."""
         if not shapes:
             shapes.update(openapi.operations(node))
-        op = shapes.get((request.method, openapi.normalize(request.url_rule.rule)))
+        op = shapes.get((request.method, openapi.normalize(rule)))
         if op is None or op.status != response.status_code or op.schema is None or isinstance(op.schema, dict):
             return response
         try:
             response_check.check(op.schema, await response.get_data())
         except response_check.ResponseMismatch as e:
             log.error("internal error: %s %s answers off its documented shape: %s (request_id=%s)",
-                      request.method, request.url_rule.rule, e, g.get("request_id"))
+                      request.method, rule, e, g.get("request_id"))
             failed, status = errors.envelope(500, "request.internal_error", "Something went wrong on our side.")
             failed.status_code = status
             return failed

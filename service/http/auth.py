@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 import trio
 from quart import current_app, g, request
 
-from service.clock import iso
+from service.clock import TOUCH_EVERY, iso
 from service.errors import Conflict, NotFound, RateLimited
 from service.http.errors import AuthFailure, RouteTimeout
 from service.roles import ROLE_BY_ID, allows, within
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 ROUTE_LIMIT = 10
 UPLOAD_LIMIT = 120
-TOUCH_EVERY = 60.0
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import random
 import secrets
 from dataclasses import dataclass
 from functools import wraps
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 import trio
@@ -36,11 +36,12 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from quart import Response, g, redirect, request
 from werkzeug.wrappers.response import Response as WerkzeugResponse
 
-from service.actors.sessions import IDLE, TOUCH_EVERY
+from service.actors.sessions import IDLE
+from service.clock import TOUCH_EVERY
 from service.errors import RateLimited
 from service.http.auth import TARPIT_S, Principal, node
 from service.http.clientaddr import client_address
-from service.http.pages import PageError, render
+from service.http.pages import PageError, page_context, render
 from service.roles import allows
 from service.storage import sessions as sql
 
@@ -124,6 +125,15 @@ def login_redirect() -> WerkzeugResponse:
     return redirect("/login?next=" + quote(target, safe="/"), 303)
 
 
+def page_session() -> BrowserSession:
+    """The session `page()` checked for this request: inside a page handler it is never None
+    (outside one, asking for it is a programming error, not a visitor's)."""
+    s = g.get("page_session")
+    if s is None:
+        raise RuntimeError("page_session() is for handlers behind @page()")
+    return s
+
+
 def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable:
     """Require a live session (and `permission` from the role table) for an HTML page."""
 
@@ -141,6 +151,7 @@ def page(permission: str | None = None, *, waiting_ok: bool = False) -> Callable
                 raise PageError(403, "Not allowed", f"Your role ({s.role}) does not allow this.")
             await take_request(s)
             g.principal = Principal(s.org_id, s.user_id, None, s.role)
+            g.page_session = s
             return await func(*args, **kwargs)
 
         wrapper.permission = permission  # type: ignore[attr-defined]  # read by the page matrix test
@@ -256,3 +267,11 @@ def after_request(resp: Response) -> Response:
     if anon and ANON_COOKIE not in request.cookies:
         set_cookie(resp, ANON_COOKIE, anon, None)
     return resp
+
+
+def _page_values() -> dict[str, Any]:
+    """Every page's session (None before login) and its form-token function."""
+    return {"session": current_session(), "csrf_token": csrf_token}
+
+
+page_context(_page_values)

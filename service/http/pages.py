@@ -7,9 +7,14 @@ that cannot finish) raises `PageError`; `service.http.errors` renders it with it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from quart import Response
+
+from service.machines import JOB, RUN
 
 # Every page's scripts and styles are files under /static (no inline script, style element or
 # style attribute; tests/test_csp.py checks the templates). `form-action` is left out on
@@ -32,6 +37,10 @@ def when(value: str | None, empty: str = "—") -> Markup:
 
 
 _env.filters["when"] = when
+# The statuses after which a job or a run changes no more, from their state machines: the
+# page script (static/dash-1.js) reads them from its own <script data-final> (dash.html)
+# rather than restating them.
+_env.globals["final_statuses"] = " ".join(sorted(JOB.final | RUN.final))
 
 
 class PageError(Exception):
@@ -43,11 +52,23 @@ class PageError(Exception):
         self.headers = headers or {}
 
 
-def render(template: str, status: int = 200, headers: dict | None = None, **ctx) -> Response:
-    from service.http.browser import csrf_token, current_session
+# What every page is rendered with besides its own values: the visitor's session and the
+# form token. service/http/browser.py owns both and hands them over when it is loaded
+# (`page_context`), so this module, which the error handlers need, imports nothing that
+# needs them back (the http import circle auth -> errors -> pages -> browser -> auth).
+_page_context: list[Callable[[], dict[str, Any]]] = []
 
-    ctx.setdefault("session", current_session())
-    ctx.setdefault("csrf_token", csrf_token)
+
+def page_context(provider: Callable[[], dict[str, Any]]) -> None:
+    """Set what `render` puts in every page's context unless the page gives it."""
+    _page_context[:] = [provider]
+
+
+def render(template: str, status: int = 200, headers: dict | None = None, **ctx) -> Response:
+    if not _page_context:
+        raise RuntimeError("no page context: service.http.browser is not loaded")
+    for k, v in _page_context[0]().items():
+        ctx.setdefault(k, v)
     html = _env.get_template(template).render(**ctx)
     resp = Response(html, status=status, content_type="text/html; charset=utf-8")
     resp.headers["Cache-Control"] = "no-store"

@@ -151,7 +151,7 @@ def body(model: type[BaseModel]) -> Callable:
     def deco(func: Callable) -> Callable:
         @wraps(func)
         async def wrapper(*args, **kwargs):
-            raw = await request.get_data(cache=True)
+            raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
             return await func(*args, data=parse_body(model, raw), **kwargs)
 
         setattr(wrapper, QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON))

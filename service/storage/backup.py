@@ -31,6 +31,7 @@ from pathlib import Path
 
 from service.assets.files import FileStore, hash_file
 from service.assets.signing import SECRET_FILE
+from service.storage.rows import Row
 
 DB_NAME = "genservice.db"
 MANIFEST = "backup.json"
@@ -59,7 +60,7 @@ def private(root: Path) -> Iterator[None]:
                     os.chmod(os.path.join(base, f), 0o600)
 
 
-def backup(data_dir: Path, dest: Path, asset_store: str = "file") -> dict:
+def backup(data_dir: Path, dest: Path, asset_store: str = "file") -> Row:
     """Back `data_dir` up into `dest`. With an object store (`asset_store` s3://...) the
     asset bytes are not under DATA_DIR and not copied: the manifest says so, and the
     store is backed up (or versioned) on its own."""
@@ -73,7 +74,7 @@ def backup(data_dir: Path, dest: Path, asset_store: str = "file") -> dict:
         return _backup(data_dir, dest, asset_store)
 
 
-def _backup(data_dir: Path, dest: Path, asset_store: str) -> dict:
+def _backup(data_dir: Path, dest: Path, asset_store: str) -> Row:
     source_db = data_dir / DB_NAME
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     started = time.monotonic()
@@ -114,7 +115,7 @@ def _backup(data_dir: Path, dest: Path, asset_store: str) -> dict:
     return manifest
 
 
-def restore(src: Path, data_dir: Path) -> dict:
+def restore(src: Path, data_dir: Path) -> Row:
     src, data_dir = Path(src), Path(data_dir)
     if not (src / MANIFEST).exists() or not (src / DB_NAME).exists():
         raise BackupError(f"{src} is not a backup (no {MANIFEST} or {DB_NAME})")
@@ -124,7 +125,7 @@ def restore(src: Path, data_dir: Path) -> dict:
         return _restore(src, data_dir)
 
 
-def _restore(src: Path, data_dir: Path) -> dict:
+def _restore(src: Path, data_dir: Path) -> Row:
     conn = sqlite3.connect(f"file:{src / DB_NAME}?mode=ro", uri=True)
     try:
         if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":

@@ -43,16 +43,20 @@ import json
 import os
 import random
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.credits.rules import available, is_due
 from service.credits.rules import spend_key as lot_spend_key
 from service.money import fmt
-from service.storage.events import emit
-from service.storage.mail import mail_low_balance
-from service.storage.rows import rows_in
 from service.storage import spend
+from service.storage.events import emit
+from service.storage.rows import Row, rows_in
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 HOLD_COLUMNS = ("id, organization_id, job_id, workflow_run_id, project_id, description, status, amount_uc, "
                 "captured_uc, slices, created_at, settled_at")
@@ -89,16 +93,16 @@ class Writes:
                  "notices", "limits", "figures", "warnings")
 
     def __init__(self) -> None:
-        self.lot_inserts: list[tuple] = []
-        self.lot_updates: list[tuple] = []
-        self.hold_inserts: list[tuple] = []
-        self.hold_updates: list[tuple] = []
-        self.ledger: list[tuple] = []
-        self.settings: tuple | None = None
+        self.lot_inserts: list[tuple[Any, ...]] = []
+        self.lot_updates: list[tuple[Any, ...]] = []
+        self.hold_inserts: list[tuple[Any, ...]] = []
+        self.hold_updates: list[tuple[Any, ...]] = []
+        self.ledger: list[tuple[Any, ...]] = []
+        self.settings: tuple[Any, ...] | None = None
         self.notices: list[tuple[str, str, str]] = []
-        self.limits: list[tuple] = []    # spend limits (service.storage.spend)
-        self.figures: list[tuple] = []
-        self.warnings: list[tuple] = []
+        self.limits: list[tuple[Any, ...]] = []    # spend limits (service.storage.spend)
+        self.figures: list[tuple[Any, ...]] = []
+        self.warnings: list[tuple[Any, ...]] = []
 
     def empty(self) -> bool:
         return not (self.lot_inserts or self.lot_updates or self.hold_inserts or self.hold_updates
@@ -125,8 +129,10 @@ class HoldIdTaken(Exception):
     """A new hold's id is already in `credit_holds` (the actor decided without reading it)."""
 
 
-def persist(conn, org_id: str, w: Writes) -> None:
-    """Apply one batch (runs inside `Store.write`, i.e. in the group-commit transaction)."""
+def persist(conn: sqlite3.Connection, org_id: str, w: Writes) -> None:
+    """Apply one batch (runs inside `Store.write`, i.e. in the group-commit transaction).
+    The warnings' mails are the mail layer's to compose (service.mail.notices), in the
+    same transaction."""
     if w.lot_inserts:
         conn.executemany(SQL_LOT_INSERT, w.lot_inserts)
     if w.lot_updates:
@@ -146,14 +152,13 @@ def persist(conn, org_id: str, w: Writes) -> None:
         conn.execute(SQL_SETTINGS_UPSERT, w.settings)
     for left, threshold, now_iso in w.notices:
         emit(conn, org_id, "billing.credits_low", {"available": left, "threshold": threshold}, now_iso)
-        mail_low_balance(conn, org_id, left, threshold, now_iso)
     if w.limits or w.figures or w.warnings:
         spend.persist(conn, org_id, w.limits, w.figures, w.warnings)
 
 
 # -- the actor's loads ---------------------------------------------------------------------------
 @contextmanager
-def snapshot(store):
+def snapshot(store: Store) -> Iterator[Store]:
     """One read transaction on the reader connection, so several SELECTs see one commit."""
     conn = store.reader
     conn.execute("BEGIN")
@@ -163,7 +168,8 @@ def snapshot(store):
         conn.execute("COMMIT")
 
 
-def load_org(store, org_id: str, month: str = "") -> tuple[list[dict], list[dict], dict | None, tuple]:
+def load_org(store: Store, org_id: str, month: str = ""
+             ) -> tuple[list[Row], list[Row], Row | None, tuple[str, list[Row], list[Row]]]:
     """Every lot, every held hold and the settings row of one organization, and its spend
     limits with the figures of `month` (`YYYY-MM`)."""
     with snapshot(store):
@@ -176,11 +182,11 @@ def load_org(store, org_id: str, month: str = "") -> tuple[list[dict], list[dict
     return lots, holds, settings, (month, limits, figures)
 
 
-def holds_by_ids(store, ids: list[str]) -> list[dict]:
+def holds_by_ids(store: Store, ids: list[str]) -> list[Row]:
     return rows_in(store, f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE id IN ({{marks}})", ids)
 
 
-def org_ids_with_live_credits(store) -> list[str]:
+def org_ids_with_live_credits(store: Store) -> list[str]:
     """Organizations with a lot not yet expired (by the actor) or an outstanding hold."""
     rows = store.all("SELECT DISTINCT organization_id FROM credit_lots WHERE expired_at IS NULL "
                      "AND remaining_uc > 0 UNION SELECT DISTINCT organization_id FROM credit_holds "
@@ -188,37 +194,37 @@ def org_ids_with_live_credits(store) -> list[str]:
     return [r["organization_id"] for r in rows]
 
 
-def org_ids_due(store, now: float) -> list[str]:
+def org_ids_due(store: Store, now: float) -> list[str]:
     """Organizations with a lot whose expiry time has come but whose expiry is not written."""
     rows = store.all("SELECT DISTINCT organization_id FROM credit_lots WHERE expired_at IS NULL "
                      "AND remaining_uc > 0 AND expires_ts <= ?", (now,))
     return [r["organization_id"] for r in rows]
 
 
-def hold_status_of_job(store, job_id: str) -> str | None:
+def hold_status_of_job(store: Store, job_id: str) -> str | None:
     row = store.one("SELECT status FROM credit_holds WHERE job_id = ?", (job_id,))
     return None if row is None else row["status"]
 
 
-def org_exists(store, org_id: str) -> bool:
+def org_exists(store: Store, org_id: str) -> bool:
     return store.one("SELECT 1 AS x FROM organizations WHERE id = ?", (org_id,)) is not None
 
 
 # -- views -----------------------------------------------------------------------------------------
-def lot_view(row: dict) -> dict:
+def lot_view(row: Row) -> Row:
     return {"id": row["id"], "source": row["source"], "amount": fmt(row["amount_uc"]),
             "remaining": fmt(row["remaining_uc"]), "expires_at": row["expires_at"], "reason": row["reason"],
             "created_at": row["created_at"]}
 
 
-def hold_view(row: dict) -> dict:
+def hold_view(row: Row) -> Row:
     return {"id": row["id"], "job_id": row["job_id"], "workflow_run_id": row["workflow_run_id"],
             "project_id": row["project_id"], "status": row["status"], "amount": fmt(row["amount_uc"]),
             "captured": fmt(row["captured_uc"]), "created_at": row["created_at"],
             "settled_at": row["settled_at"]}
 
 
-def ledger_view(row: dict) -> dict:
+def ledger_view(row: Row) -> Row:
     return {"id": row["id"], "created_at": row["created_at"], "kind": row["kind"],
             "amount": fmt(row["amount_uc"]), "source": row["source"], "grant_id": row["lot_id"],
             "project_id": row["project_id"], "job_id": row["job_id"],
@@ -226,13 +232,13 @@ def ledger_view(row: dict) -> dict:
             "hold_id": row["hold_id"]}
 
 
-def spend_key(row: dict) -> tuple:
+def spend_key(row: Row) -> tuple[bool, float, str, str]:
     """The spend order (`service.credits.rules.spend_key`) of a stored lot."""
     return lot_spend_key(row["expires_ts"], row["created_at"], row["id"])
 
 
 # -- reads of the routes ---------------------------------------------------------------------------
-def live_lots(store, org_id: str, now: float) -> list[dict]:
+def live_lots(store: Store, org_id: str, now: float) -> list[Row]:
     """The lots with credits left that are live at `now`, in spend order (a lot is expired
     from its `expires_at` on, whether or not the actor has written its expiry yet)."""
     rows = store.all(f"SELECT {LOT_COLUMNS} FROM credit_lots WHERE organization_id = ? AND remaining_uc > 0 "
@@ -242,12 +248,12 @@ def live_lots(store, org_id: str, now: float) -> list[dict]:
     return lots
 
 
-def lots_available(lots: list[dict]) -> int:
+def lots_available(lots: list[Row]) -> int:
     """`available` (`service.credits.rules.available`) of live stored lots."""
     return available((r["remaining_uc"], r["reserved_uc"]) for r in lots)
 
 
-def balance(store, org_id: str, now: float) -> dict:
+def balance(store: Store, org_id: str, now: float) -> Row:
     """The Balance resource, relative to service time `now` (a lot is expired from its
     `expires_at` on, whether or not the actor has written its expiry yet)."""
     with snapshot(store):
@@ -275,8 +281,8 @@ def balance(store, org_id: str, now: float) -> dict:
     }
 
 
-def ledger(store, org_id: str, *, project_id: str | None, since: str | None, until: str | None,
-           limit: int, offset: int) -> tuple[list[dict], int]:
+def ledger(store: Store, org_id: str, *, project_id: str | None, since: str | None, until: str | None,
+           limit: int, offset: int) -> tuple[list[Row], int]:
     where, params = ["organization_id = ?"], [org_id]
     if project_id is not None:
         where.append("project_id = ?")
@@ -295,7 +301,7 @@ def ledger(store, org_id: str, *, project_id: str | None, since: str | None, unt
     return [ledger_view(r) for r in rows], total
 
 
-def list_holds(store, org_id: str, status: str | None, limit: int) -> list[dict]:
+def list_holds(store: Store, org_id: str, status: str | None, limit: int) -> list[Row]:
     if status is None:
         rows = store.all(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE organization_id = ? "
                          "ORDER BY created_at DESC, rowid DESC LIMIT ?", (org_id, limit))
@@ -305,7 +311,7 @@ def list_holds(store, org_id: str, status: str | None, limit: int) -> list[dict]
     return [hold_view(r) for r in rows]
 
 
-def usage(store, org_id: str, since: str | None) -> list[dict]:
+def usage(store: Store, org_id: str, since: str | None) -> list[Row]:
     """Completed jobs (captured holds with a job) per project per UTC day, newest day first."""
     sql = ("SELECT project_id, substr(settled_at, 1, 10) AS day, SUM(captured_uc) AS credits, COUNT(*) AS jobs "
            "FROM credit_holds WHERE organization_id = ? AND status = 'captured' AND job_id IS NOT NULL")
@@ -318,24 +324,24 @@ def usage(store, org_id: str, since: str | None) -> list[dict]:
             for r in store.all(sql, params)]
 
 
-def settings(store, org_id: str) -> dict:
+def settings(store: Store, org_id: str) -> Row:
     row = store.one("SELECT low_balance_threshold_uc, low_balance_notified_at FROM billing_settings "
                     "WHERE organization_id = ?", (org_id,))
     return settings_view(row["low_balance_threshold_uc"] if row else None,
                          row["low_balance_notified_at"] if row else None)
 
 
-def settings_view(threshold_uc: int | None, notified_at: str | None) -> dict:
+def settings_view(threshold_uc: int | None, notified_at: str | None) -> Row:
     return {"low_balance_threshold": fmt(threshold_uc), "low_balance_notified_at": notified_at}
 
 
 # -- checks (tests, benchmark) ---------------------------------------------------------------------
-def ledger_sum(store, org_id: str) -> int:
-    return store.scalar("SELECT COALESCE(SUM(amount_uc), 0) FROM credit_ledger WHERE organization_id = ?",
-                        (org_id,))
+def ledger_sum(store: Store, org_id: str) -> int:
+    return int(store.scalar("SELECT COALESCE(SUM(amount_uc), 0) FROM credit_ledger WHERE organization_id = ?",
+                            (org_id,)))
 
 
-def committed_available(store, org_id: str) -> int:
+def committed_available(store: Store, org_id: str) -> int:
     """Σ free part of the lots whose expiry is not yet written: what the actor holds as available."""
     return lots_available(store.all("SELECT remaining_uc, reserved_uc FROM credit_lots "
                                     "WHERE organization_id = ? AND expired_at IS NULL", (org_id,)))

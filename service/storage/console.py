@@ -7,8 +7,15 @@ read is one indexed query or a few, never one query per organization."""
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+from typing import TYPE_CHECKING
 
 from service.storage.mail import STATUS_WHERE, org_status
+from service.storage.rows import Row
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 PAGE = 25
 
@@ -18,31 +25,32 @@ def digest(token: str) -> str:
 
 
 # -- sessions and audit (writes) --------------------------------------------------------------
-def insert_session(conn, row: dict) -> None:
+def insert_session(conn: sqlite3.Connection, row: Row) -> None:
     conn.execute("INSERT INTO operator_sessions (id, token_hash, who, address, created_at, last_seen_at, "
                  "expires_at) VALUES (:id, :token_hash, :who, :address, :created_at, :last_seen_at, "
                  ":expires_at)", row)
     conn.execute("DELETE FROM operator_sessions WHERE expires_at <= ?", (row["created_at"],))
 
 
-def delete_session(conn, token_hash: str) -> None:
+def delete_session(conn: sqlite3.Connection, token_hash: str) -> None:
     conn.execute("DELETE FROM operator_sessions WHERE token_hash = ?", (token_hash,))
 
 
-def touch_session(conn, session_id: str, at: float) -> None:
+def touch_session(conn: sqlite3.Connection, session_id: str, at: float) -> None:
     conn.execute("UPDATE operator_sessions SET last_seen_at = max(last_seen_at, ?) WHERE id = ?", (at, session_id))
 
 
-def session(store, token_hash: str) -> dict | None:
+def session(store: Store, token_hash: str) -> Row | None:
     return store.one("SELECT * FROM operator_sessions WHERE token_hash = ?", (token_hash,))
 
 
-def insert_audit(conn, at: str, who: str, address: str, action: str, target: str | None, detail: str | None) -> None:
+def insert_audit(conn: sqlite3.Connection, at: str, who: str, address: str, action: str, target: str | None,
+                 detail: str | None) -> None:
     conn.execute("INSERT INTO operator_audit (at, who, address, action, target, detail) VALUES (?,?,?,?,?,?)",
                  (at, who, address, action, target, detail))
 
 
-def audit_page(store, before: int | None, limit: int = PAGE) -> list[dict]:
+def audit_page(store: Store, before: int | None, limit: int = PAGE) -> list[Row]:
     """Newest first; `before` is the `seq` the previous page ended at."""
     if before is None:
         return store.all("SELECT * FROM operator_audit ORDER BY seq DESC LIMIT ?", (limit,))
@@ -50,7 +58,7 @@ def audit_page(store, before: int | None, limit: int = PAGE) -> list[dict]:
 
 
 # -- mail (writes) -------------------------------------------------------------------------------
-def retry_mail(conn, mail_id: str, now: float) -> bool:
+def retry_mail(conn: sqlite3.Connection, mail_id: str, now: float) -> bool:
     """A failed mail due again now (the outbox's watch wakes its sender after the commit)."""
     cur = conn.execute("UPDATE emails SET state = 'pending', next_attempt_at = ?, attempts = 0, finished_at = NULL "
                        "WHERE id = ? AND state IN ('failed', 'unknown')", (now, mail_id))
@@ -58,7 +66,7 @@ def retry_mail(conn, mail_id: str, now: float) -> bool:
 
 
 # -- overview -----------------------------------------------------------------------------------
-def counts(store) -> dict:
+def counts(store: Store) -> Row:
     return store.one(
         "SELECT (SELECT COUNT(*) FROM organizations o WHERE " + STATUS_WHERE["pending"] + ") AS pending, "
         "(SELECT COUNT(*) FROM organizations) AS organizations, "
@@ -70,7 +78,7 @@ def counts(store) -> dict:
 
 
 # -- organizations ------------------------------------------------------------------------------
-def org_page(store, *, search: str, status: str | None, offset: int, now: float) -> tuple[list[dict], int]:
+def org_page(store: Store, *, search: str, status: str | None, offset: int, now: float) -> tuple[list[Row], int]:
     """Organizations (newest first) with status, owner, live credits and credits used."""
     where, params = ["1"], []
     if status:
@@ -100,24 +108,24 @@ def org_page(store, *, search: str, status: str | None, offset: int, now: float)
     return rows, total
 
 
-def org(store, org_id: str) -> dict | None:
+def org(store: Store, org_id: str) -> Row | None:
     row = store.one("SELECT * FROM organizations WHERE id = ?", (org_id,))
     if row is not None:
         row["status"] = org_status(row)
     return row
 
 
-def members(store, org_id: str) -> list[dict]:
+def members(store: Store, org_id: str) -> list[Row]:
     return store.all("SELECT id, email, role, is_active, created_at, removed_at FROM users "
                      "WHERE organization_id = ? ORDER BY is_active DESC, created_at", (org_id,))
 
 
-def invitations(store, org_id: str) -> list[dict]:
+def invitations(store: Store, org_id: str) -> list[Row]:
     return store.all("SELECT id, email, role, expires_at, created_at FROM invitations WHERE organization_id = ? "
                      "AND accepted_at IS NULL ORDER BY created_at DESC", (org_id,))
 
 
-def daily_usage(store, org_id: str, since: str) -> list[dict]:
+def daily_usage(store: Store, org_id: str, since: str) -> list[Row]:
     """Credits captured per UTC day since `since`, oldest first (the usage chart)."""
     return store.all("SELECT substr(settled_at, 1, 10) AS day, SUM(captured_uc) AS uc FROM credit_holds "
                      "WHERE organization_id = ? AND status = 'captured' AND settled_at >= ? "
@@ -125,18 +133,18 @@ def daily_usage(store, org_id: str, since: str) -> list[dict]:
 
 
 # -- jobs ---------------------------------------------------------------------------------------
-def open_jobs(store, limit: int = 200) -> list[dict]:
+def open_jobs(store: Store, limit: int = 200) -> list[Row]:
     """Queued and rendering jobs of every organization, oldest first."""
     return store.all("SELECT j.id, j.organization_id, o.name AS org_name, j.model, j.status, j.source, j.price_uc, "
                      "j.created_at, j.started_at FROM jobs j JOIN organizations o ON o.id = j.organization_id "
                      "WHERE j.status IN ('queued', 'rendering') ORDER BY j.created_at LIMIT ?", (limit,))
 
 
-def open_job_models(store) -> list[dict]:
+def open_job_models(store: Store) -> list[Row]:
     return store.all("SELECT id, model FROM jobs WHERE status IN ('queued', 'rendering')")
 
 
-def open_jobs_by_model(store) -> dict[str, dict[str, int]]:
+def open_jobs_by_model(store: Store) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in store.all("SELECT model, status, COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'rendering') "
                        "GROUP BY model, status"):
@@ -144,19 +152,19 @@ def open_jobs_by_model(store) -> dict[str, dict[str, int]]:
     return out
 
 
-def start_times(store, since: str) -> dict[str, float]:
+def start_times(store: Store, since: str) -> dict[str, float]:
     """Mean seconds from submit to render start per model, over jobs started since `since`."""
     rows = store.all("SELECT model, AVG((julianday(started_at) - julianday(created_at)) * 86400.0) AS s FROM jobs "
                      "WHERE started_at IS NOT NULL AND started_at >= ? GROUP BY model", (since,))
     return {r["model"]: r["s"] for r in rows}
 
 
-def job(store, job_id: str) -> dict | None:
+def job(store: Store, job_id: str) -> Row | None:
     return store.one("SELECT id, organization_id, status, model FROM jobs WHERE id = ?", (job_id,))
 
 
 # -- mail ---------------------------------------------------------------------------------------
-def mail_page(store, state: str | None, offset: int) -> tuple[list[dict], int]:
+def mail_page(store: Store, state: str | None, offset: int) -> tuple[list[Row], int]:
     """The outbox, newest first (`state`: waiting, failed, sent or every mail)."""
     states = {"waiting": ("pending", "sending"), "failed": ("failed", "unknown"), "sent": ("sent",)}.get(state or "")
     cond, params = ("state IN (" + ",".join("?" * len(states)) + ")", list(states)) if states else ("1", [])
@@ -168,13 +176,13 @@ def mail_page(store, state: str | None, offset: int) -> tuple[list[dict], int]:
     return rows, total
 
 
-def mail(store, mail_id: str) -> dict | None:
+def mail(store: Store, mail_id: str) -> Row | None:
     return store.one("SELECT id, state, (link IS NOT NULL) AS has_link, (instr(body, ?) > 0) AS needs_link "
                      "FROM emails WHERE id = ?", ("\u27e6link\u27e7", mail_id))
 
 
 # -- support ------------------------------------------------------------------------------------
-def tickets(store, offset: int) -> tuple[list[dict], int]:
+def tickets(store: Store, offset: int) -> tuple[list[Row], int]:
     """Every ticket, open ones first (oldest update first), then the rest newest first."""
     total = store.scalar("SELECT COUNT(*) FROM support_tickets")
     rows = store.all("SELECT t.*, o.name AS org_name, (t.state IN ('resolved', 'closed')) AS done "

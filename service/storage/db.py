@@ -33,9 +33,11 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
+
+from service.storage.rows import Params, Row
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ MAX_BATCH = 512
 FAST_PATH_MAX_COMMIT = 0.002  # seconds: above this average the fast path is off (slow disk)
 
 
-def dict_factory(cursor: sqlite3.Cursor, row: tuple) -> dict:
+def dict_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
     return {d[0]: v for d, v in zip(cursor.description, row)}
 
 
@@ -130,14 +132,14 @@ class Store:
                 callback()
 
     # -- reads ---------------------------------------------------------------
-    def all(self, sql: str, params: tuple | list | dict = ()) -> list[dict]:
-        return self.reader.execute(sql, params).fetchall()
+    def all(self, sql: str, params: Params = ()) -> list[Row]:
+        return cast("list[Row]", self.reader.execute(sql, params).fetchall())
 
-    def one(self, sql: str, params: tuple | list | dict = ()) -> dict | None:
-        return self.reader.execute(sql, params).fetchone()
+    def one(self, sql: str, params: Params = ()) -> Row | None:
+        return cast("Row | None", self.reader.execute(sql, params).fetchone())
 
-    def scalar(self, sql: str, params: tuple | list | dict = ()) -> Any:
-        row = self.reader.execute(sql, params).fetchone()
+    def scalar(self, sql: str, params: Params = ()) -> Any:
+        row = self.one(sql, params)
         return None if row is None else next(iter(row.values()))
 
     # -- writes --------------------------------------------------------------
@@ -198,7 +200,7 @@ class Store:
             raise item.error
         return item.result
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task: take what is queued, commit it as one batch, wake the writers."""
         task_status.started()
         try:

@@ -6,8 +6,10 @@ import json
 import sqlite3
 import uuid
 
+from service.storage.rows import Row
 
-def emit(conn: sqlite3.Connection, org_id: str, event: str, data: dict, now_iso: str) -> None:
+
+def emit(conn: sqlite3.Connection, org_id: str, event: str, data: Row, now_iso: str) -> None:
     """Queue `event` for the organization's webhooks; `organization_id` is added to data."""
     body = {**data, "organization_id": org_id}
     conn.execute(

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from service.storage.rows import insert, one, rows_in
+from service.storage.rows import Row, Source, insert, one, rows_in
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, source, workflow_run_id, "
                "status, prompt, params, price_uc, actual_uc, hold_id, hold_settled, webhook_url, error, "
@@ -21,38 +25,38 @@ ASSET_COLUMNS = ("id, organization_id, project_id, job_id, position, source, kin
 OPEN = ("queued", "rendering")
 
 
-def _update(conn: sqlite3.Connection, table: str, key: str, value, fields: dict) -> int:
+def _update(conn: sqlite3.Connection, table: str, key: str, value: object, fields: Row) -> int:
     sets = ", ".join(f"{k} = ?" for k in fields)
     return conn.execute(f"UPDATE {table} SET {sets} WHERE {key} = ?", (*fields.values(), value)).rowcount
 
 
 # -- jobs ------------------------------------------------------------------------------------
-def insert_job(conn: sqlite3.Connection, row: dict) -> None:
+def insert_job(conn: sqlite3.Connection, row: Row) -> None:
     row = dict(row)
     if not isinstance(row.get("params"), str):
         row["params"] = json.dumps(row["params"], separators=(",", ":"))
     insert(conn, "jobs", row)
 
 
-def update_job(conn: sqlite3.Connection, job_id: str, fields: dict) -> None:
+def update_job(conn: sqlite3.Connection, job_id: str, fields: Row) -> None:
     _update(conn, "jobs", "id", job_id, fields)
 
 
-def get_job(conn_or_store, job_id: str) -> dict | None:
+def get_job(conn_or_store: Source, job_id: str) -> Row | None:
     return one(conn_or_store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
 
 
-def job_in_org(store, org_id: str, job_id: str) -> dict | None:
+def job_in_org(store: Store, org_id: str, job_id: str) -> Row | None:
     return one(store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND organization_id = ?",
                 (job_id, org_id))
 
 
-def list_jobs(store, project_id: str, limit: int) -> list[dict]:
+def list_jobs(store: Store, project_id: str, limit: int) -> list[Row]:
     return store.all(f"SELECT {JOB_COLUMNS} FROM jobs WHERE project_id = ? "
                      "ORDER BY created_at DESC, rowid DESC LIMIT ?", (project_id, limit))
 
 
-def jobs_to_recover(store) -> list[dict]:
+def jobs_to_recover(store: Store) -> list[Row]:
     """Open jobs (rendering first, then queued, each oldest first) and final jobs whose hold
     is not settled yet."""
     return store.all(
@@ -60,30 +64,31 @@ def jobs_to_recover(store) -> list[dict]:
         "ORDER BY CASE status WHEN 'rendering' THEN 0 WHEN 'queued' THEN 1 ELSE 2 END, created_at, rowid")
 
 
-def params_of(job: dict) -> dict:
-    return json.loads(job["params"]) if isinstance(job["params"], str) else job["params"]
+def params_of(job: Row) -> Row:
+    params: Row = json.loads(job["params"]) if isinstance(job["params"], str) else job["params"]
+    return params
 
 
 # -- assets ----------------------------------------------------------------------------------
-def insert_asset(conn: sqlite3.Connection, row: dict) -> None:
+def insert_asset(conn: sqlite3.Connection, row: Row) -> None:
     insert(conn, "assets", row)
 
 
-def get_asset(conn_or_store, asset_id: str) -> dict | None:
+def get_asset(conn_or_store: Source, asset_id: str) -> Row | None:
     return one(conn_or_store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ?", (asset_id,))
 
 
-def asset_in_org(store, org_id: str, asset_id: str) -> dict | None:
+def asset_in_org(store: Store, org_id: str, asset_id: str) -> Row | None:
     return one(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id = ? AND organization_id = ?",
                 (asset_id, org_id))
 
 
-def list_assets(store, project_id: str, limit: int) -> list[dict]:
+def list_assets(store: Store, project_id: str, limit: int) -> list[Row]:
     return store.all(f"SELECT {ASSET_COLUMNS} FROM assets WHERE project_id = ? "
                      "ORDER BY created_at DESC, rowid DESC LIMIT ?", (project_id, limit))
 
 
-def assets_in_org(store, org_id: str, ids: Iterable[str]) -> list[dict]:
+def assets_in_org(store: Store, org_id: str, ids: Iterable[str]) -> list[Row]:
     ids = list(ids)
     if not ids:
         return []
@@ -92,21 +97,21 @@ def assets_in_org(store, org_id: str, ids: Iterable[str]) -> list[dict]:
                      (org_id, *ids))
 
 
-def assets_by_ids(store, ids: Iterable[str]) -> list[dict]:
+def assets_by_ids(store: Store, ids: Iterable[str]) -> list[Row]:
     return rows_in(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE id IN ({{marks}})", ids)
 
 
-def assets_of_jobs(store, job_ids: Iterable[str]) -> dict[str, list[dict]]:
+def assets_of_jobs(store: Store, job_ids: Iterable[str]) -> dict[str, list[Row]]:
     """Outputs per job, in output order."""
     ids = list(job_ids)
-    out: dict[str, list[dict]] = {i: [] for i in ids}
+    out: dict[str, list[Row]] = {i: [] for i in ids}
     for row in rows_in(store, f"SELECT {ASSET_COLUMNS} FROM assets WHERE job_id IN ({{marks}}) "
                        "ORDER BY job_id, position", ids):
         out[row["job_id"]].append(row)
     return out
 
 
-def orphan_holds(store) -> list[dict]:
+def orphan_holds(store: Store) -> list[Row]:
     """Holds still `held` for a job id that has no job row: the node stopped between placing
     the hold and committing the job (the hold is placed first). Reads the billing table."""
     try:
@@ -117,15 +122,15 @@ def orphan_holds(store) -> list[dict]:
 
 
 # -- job webhooks (outbox) -------------------------------------------------------------------
-def insert_webhook(conn: sqlite3.Connection, row: dict) -> None:
+def insert_webhook(conn: sqlite3.Connection, row: Row) -> None:
     insert(conn, "job_webhooks", row)
 
 
-def update_webhook(conn: sqlite3.Connection, webhook_id: str, fields: dict) -> None:
+def update_webhook(conn: sqlite3.Connection, webhook_id: str, fields: Row) -> None:
     _update(conn, "job_webhooks", "id", webhook_id, fields)
 
 
-def webhook_of_job(conn_or_store, job_id: str) -> dict | None:
+def webhook_of_job(conn_or_store: Source, job_id: str) -> Row | None:
     return one(conn_or_store, "SELECT * FROM job_webhooks WHERE job_id = ?", (job_id,))
 
 
@@ -135,7 +140,7 @@ def release_waiting_webhook(conn: sqlite3.Connection, job_id: str) -> int:
                         (job_id,)).rowcount
 
 
-def claim_webhooks(conn: sqlite3.Connection, now_iso: str, limit: int) -> list[dict]:
+def claim_webhooks(conn: sqlite3.Connection, now_iso: str, limit: int) -> list[Row]:
     """Up to `limit` pending rows, oldest first, marked `sending` in this transaction."""
     rows = conn.execute("SELECT * FROM job_webhooks WHERE state = 'pending' ORDER BY created_at, rowid LIMIT ?",
                         (limit,)).fetchall()
@@ -155,8 +160,8 @@ def recover_webhooks(conn: sqlite3.Connection, now_iso: str) -> tuple[int, int]:
     return unknown, released
 
 
-def active_jobs(store, org_id: str) -> int:
+def active_jobs(store: Store, org_id: str) -> int:
     """Jobs of the organization queued or rendering, submitted through the API or the
     dashboard (a product run's steps are not counted)."""
-    return store.scalar("SELECT COUNT(*) FROM jobs WHERE status IN ('queued', 'rendering') "
-                        "AND organization_id = ? AND source != 'workflow'", (org_id,))
+    return int(store.scalar("SELECT COUNT(*) FROM jobs WHERE status IN ('queued', 'rendering') "
+                        "AND organization_id = ? AND source != 'workflow'", (org_id,)))

@@ -5,18 +5,23 @@ created resource's id."""
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
-from service.storage.rows import insert
+from service.storage.rows import Row, insert
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 TABLES = {"idempotency_keys", "product_run_keys"}
 
 
-def get(store, table: str, org_id: str, key: str) -> dict | None:
+def get(store: Store, table: str, org_id: str, key: str) -> Row | None:
     assert table in TABLES
     return store.one(f"SELECT * FROM {table} WHERE organization_id = ? AND key = ?", (org_id, key))
 
 
-def put(conn: sqlite3.Connection, table: str, row: dict, *, older_than: float) -> None:
+def put(conn: sqlite3.Connection, table: str, row: Row, *, older_than: float) -> None:
     """Insert the key's row, replacing one that expired (created before `older_than`).
 
     A live row with the same key makes this raise sqlite3.IntegrityError.

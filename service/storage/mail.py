@@ -12,14 +12,20 @@ gone, so it is never sent again).
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+from typing import TYPE_CHECKING
 
-from service.storage.rows import new_id, one
+from service.storage.rows import Row, Source, new_id, one
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def enqueue(conn, org_id: str | None, to: str, kind: str, subject: str, text: str, html: str | None,
+def enqueue(conn: sqlite3.Connection, org_id: str | None, to: str, kind: str, subject: str, text: str, html: str | None,
             now_iso: str, link: str | None = None) -> str:
     """Queue one mail. `link`, when given, is already sealed; `text`/`html` carry the
     placeholder `LINK` where it goes (service.mail.messages)."""
@@ -31,7 +37,7 @@ def enqueue(conn, org_id: str | None, to: str, kind: str, subject: str, text: st
 
 
 # -- the dispatcher -------------------------------------------------------------------------
-def recover(conn, now_iso: str) -> int:
+def recover(conn: sqlite3.Connection, now_iso: str) -> int:
     """At start: mails left `sending` become `unknown` (never sent twice). Returns how many."""
     cur = conn.execute("UPDATE emails SET state = 'unknown', link = NULL, finished_at = ?, error = 'The node "
                        "stopped while this mail was being sent; it may have been delivered, so it is not sent "
@@ -39,7 +45,7 @@ def recover(conn, now_iso: str) -> int:
     return cur.rowcount
 
 
-def claim_due(conn, now: float, limit: int) -> list[dict]:
+def claim_due(conn: sqlite3.Connection, now: float, limit: int) -> list[Row]:
     """Up to `limit` due pending mails, marked `sending` (attempts + 1) in this transaction."""
     rows = conn.execute("SELECT * FROM emails WHERE state = 'pending' AND next_attempt_at <= ? "
                         "ORDER BY next_attempt_at, created_at LIMIT ?", (now, limit)).fetchall()
@@ -49,33 +55,34 @@ def claim_due(conn, now: float, limit: int) -> list[dict]:
     return rows
 
 
-def next_due(store) -> float | None:
-    return store.scalar("SELECT min(next_attempt_at) FROM emails WHERE state = 'pending'")
+def next_due(store: Store) -> float | None:
+    due: float | None = store.scalar("SELECT min(next_attempt_at) FROM emails WHERE state = 'pending'")
+    return due
 
 
-def mark_sent(conn, mail_id: str, now_iso: str) -> None:
+def mark_sent(conn: sqlite3.Connection, mail_id: str, now_iso: str) -> None:
     conn.execute("UPDATE emails SET state = 'sent', sent_at = ?, finished_at = ?, link = NULL, error = NULL "
                  "WHERE id = ?", (now_iso, now_iso, mail_id))
 
 
-def mark_retry(conn, mail_id: str, at: float, error: str) -> None:
+def mark_retry(conn: sqlite3.Connection, mail_id: str, at: float, error: str) -> None:
     conn.execute("UPDATE emails SET state = 'pending', next_attempt_at = ?, error = ? WHERE id = ?",
                  (at, error, mail_id))
 
 
-def mark_failed(conn, mail_id: str, now_iso: str, error: str) -> None:
+def mark_failed(conn: sqlite3.Connection, mail_id: str, now_iso: str, error: str) -> None:
     conn.execute("UPDATE emails SET state = 'failed', finished_at = ?, link = NULL, error = ? WHERE id = ?",
                  (now_iso, error, mail_id))
 
 
 # -- one-time links -----------------------------------------------------------------------
-def insert_token(conn, token: str, purpose: str, email: str, org_id: str | None, now_iso: str,
+def insert_token(conn: sqlite3.Connection, token: str, purpose: str, email: str, org_id: str | None, now_iso: str,
                  expires_iso: str) -> None:
     conn.execute("INSERT INTO mail_tokens (token_hash, purpose, email, organization_id, created_at, expires_at) "
                  "VALUES (?,?,?,?,?,?)", (digest(token), purpose, email, org_id, now_iso, expires_iso))
 
 
-def get_token(conn_or_store, token_hash: str, purpose: str) -> dict | None:
+def get_token(conn_or_store: Source, token_hash: str, purpose: str) -> Row | None:
     return one(conn_or_store, "SELECT * FROM mail_tokens WHERE token_hash = ? AND purpose = ?", (token_hash, purpose))
 
 
@@ -87,13 +94,13 @@ STATUS_WHERE = {
 }
 
 
-def org_status(row: dict) -> str:
+def org_status(row: Row) -> str:
     if row["approved_at"]:
         return "approved"
     return "unconfirmed" if row["unconfirmed"] else "pending"
 
 
-def list_orgs(store, status: str | None) -> list[dict]:
+def list_orgs(store: Store, status: str | None) -> list[Row]:
     where = STATUS_WHERE[status] if status else "1"
     rows = store.all(
         "SELECT o.id, o.name, o.created_at, o.confirmed_at, o.approved_at, o.unconfirmed, "
@@ -105,7 +112,7 @@ def list_orgs(store, status: str | None) -> list[dict]:
              "approved_at": r["approved_at"]} for r in rows]
 
 
-def managers(conn, org_id: str) -> list[str]:
+def managers(conn: sqlite3.Connection, org_id: str) -> list[str]:
     """Addresses of the organization's active owners and admins (low-balance warnings)."""
     rows = conn.execute("SELECT DISTINCT email FROM users WHERE organization_id = ? AND is_active = 1 "
                         "AND role IN ('owner', 'admin') ORDER BY email", (org_id,)).fetchall()
@@ -113,18 +120,18 @@ def managers(conn, org_id: str) -> list[str]:
 
 
 # -- sign-up state -------------------------------------------------------------------------
-def mark_unconfirmed(conn, org_id: str) -> None:
+def mark_unconfirmed(conn: sqlite3.Connection, org_id: str) -> None:
     conn.execute("UPDATE organizations SET unconfirmed = 1 WHERE id = ?", (org_id,))
 
 
-def confirm_org(conn, org_id: str, now_iso: str) -> bool:
+def confirm_org(conn: sqlite3.Connection, org_id: str, now_iso: str) -> bool:
     """True when this call confirmed it (it was waiting for the confirmation)."""
     cur = conn.execute("UPDATE organizations SET unconfirmed = 0, confirmed_at = ? WHERE id = ? AND unconfirmed = 1",
                        (now_iso, org_id))
     return cur.rowcount == 1
 
 
-def email_known(conn, email: str) -> bool:
+def email_known(conn: sqlite3.Connection, email: str) -> bool:
     """An active member (not of an unconfirmed sign-up) or a password has this address."""
     return conn.execute("SELECT 1 FROM users u JOIN organizations o ON o.id = u.organization_id "
                         "WHERE u.email = ? COLLATE NOCASE AND u.is_active = 1 AND o.unconfirmed = 0 UNION ALL "
@@ -132,21 +139,16 @@ def email_known(conn, email: str) -> bool:
                         (email, email)).fetchone() is not None
 
 
-def first_membership(conn, email: str) -> dict | None:
-    return conn.execute("SELECT id AS user_id, organization_id FROM users WHERE email = ? COLLATE NOCASE "
-                        "AND is_active = 1 ORDER BY created_at, id LIMIT 1", (email,)).fetchone()
+def first_membership(conn: sqlite3.Connection, email: str) -> Row | None:
+    return one(conn, "SELECT id AS user_id, organization_id FROM users WHERE email = ? COLLATE NOCASE "
+                        "AND is_active = 1 ORDER BY created_at, id LIMIT 1", (email,))
 
 
-def org_row(conn, org_id: str) -> dict | None:
-    return conn.execute("SELECT * FROM organizations WHERE id = ?", (org_id,)).fetchone()
+def org_row(conn: sqlite3.Connection, org_id: str) -> Row | None:
+    return one(conn, "SELECT * FROM organizations WHERE id = ?", (org_id,))
 
 
-def mail_low_balance(conn, org_id: str, available: str, threshold: str, now_iso: str) -> None:
-    """The low-balance warning, to every active owner and admin (once per crossing: the
-    balance actor calls this only when the warning fires)."""
-    from service.mail.messages import low_balance
-
-    row = conn.execute("SELECT name FROM organizations WHERE id = ?", (org_id,)).fetchone()
-    mail = low_balance(row["name"] if row else "", available, threshold)
-    for to in managers(conn, org_id):
-        enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso)
+def org_name(conn: sqlite3.Connection, org_id: str) -> str:
+    """The organization's name ("" when it is gone), for a mail about it."""
+    row = one(conn, "SELECT name FROM organizations WHERE id = ?", (org_id,))
+    return str(row["name"]) if row else ""

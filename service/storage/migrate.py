@@ -5,20 +5,22 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sqlite3
+from pathlib import Path
 
 from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
 
 import service.storage as pkg
 
 
-def migration_sets():
+def migration_sets() -> list[Migrations]:
     """Every `schema_*` module's `migrations`, in module-name order (accounts first)."""
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith("schema_"))
     names.sort(key=lambda n: (n != "schema_accounts", n))
     return [importlib.import_module(f"service.storage.{n}").migrations for n in names]
 
 
-def apply_all(path) -> None:
+def apply_all(path: Path | str) -> None:
     """Migrate on a plain connection of its own (sqlite-utils expects tuple rows). After a
     migration of an existing database, VACUUM: a migration that rewrites stored values (key
     digests, sealed secrets) leaves the old bytes in free pages otherwise."""
@@ -35,13 +37,13 @@ def apply_all(path) -> None:
         conn.close()
 
 
-def vacuum(conn) -> None:
+def vacuum(conn: sqlite3.Connection) -> None:
     """Rewrite the file without free pages, and empty the WAL."""
     conn.execute("VACUUM")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def _applied(db: Database) -> set:
+def _applied(db: Database) -> set[tuple[str, str]]:
     if "_sqlite_migrations" not in db.table_names():
         return set()
     return {(r[0], r[1]) for r in db.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()}

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from service.storage.rows import all_rows, insert, one, rows_in
+from service.storage.rows import Row, Source, all_rows, insert, one, rows_in
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 RUN_COLUMNS = ("id, organization_id, project_id, product, product_version, status, inputs, run_values, "
                "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at")
@@ -25,7 +29,7 @@ def _json(value: Any) -> str:
 
 
 # -- runs and steps --------------------------------------------------------------------------
-def insert_run(conn: sqlite3.Connection, run: dict, steps: Iterable[dict]) -> None:
+def insert_run(conn: sqlite3.Connection, run: Row, steps: Iterable[Row]) -> None:
     row = dict(run)
     for k in ("inputs", "run_values", "outputs"):
         if row.get(k) is not None and not isinstance(row[k], str):
@@ -38,49 +42,49 @@ def insert_run(conn: sqlite3.Connection, run: dict, steps: Iterable[dict]) -> No
         insert(conn, "product_run_steps", s)
 
 
-def update_run(conn: sqlite3.Connection, run_id: str, fields: dict) -> None:
+def update_run(conn: sqlite3.Connection, run_id: str, fields: Row) -> None:
     fields = {k: (_json(v) if k in ("outputs", "inputs", "run_values") and v is not None
                   and not isinstance(v, str) else v) for k, v in fields.items()}
     sets = ", ".join(f"{k} = ?" for k in fields)
     conn.execute(f"UPDATE product_runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
 
 
-def update_step(conn: sqlite3.Connection, run_id: str, key: str, fields: dict) -> None:
+def update_step(conn: sqlite3.Connection, run_id: str, key: str, fields: Row) -> None:
     fields = {k: (_json(v) if k == "outputs" and not isinstance(v, str) else v) for k, v in fields.items()}
     sets = ", ".join(f"{k} = ?" for k in fields)
     conn.execute(f"UPDATE product_run_steps SET {sets} WHERE run_id = ? AND key = ?",
                  (*fields.values(), run_id, key))
 
 
-def get_run(conn_or_store, run_id: str) -> dict | None:
+def get_run(conn_or_store: Source, run_id: str) -> Row | None:
     return one(conn_or_store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ?", (run_id,))
 
 
-def run_in_org(store, org_id: str, run_id: str) -> dict | None:
+def run_in_org(store: Store, org_id: str, run_id: str) -> Row | None:
     return one(store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ? AND organization_id = ?",
                 (run_id, org_id))
 
 
-def steps_of(conn_or_store, run_id: str) -> list[dict]:
+def steps_of(conn_or_store: Source, run_id: str) -> list[Row]:
     return all_rows(conn_or_store, f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id = ? ORDER BY position",
                 (run_id,))
 
 
-def steps_of_runs(store, run_ids: Iterable[str]) -> dict[str, list[dict]]:
+def steps_of_runs(store: Store, run_ids: Iterable[str]) -> dict[str, list[Row]]:
     ids = list(run_ids)
-    out: dict[str, list[dict]] = {i: [] for i in ids}
+    out: dict[str, list[Row]] = {i: [] for i in ids}
     for row in rows_in(store, f"SELECT {STEP_COLUMNS} FROM product_run_steps WHERE run_id IN ({{marks}}) "
                        "ORDER BY run_id, position", ids):
         out[row["run_id"]].append(row)
     return out
 
 
-def runs_by_ids(store, run_ids: Iterable[str]) -> dict[str, dict]:
+def runs_by_ids(store: Store, run_ids: Iterable[str]) -> dict[str, Row]:
     return {row["id"]: row for row in rows_in(store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id IN ({{marks}})",
                                               run_ids)}
 
 
-def list_runs(store, project_id: str, limit: int, product: str | None = None) -> list[dict]:
+def list_runs(store: Store, project_id: str, limit: int, product: str | None = None) -> list[Row]:
     if product is None:
         return store.all(f"SELECT {RUN_COLUMNS} FROM product_runs WHERE project_id = ? "
                          "ORDER BY created_at DESC, id DESC LIMIT ?", (project_id, limit))
@@ -88,13 +92,13 @@ def list_runs(store, project_id: str, limit: int, product: str | None = None) ->
                      "ORDER BY created_at DESC, id DESC LIMIT ?", (project_id, product, limit))
 
 
-def open_run_ids(store) -> list[str]:
+def open_run_ids(store: Store) -> list[str]:
     """Runs not final, oldest first (recovery)."""
     return [r["id"] for r in store.all("SELECT id FROM product_runs WHERE status IN ('queued', 'running') "
                                        "ORDER BY created_at, id")]
 
 
-def open_jobs_of_final_runs(store) -> list[dict]:
+def open_jobs_of_final_runs(store: Store) -> list[Row]:
     """Step jobs still queued or rendering under a run that is already final (a stop came
     between the run's final commit and the cancel of its jobs)."""
     return store.all("SELECT j.id, j.organization_id, j.workflow_run_id FROM jobs j "
@@ -102,7 +106,7 @@ def open_jobs_of_final_runs(store) -> list[dict]:
                      "WHERE j.status IN ('queued', 'rendering') AND r.status NOT IN ('queued', 'running')")
 
 
-def jobs_by_ids(store, job_ids: Iterable[str]) -> dict[str, dict]:
+def jobs_by_ids(store: Store, job_ids: Iterable[str]) -> dict[str, Row]:
     from service.storage.generation import JOB_COLUMNS
 
     return {row["id"]: row for row in rows_in(store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({{marks}})", job_ids)}
@@ -132,8 +136,8 @@ def _feed_parts(project_id: str, source: str | None) -> tuple[list[str], list[An
     return parts, params
 
 
-def feed(store, project_id: str, source: str | None, limit: int,
-         after: tuple[str, str, str] | None) -> tuple[list[dict], int]:
+def feed(store: Store, project_id: str, source: str | None, limit: int,
+         after: tuple[str, str, str] | None) -> tuple[list[Row], int]:
     """One page of `{type, id, created_at}` rows after the cursor position, and the total
     number of rows matching `source` (all pages), read in one snapshot."""
     parts, params = _feed_parts(project_id, source)

@@ -9,7 +9,13 @@ installed) is skipped. A new table joins with one line here.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 BATCH = 500  # rows per transaction: the writer is never held for long
 
@@ -34,22 +40,22 @@ RULES = (
 )
 
 
-def tables(store) -> set[str]:
+def tables(store: Store) -> set[str]:
     return {r["name"] for r in store.all("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-def has_some(store, rule: Rule, cutoff) -> bool:
+def has_some(store: Store, rule: Rule, cutoff: object) -> bool:
     """A read first: a sweep with nothing to delete takes no write."""
     return store.one(f"SELECT 1 AS x FROM {rule.table} WHERE {rule.where} LIMIT 1", (cutoff,)) is not None
 
 
-def delete_batch(conn, rule: Rule, cutoff) -> int:
+def delete_batch(conn: sqlite3.Connection, rule: Rule, cutoff: object) -> int:
     """Delete up to BATCH rows matching the rule; how many went."""
     return conn.execute(f"DELETE FROM {rule.table} WHERE rowid IN "
                         f"(SELECT rowid FROM {rule.table} WHERE {rule.where} LIMIT {BATCH})", (cutoff,)).rowcount
 
 
-def content_shas(store) -> set[str]:
+def content_shas(store: Store) -> set[str]:
     return {r["sha256"] for r in store.all("SELECT DISTINCT sha256 FROM assets")}
 
 
@@ -61,7 +67,7 @@ BACKLOG = {
 }
 
 
-def backlog(store) -> dict[str, int]:
+def backlog(store: Store) -> dict[str, int]:
     """Rows waiting in each outbox table (the metrics gauge)."""
     present = tables(store)
     return {t: store.scalar(q) for t, q in BACKLOG.items() if t in present}

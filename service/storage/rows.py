@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
+
+Connection: TypeAlias = sqlite3.Connection  # the writer's, inside `Store.write`: named for layers above
+Row: TypeAlias = dict[str, Any]  # a row as the connections' row factory builds it (column -> value)
+Params: TypeAlias = Sequence[Any] | dict[str, Any]
+Source: TypeAlias = "sqlite3.Connection | Store"  # where a read runs: the writer's connection or the Store
 
 IN_CHUNK = 500  # ids per `IN (...)`: well under SQLite's variable limit
 
@@ -19,30 +28,36 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def one(conn_or_store, sql: str, params: Sequence | dict = ()) -> dict | None:
+def one(conn_or_store: Source, sql: str, params: Params = ()) -> Row | None:
     if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchone()
+        return cast("Row | None", conn_or_store.execute(sql, params).fetchone())
     return conn_or_store.one(sql, params)
 
 
-def all_rows(conn_or_store, sql: str, params: Sequence | dict = ()) -> list[dict]:
+def all_rows(conn_or_store: Source, sql: str, params: Params = ()) -> list[Row]:
     if isinstance(conn_or_store, sqlite3.Connection):
-        return conn_or_store.execute(sql, params).fetchall()
+        return cast("list[Row]", conn_or_store.execute(sql, params).fetchall())
     return conn_or_store.all(sql, params)
 
 
-def rows_in(conn_or_store, sql: str, ids: Iterable[str]) -> list[dict]:
+def scalar(conn: sqlite3.Connection, sql: str, params: Params = ()) -> Any:
+    """The first column of the first row, or None (the writer's side of `Store.scalar`)."""
+    row = one(conn, sql, params)
+    return None if row is None else next(iter(row.values()))
+
+
+def rows_in(conn_or_store: Source, sql: str, ids: Iterable[str]) -> list[Row]:
     """Rows of `sql`, whose `{marks}` stands for the placeholders of `IN ({marks})`, for
     every id, read `IN_CHUNK` ids at a time (each chunk in the query's own order)."""
     ids = list(ids)
-    out: list[dict] = []
+    out: list[Row] = []
     for start in range(0, len(ids), IN_CHUNK):
         part = ids[start:start + IN_CHUNK]
         out += all_rows(conn_or_store, sql.format(marks=", ".join("?" * len(part))), part)
     return out
 
 
-def insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
+def insert(conn: sqlite3.Connection, table: str, row: Row) -> None:
     """INSERT `row` (column -> value) into `table`."""
     cols = ", ".join(row)
     conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))

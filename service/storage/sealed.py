@@ -6,12 +6,13 @@ drop a key rotation that stopped half-way."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from service.sealing import PREFIX, NodeKey
 from service.storage.migrate import vacuum
 
 
-def seal_at_rest(path, key: NodeKey) -> int:
+def seal_at_rest(path: Path | str, key: NodeKey) -> int:
     """Returns how many secrets were sealed now."""
     conn = sqlite3.connect(str(path))
     try:

@@ -2,16 +2,24 @@
 the figures the routes show.
 
 The balance actor is the only writer: `persist` applies a batch's changed limits and figures
-(absolute values from memory) and its warnings (event `billing.spend_limit_reached` and a
-mail to the owners and admins) in the batch's transaction. A project's figure is per UTC
+(absolute values from memory) and its warnings' events (`billing.spend_limit_reached`) in
+the batch's transaction; their mails to the owners and admins are queued in the same
+transaction by service/mail/notices.py. A project's figure is per UTC
 month (`period` `YYYY-MM`), a key's for its life (`period` '').
 """
 
 from __future__ import annotations
 
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
 from service.money import fmt
 from service.storage.events import emit
-from service.storage.mail import enqueue, managers
+from service.storage.rows import Row, one
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 SQL_LIMIT_UPSERT = ("INSERT INTO spend_limits (organization_id, scope, scope_id, limit_uc, notified_at) "
                     "VALUES (?,?,?,?,?) ON CONFLICT (scope, scope_id) DO UPDATE SET "
@@ -21,7 +29,8 @@ SQL_FIGURE_UPSERT = ("INSERT INTO spend_figures (organization_id, scope, scope_i
                      "spent_uc = excluded.spent_uc")
 
 
-def persist(conn, org_id: str, limits: list[tuple], figures: list[tuple], warnings: list[tuple]) -> None:
+def persist(conn: sqlite3.Connection, org_id: str, limits: list[tuple[Any, ...]], figures: list[tuple[Any, ...]],
+            warnings: list[tuple[Any, ...]]) -> None:
     """limits: (scope, id, limit_uc, notified_at); figures: (scope, id, period, spent_uc);
     warnings: (scope, id, limit, spent, now_iso) with decimal strings."""
     if limits:
@@ -31,20 +40,16 @@ def persist(conn, org_id: str, limits: list[tuple], figures: list[tuple], warnin
     for scope, scope_id, limit, spent, now_iso in warnings:
         emit(conn, org_id, "billing.spend_limit_reached",
              {"scope": scope, "id": scope_id, "limit": limit, "spent": spent}, now_iso)
-        _mail(conn, org_id, scope, scope_id, limit, spent, now_iso)
 
 
-def _mail(conn, org_id: str, scope: str, scope_id: str, limit: str, spent: str, now_iso: str) -> None:
-    from service.mail.messages import spend_limit_reached
-
+def scope_name(conn: sqlite3.Connection, scope: str, scope_id: str) -> str | None:
+    """The name of a limit's project or API key (None when it is gone)."""
     table = "projects" if scope == "project" else "api_keys"
-    row = conn.execute(f"SELECT name FROM {table} WHERE id = ?", (scope_id,)).fetchone()
-    mail = spend_limit_reached(scope, row["name"] if row else scope_id, limit, spent)
-    for to in managers(conn, org_id):
-        enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso)
+    row = one(conn, f"SELECT name FROM {table} WHERE id = ?", (scope_id,))
+    return None if row is None else str(row["name"])
 
 
-def load(store, org_id: str, month: str) -> tuple[list[dict], list[dict]]:
+def load(store: Store, org_id: str, month: str) -> tuple[list[Row], list[Row]]:
     """The organization's limit rows and its figures of `month` (projects) and of its keys."""
     limits = store.all("SELECT scope, scope_id, limit_uc, notified_at FROM spend_limits WHERE organization_id = ?",
                        (org_id,))
@@ -54,9 +59,9 @@ def load(store, org_id: str, month: str) -> tuple[list[dict], list[dict]]:
 
 
 # -- reads of the routes -------------------------------------------------------------------------
-def project_fields(store, org_id: str, month: str) -> dict[str, dict]:
+def project_fields(store: Store, org_id: str, month: str) -> dict[str, Row]:
     """project id -> {monthly_spend_limit, month_spent} for projects with a limit or a figure."""
-    out: dict[str, dict] = {}
+    out: dict[str, Row] = {}
     for r in store.all("SELECT scope_id, limit_uc FROM spend_limits WHERE organization_id = ? "
                        "AND scope = 'project'", (org_id,)):
         out[r["scope_id"]] = {"monthly_spend_limit": fmt(r["limit_uc"]), "month_spent": "0.00"}
@@ -66,9 +71,9 @@ def project_fields(store, org_id: str, month: str) -> dict[str, dict]:
     return out
 
 
-def key_fields(store, org_id: str) -> dict[str, dict]:
+def key_fields(store: Store, org_id: str) -> dict[str, Row]:
     """key id -> {spend_limit, spent} for keys with a limit or a figure."""
-    out: dict[str, dict] = {}
+    out: dict[str, Row] = {}
     for r in store.all("SELECT scope_id, limit_uc FROM spend_limits WHERE organization_id = ? "
                        "AND scope = 'api_key'", (org_id,)):
         out[r["scope_id"]] = {"spend_limit": fmt(r["limit_uc"]), "spent": "0.00"}

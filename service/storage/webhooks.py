@@ -11,9 +11,18 @@ Delivery lifecycle (one row per event per subscribed webhook):
 from __future__ import annotations
 
 import json
-from typing import Any
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .rows import new_id, one
+from service.storage.rows import Row, Source
+
+from .rows import new_id as new_id  # the actors name it through this module
+from .rows import one, scalar
+
+if TYPE_CHECKING:
+    from service.storage.db import Store
+
 
 WEBHOOK_COLUMNS = "id, organization_id, url, events, description, is_active, created_at, updated_at"
 DELIVERY_COLUMNS = ("id, webhook_id, event, status, created_at, sent_at, completed_at, status_code, "
@@ -27,40 +36,40 @@ def body_text(event: str, data_json: str) -> str:
 
 
 # -- webhooks ----------------------------------------------------------------------------------
-def last_event_seq(conn) -> int:
-    return conn.execute("SELECT COALESCE(MAX(seq), 0) AS s FROM events").fetchone()["s"]
+def last_event_seq(conn: sqlite3.Connection) -> int:
+    return int(scalar(conn, "SELECT COALESCE(MAX(seq), 0) FROM events"))
 
 
-def insert_webhook(conn, row: dict) -> None:
+def insert_webhook(conn: sqlite3.Connection, row: Row) -> None:
     """A new webhook receives the events committed after it (not those still in the outbox)."""
     row = dict(row, events=json.dumps(row["events"]), active_since_seq=last_event_seq(conn))
     cols = ", ".join(row)
     conn.execute(f"INSERT INTO webhooks ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
 
 
-def get_webhook(conn_or_store, org_id: str, webhook_id: str) -> dict | None:
+def get_webhook(conn_or_store: Source, org_id: str, webhook_id: str) -> Row | None:
     return one(conn_or_store, f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ? AND organization_id = ? "
                 "AND deleted_at IS NULL", (webhook_id, org_id))
 
 
-def webhook_ever_existed(conn, org_id: str, webhook_id: str) -> dict | None:
-    return conn.execute("SELECT id, deleted_at FROM webhooks WHERE id = ? AND organization_id = ?",
-                        (webhook_id, org_id)).fetchone()
+def webhook_ever_existed(conn: sqlite3.Connection, org_id: str, webhook_id: str) -> Row | None:
+    return one(conn, "SELECT id, deleted_at FROM webhooks WHERE id = ? AND organization_id = ?",
+                        (webhook_id, org_id))
 
 
-def webhook_secret(conn, webhook_id: str) -> dict | None:
-    return conn.execute("SELECT id, organization_id, url, secret, is_active, deleted_at FROM webhooks "
-                        "WHERE id = ?", (webhook_id,)).fetchone()
+def webhook_secret(conn: sqlite3.Connection, webhook_id: str) -> Row | None:
+    return one(conn, "SELECT id, organization_id, url, secret, is_active, deleted_at FROM webhooks "
+                        "WHERE id = ?", (webhook_id,))
 
 
-def reseal_secrets(conn, reseal) -> int:
+def reseal_secrets(conn: sqlite3.Connection, reseal: Callable[[str], str]) -> int:
     """Every stored webhook secret (deleted webhooks' too) through `reseal(sealed) -> sealed`."""
     rows = conn.execute("SELECT id, secret FROM webhooks").fetchall()
     conn.executemany("UPDATE webhooks SET secret = ? WHERE id = ?", [(reseal(r["secret"]), r["id"]) for r in rows])
     return len(rows)
 
 
-def list_webhooks(store, org_id: str, limit: int, offset: int) -> tuple[list[dict], int]:
+def list_webhooks(store: Store, org_id: str, limit: int, offset: int) -> tuple[list[Row], int]:
     total = store.scalar("SELECT COUNT(*) FROM webhooks WHERE organization_id = ? AND deleted_at IS NULL",
                          (org_id,))
     rows = store.all(f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE organization_id = ? AND deleted_at IS NULL "
@@ -68,7 +77,7 @@ def list_webhooks(store, org_id: str, limit: int, offset: int) -> tuple[list[dic
     return rows, total
 
 
-def update_webhook(conn, webhook_id: str, fields: dict) -> None:
+def update_webhook(conn: sqlite3.Connection, webhook_id: str, fields: Row) -> None:
     """Resuming a paused webhook starts it at the current end of the outbox: events committed
     while it was paused are not delivered later."""
     fields = dict(fields)
@@ -82,17 +91,17 @@ def update_webhook(conn, webhook_id: str, fields: dict) -> None:
     conn.execute(f"UPDATE webhooks SET {sets} WHERE id = ?", (*fields.values(), webhook_id))
 
 
-def delete_webhook(conn, webhook_id: str, now: str) -> None:
+def delete_webhook(conn: sqlite3.Connection, webhook_id: str, now: str) -> None:
     conn.execute("UPDATE webhooks SET deleted_at = ?, is_active = 0 WHERE id = ? AND deleted_at IS NULL",
                  (now, webhook_id))
 
 
 # -- the outbox -> deliveries ----------------------------------------------------------------------
-def has_undispatched(store) -> bool:
+def has_undispatched(store: Store) -> bool:
     return store.one("SELECT 1 AS x FROM events WHERE dispatched = 0 LIMIT 1") is not None
 
 
-def fan_out(conn, now: str, limit: int = FAN_OUT_BATCH) -> tuple[int, list[dict]]:
+def fan_out(conn: sqlite3.Connection, now: str, limit: int = FAN_OUT_BATCH) -> tuple[int, list[Row]]:
     """Turn undispatched events into `pending` deliveries, one per active subscribed webhook,
     and mark the events dispatched, in the caller's transaction. Returns (events handled,
     new deliveries as {id, organization_id, webhook_id} in event order)."""
@@ -100,8 +109,8 @@ def fan_out(conn, now: str, limit: int = FAN_OUT_BATCH) -> tuple[int, list[dict]
                           "ORDER BY seq LIMIT ?", (limit,)).fetchall()
     if not events:
         return 0, []
-    hooks_of: dict[str, list[dict]] = {}
-    out: list[dict] = []
+    hooks_of: dict[str, list[Row]] = {}
+    out: list[Row] = []
     rows = []
     for ev in events:
         org = ev["organization_id"]
@@ -129,7 +138,7 @@ def fan_out(conn, now: str, limit: int = FAN_OUT_BATCH) -> tuple[int, list[dict]
     return len(events), out
 
 
-def start_sending(conn, ids: list[str], now: str) -> tuple[list[dict], list[str]]:
+def start_sending(conn: sqlite3.Connection, ids: list[str], now: str) -> tuple[list[Row], list[str]]:
     """Mark `pending` deliveries `sending` (the caller sends them only after this commits).
     A delivery whose webhook was paused or deleted meanwhile becomes `skipped`.
     Returns (sendable rows with url, secret and body; ids not to send)."""
@@ -154,7 +163,7 @@ def start_sending(conn, ids: list[str], now: str) -> tuple[list[dict], list[str]
     return send, dropped
 
 
-def insert_test_delivery(conn, row: dict) -> None:
+def insert_test_delivery(conn: sqlite3.Connection, row: Row) -> None:
     """A webhook.test delivery: written `sending` at once (it is sent right after the commit)."""
     conn.execute("INSERT INTO webhook_deliveries (id, webhook_id, organization_id, event_seq, event, body, "
                  "status, created_at, sent_at) VALUES (?, ?, ?, NULL, ?, ?, 'sending', ?, ?)",
@@ -162,7 +171,7 @@ def insert_test_delivery(conn, row: dict) -> None:
                   row["created_at"], row["created_at"]))
 
 
-def record_outcomes(conn, outcomes: list[tuple[str, str, Any]]) -> None:
+def record_outcomes(conn: sqlite3.Connection, outcomes: list[tuple[str, str, Any]]) -> None:
     """(delivery id, completed_at iso, Outcome). A late outcome also overwrites `unknown`
     (the dispatcher restarted in place while the send was still running)."""
     conn.executemany(
@@ -172,13 +181,13 @@ def record_outcomes(conn, outcomes: list[tuple[str, str, Any]]) -> None:
           o.duration_ms, did) for did, at, o in outcomes])
 
 
-def unsend(conn, delivery_id: str) -> None:
+def unsend(conn: sqlite3.Connection, delivery_id: str) -> None:
     """A send that never started (the node's sender closed at shutdown) is pending again."""
     conn.execute("UPDATE webhook_deliveries SET status = 'pending', sent_at = NULL "
                  "WHERE id = ? AND status = 'sending'", (delivery_id,))
 
 
-def recover(conn, now: str) -> list[dict]:
+def recover(conn: sqlite3.Connection, now: str) -> list[Row]:
     """After a restart: a `sending` delivery may or may not have reached its receiver, so it is
     recorded `unknown` and never re-sent; `pending` ones are returned to be sent (oldest first)."""
     conn.execute("UPDATE webhook_deliveries SET status = 'unknown', completed_at = ?, "
@@ -188,6 +197,6 @@ def recover(conn, now: str) -> list[dict]:
                         "WHERE status = 'pending' ORDER BY seq").fetchall()
 
 
-def list_deliveries(store, webhook_id: str, limit: int) -> list[dict]:
+def list_deliveries(store: Store, webhook_id: str, limit: int) -> list[Row]:
     return store.all(f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook_id = ? "
                      "ORDER BY seq DESC LIMIT ?", (webhook_id, limit))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 
+from service.machines import JOB
 from service.money import fmt
 
-FINAL = ("completed", "failed", "nsfw", "canceled")
+FINAL = tuple(sorted(JOB.final))  # the job machine's final statuses (service/machines.py)
 
 
 def job_urls(job_id: str, base_url: str) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from service import passwords
 from service.actors.sessions import ABSOLUTE
 from service.errors import ApiError
 from service.http.auth import node, principal
-from service.http.browser import SESSION_COOKIE, csrf_protected, current_session, page, set_cookie, throttle
+from service.http.browser import SESSION_COOKIE, csrf_protected, page, page_session, set_cookie, throttle
 from service.http.dashboard import show
 from service.http.pages import PageError
 from service.roles import ROLE_NAMES, allows
@@ -39,7 +39,7 @@ def members(org_id: str) -> list[dict]:
 @page()
 async def account():
     p = principal()
-    s = current_session()
+    s = page_session()
     linked = {row["issuer"] for row in identity_sql.identities_of_person(node().store, s.email)}
     providers = [(k, prov.name, prov.config.issuer in linked) for k, prov in node().oidc.items()]
     has_password = sessions_sql.password_hash(node().store, s.email) is not None
@@ -64,7 +64,7 @@ async def change_password():
     new one. A person who has a password must give it; one who signed in only through a
     provider sets a first one."""
     form = await request.form
-    s = current_session()
+    s = page_session()
     svc = node()
     throttle(s.email)
     existing = sessions_sql.password_hash(svc.store, s.email)
@@ -90,8 +90,7 @@ async def unlink_identity(key: str):
     provider = node().oidc.get(key)
     if provider is None:
         raise PageError(404, "Not unlinked", "This identity provider is not configured.")
-    s = current_session()
-    assert s is not None  # @page let the request in
+    s = page_session()
     await _ask(node().accounts.unlink_identity(s.email, provider.config.issuer))
     return redirect("/account", 303)
 

@@ -221,7 +221,7 @@ def job_view(status: dict) -> dict:
     store = node().store
     outputs = [{**o, "link": signed(o["id"]), "text": text_of(o)} for o in status["outputs"]]
     hold = billing_sql.hold_status_of_job(store, status["request_id"]) \
-        if status["status"] in ("failed", "canceled", "nsfw") else None
+        if status["status"] in JOB.final and status["status"] != "completed" else None
     row = gen_sql.get_job(store, status["request_id"]) or {}
     params = json.loads(row.get("params") or "{}")
     again = {"capability": status["capability"], "model": status["model"], "prompt": row.get("prompt") or ""}

@@ -84,23 +84,25 @@ async def accept():
     s = current_session()
     if s is not None and not same_person(s.email, inv["email"]):
         raise PageError(403, "Invitation not accepted", INVITE_EMAIL_MISMATCH)
-    kw = {"signed_in_email": s.email} if s is not None else {}
+    signed_in_email = s.email if s is not None else None
+    password_hash = None
     if s is None:
         throttle(inv["email"])
         existing = sql.password_hash(svc.store, inv["email"])
         if existing is not None:  # an existing person: their password signs them in
             if not await passwords.verify(existing, password):
                 return invitation_form(inv, token, 401, "The password is not the one of your account.")
-            kw = {"signed_in_email": inv["email"]}
+            signed_in_email = inv["email"]
         elif identity_sql.person_known(svc.store, inv["email"]):
             return invitation_form(inv, token, 409, EXISTING_PERSON)
         else:
             problem = passwords.weakness(password)
             if problem:
                 return invitation_form(inv, token, 422, problem)
-            kw = {"password_hash": await passwords.hash_password(password)}
+            password_hash = await passwords.hash_password(password)
     try:
-        out = await svc.accounts.accept_invite(token=token, **kw)
+        out = await svc.accounts.accept_invite(token=token, signed_in_email=signed_in_email,
+                                             password_hash=password_hash)
     except ApiError as e:
         raise PageError(e.status, "Invitation not accepted", e.message) from None
     return await enter(out["user_id"], out["organization_id"], HOME)

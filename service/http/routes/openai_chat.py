@@ -54,7 +54,7 @@ async def chat():
     m = pick_model(gen, data.model, "text.llm")
     messages, prompt = _conversation(data)
     project = resolve_project(None, write=True)
-    body = {"prompt": prompt}
+    body: dict[str, object] = {"prompt": prompt}
     if data.seed is not None:
         body["seed"] = data.seed
     calls = FrontJobs(gen, principal().org_id, project["id"])

@@ -116,7 +116,7 @@ async def stripe_webhook():
         raise NotFound(ROUTE_MISSING)
     if not getattr(provider, "webhook_secret", None):
         raise Unavailable("Stripe webhooks are not configured on this node.", code="billing.not_configured")
-    raw = await request.get_data()
+    raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
     try:
         event = provider.parse_webhook(raw, request.headers)
     except InvalidWebhook as e:

@@ -3,7 +3,8 @@
 // current; on a final status (or any run/feed change) it re-reads itself from data-refresh
 // (the same server-rendered page) and swaps in the fresh copy. No polling.
 (function () {
-  var FINAL = ["completed", "failed", "nsfw", "canceled"];
+  // the final statuses of jobs and runs, from the server's state machines (dash.html)
+  var FINAL = (document.currentScript.dataset.final || "").split(" ");
   function refresh(el) {
     if (el._busy) { el._again = true; return; }
     el._busy = true;
