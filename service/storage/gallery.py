@@ -3,15 +3,17 @@ newest first, cursor-paged; hidden jobs; stored thumbnails."""
 
 from __future__ import annotations
 
+from service.storage.rows import Connection, Row, Source, all_rows, one
+
 PAGE = 24
 
 
-def page(store, org_id: str, project_id: str, capability: str | None, before: tuple[str, str] | None,
-         limit: int = PAGE) -> list[dict]:
+def page(store: Source, org_id: str, project_id: str, capability: str | None, before: tuple[str, str] | None,
+         limit: int = PAGE) -> list[Row]:
     """Up to `limit` jobs (not hidden) older than `before` = (created_at, id), each with its
     first output's id, kind, content type, size and digest (null while it has none)."""
     where = ["j.organization_id = ?", "j.project_id = ?", "h.job_id IS NULL"]
-    params: list = [org_id, project_id]
+    params: list[object] = [org_id, project_id]
     if capability:
         where.append("j.capability = ?")
         params.append(capability)
@@ -25,19 +27,19 @@ def page(store, org_id: str, project_id: str, capability: str | None, before: tu
         "LEFT JOIN assets a ON a.job_id = j.id AND a.position = 0 "
         f"WHERE {' AND '.join(where)} ORDER BY j.created_at DESC, j.id DESC LIMIT ?"
     )
-    return store.all(sql, [*params, limit])
+    return all_rows(store, sql, [*params, limit])
 
 
-def hide(conn, org_id: str, job_id: str, now: str) -> None:
+def hide(conn: Connection, org_id: str, job_id: str, now: str) -> None:
     conn.execute("INSERT OR IGNORE INTO studio_hidden (job_id, organization_id, hidden_at) VALUES (?, ?, ?)",
                  (job_id, org_id, now))
 
 
-def thumbnail(store, sha256: str) -> dict | None:
-    return store.one("SELECT * FROM thumbnails WHERE sha256 = ?", (sha256,))
+def thumbnail(store: Source, sha256: str) -> Row | None:
+    return one(store, "SELECT * FROM thumbnails WHERE sha256 = ?", (sha256,))
 
 
-def save_thumbnail(conn, row: dict) -> None:
+def save_thumbnail(conn: Connection, row: Row) -> None:
     conn.execute("INSERT OR IGNORE INTO thumbnails (sha256, thumb_sha256, content_type, width, height, size_bytes, "
                  "created_at) VALUES (:sha256, :thumb_sha256, :content_type, :width, :height, :size_bytes, :created_at)",
                  row)
