@@ -9,13 +9,13 @@ from typing import Any
 
 from service.actors.balance import MAX_UC
 from service.actors.delivery import EVENT_NAMES
-from service.views.run_feed import SOURCES
+from service.views.shapes import SOURCES
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
 from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES
 from service.catalog.product_types import CATEGORIES
 from service.http import responses as R
 from service.http.responses import Data
-from service.http.responses.types import sorted_states
+from service.views.shapes import sorted_states
 from service.machines import HOLD
 from service.money import UC
 from service.roles import ROLE_IDS

@@ -7,7 +7,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
+from typing_extensions import is_typeddict
 
 from . import Data
 
@@ -76,7 +77,7 @@ def shape_schema(shape: Any) -> tuple[dict, dict]:
         return {"type": "object", "properties": {"data": inner}, "required": ["data"]}, defs
     schema = TypeAdapter(shape).json_schema(ref_template=REF)
     defs = {name: _tidy(d) for name, d in schema.pop("$defs", {}).items()}
-    if isinstance(shape, type) and issubclass(shape, BaseModel):
+    if is_typeddict(shape):
         defs[shape.__name__] = _tidy(schema)
         return {"$ref": REF.format(model=shape.__name__)}, defs
     return _tidy(schema), defs

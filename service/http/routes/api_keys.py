@@ -11,6 +11,7 @@ from service.credits.limits import parse_limit
 from service.errors import NotFound, Unprocessable
 from service.views import accounts as views
 from service.views import spend
+from service.views.shapes import ApiKey
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, Timestamp, body
 from service.storage import accounts as sql
@@ -42,8 +43,8 @@ async def limit_or_revoke(org_id: str, key_id: str, limit: int) -> None:
         raise
 
 
-def _views(rows: list[dict]) -> list[dict]:
-    return spend.keys(node().store, principal().org_id, [views.api_key(r) for r in rows])
+def _views(rows: list[dict]) -> list[ApiKey]:
+    return spend.keys(node().store, principal().org_id, rows)
 
 
 @bp.get("/v1/api-keys")
@@ -83,7 +84,7 @@ async def create_key(data: KeyCreate):
                                            caller_user_role=p.user_role)
     if limit is not None:
         await limit_or_revoke(p.org_id, row["id"], limit)
-    return {"data": {**_views([row])[0], "key": row["key"]}}, 201
+    return {"data": views.api_key_created(_views([row])[0], row["key"])}, 201
 
 
 @bp.patch("/v1/api-keys/<key_id>")

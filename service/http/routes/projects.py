@@ -8,8 +8,8 @@ from quart import Blueprint
 
 from service.credits.limits import parse_limit
 from service.errors import NotFound
-from service.views import accounts as views
 from service.views import spend
+from service.views.shapes import Project
 from service.http.auth import principal, requires, node
 from service.http.schemas import Body, body
 from service.storage import accounts as sql
@@ -30,9 +30,9 @@ class ProjectUpdate(Body):
     monthly_spend_limit: str | None = Field(default=None, description="Credits per UTC month; null: none.")
 
 
-def _views(rows: list[dict]) -> list[dict]:
+def _views(rows: list[dict]) -> list[Project]:
     svc = node()
-    return spend.projects(svc.store, principal().org_id, [views.project(r) for r in rows], svc.clock.now())
+    return spend.projects(svc.store, principal().org_id, rows, svc.clock.now())
 
 
 @bp.get("/v1/projects")
