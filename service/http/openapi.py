@@ -109,14 +109,11 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
         (media, content), = request_body["content"].items()
         schema = _strip_titles(content["schema"])
         props = schema.setdefault("properties", {})
-        for name, patch in op.body.items():
+        for name, patch in op.live_body.items():
             if name not in props:
                 raise DocumentError(f"{where}: body field {name!r} is not in the route's model")
             keep = {k: v for k, v in props[name].items() if k == "description" or (k == "default" and v is not None)}
             props[name] = {**patch, **keep}
-        if op.required is not None:
-            schema["required"] = list(op.required)
-        schema.update(op.body_extra)
         schema["additionalProperties"] = False
         content["schema"] = schema
         # The server reads a missing body as `{}`: the body is required exactly when `{}` is invalid.
@@ -125,7 +122,7 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
             content["encoding"] = op.encoding
         if op.example is not None:
             content["example"] = op.example
-    elif op.body or op.example is not None:
+    elif op.live_body or op.example is not None:
         raise DocumentError(f"{where}: body patches or an example for a route without a body model")
     for name in op.path_examples:
         if ("path", name) not in names:

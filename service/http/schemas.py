@@ -12,6 +12,11 @@ Hostile JSON (tests/test_hostile_input.py): nesting past the interpreter's recur
 an integer of more than 4,300 digits, and a string holding an unpaired UTF-16 surrogate
 escape (`"\\ud800"`: valid JSON syntax, but not text, and SQLite cannot store it) are all
 400 `request.bad_request`. An integer query parameter outside SQLite's 64-bit range is 400.
+
+A body class is the one declaration of its body: the OpenAPI document takes its schema from
+the class (service/http/openapi.py). A field whose rule the route checks after parsing (a
+non-blank name, a slug, an enum: 422, not 400) states that rule's JSON Schema beside itself
+with `documented(...)`, so generated "valid" requests are valid and "invalid" ones invalid.
 """
 
 from __future__ import annotations
@@ -20,12 +25,56 @@ import json
 from functools import wraps
 from typing import Annotated, Any, Callable, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticUndefined
 from quart import request
 from quart_schema.validation import QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, QUART_SCHEMA_REQUEST_ATTRIBUTE, DataSource
 
 from service.clock import TimestampOutOfRange, parse_iso
 from service.errors import ApiError, BadRequest
+
+
+STR = {"type": "string"}
+TS = {"type": "string", "format": "date-time"}
+UUID = {"type": "string", "format": "uuid"}
+
+
+def nullable(schema: dict) -> dict:
+    t = schema.get("type")
+    if isinstance(t, str) and "$ref" not in schema and "enum" not in schema and "const" not in schema:
+        return {**schema, "type": [t, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# Python's whitespace (str.isspace), spelled out: the service strips with str.strip(), and a
+# pattern's \s means something else in ECMA-262 (no \x1c-\x1f or \x85; \ufeff is in).
+WS = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def non_blank(max_chars: int | None = None) -> dict:
+    """A string whose stripped text is non-empty (and at most `max_chars` characters)."""
+    if max_chars is None:
+        return {"type": "string", "pattern": f"[^{WS}]"}
+    return {"type": "string", "pattern": f"^[{WS}]*[^{WS}](?:[\\s\\S]{{0,{max_chars - 2}}}[^{WS}])?[{WS}]*$"}
+
+
+SLUG = {"type": "string", "pattern": r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$",
+        "description": "1 to 64 lowercase letters, digits and hyphens; no hyphen at either end."}
+SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,2})?$",
+                        "description": "Credits, at most two decimals, \"0\" or more (\"0\" stops all spending); "
+                                       "null: no limit (else 400 request.validation_failed)."})
+
+
+def documented(schema: dict, default: Any = PydanticUndefined, description: str | None = None) -> Any:
+    """A body field whose document schema is `schema` (the rule the route checks after
+    parsing), with the field's description and a non-null default; no default: required."""
+    def state(field_schema: dict[str, Any]) -> None:
+        keep = {k: v for k, v in field_schema.items()
+                if k == "description" or (k == "default" and v is not None)}
+        field_schema.clear()
+        field_schema.update({**schema, **keep})
+
+    return Field(default, description=description, json_schema_extra=state)
 
 
 class Body(BaseModel):

@@ -26,7 +26,7 @@ import json
 import re
 
 from service.views import jobs as job_views, runs as run_views
-from service.views.shapes import SOURCES, FeedJob, FeedRun, RunsPage
+from service.views.shapes import FeedJob, FeedRun, RunsPage
 from service.errors import Unprocessable
 from service.storage import generation as gen_sql
 from service.storage import products as sql

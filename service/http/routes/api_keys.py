@@ -13,23 +13,24 @@ from service.views import accounts as views
 from service.views import spend
 from service.views.shapes import ApiKey
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Timestamp, body
+from service.http.schemas import SPEND_LIMIT, TS, Body, Timestamp, body, documented, non_blank, nullable
+from service.roles import ROLE_IDS
 from service.storage import accounts as sql
 
 bp = Blueprint("api_keys", __name__)
 
 
 class KeyCreate(Body):
-    name: str
-    role_id: str | None = None
-    expires_at: Timestamp | None = None
-    spend_limit: str | None = None
+    name: str = documented(non_blank())
+    role_id: str | None = documented(nullable({"enum": list(ROLE_IDS.values())}), None)
+    expires_at: Timestamp | None = documented(nullable(TS), None)
+    spend_limit: str | None = documented(SPEND_LIMIT, None)
 
 
 class KeyUpdate(Body):
-    name: str | None = None
+    name: str | None = documented(nullable(non_blank()), None)
     is_active: bool | None = None
-    spend_limit: str | None = None
+    spend_limit: str | None = documented(SPEND_LIMIT, None)
 
 
 async def limit_or_revoke(org_id: str, key_id: str, limit: int) -> None:

@@ -17,7 +17,7 @@ from quart import Blueprint, request
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import Body, Query, body, clamp, documented, query
 from service.money import MAX_UC, UC, NotCredits, TooPrecise, decimal_uc, to_decimal
 from service.storage import billing as sql
 
@@ -45,7 +45,8 @@ class UsageQuery(Query):
 
 
 class SettingsBody(Body):
-    low_balance_threshold: int | float | str | None = Field(
+    low_balance_threshold: int | float | str | None = documented(
+        {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_UC // UC}, {"type": "string"}, {"type": "null"}]},
         description="Credits (number or decimal string, zero or more); null turns the warning off.")
 
 

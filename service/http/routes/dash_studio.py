@@ -27,6 +27,7 @@ from service.machines import JOB
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
 from service.views import spend
+from service.views.shapes import JobStatus
 from service.http.topics import job_stream, respond
 
 bp = Blueprint("dash_studio", __name__)
@@ -143,14 +144,14 @@ async def submit_job(form):
     return redirect(f"/studio/jobs/{out['request_id']}", 303)
 
 
-def job_or_404(job_id: str) -> dict:
+def job_or_404(job_id: str) -> JobStatus:
     status = node().generation.status(job_id, principal().org_id)
     if status is None:
         raise NotFound("Generation request not found.")
     return status
 
 
-def job_view(status: dict) -> dict:
+def job_view(status: JobStatus) -> dict:
     """The status object plus what a page shows: signed output links, whether the hold was
     released, the settings it ran with, its timings and a link to run them again."""
     store = node().store

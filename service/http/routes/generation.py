@@ -15,11 +15,11 @@ from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
-from service.catalog.capabilities import PROMPT_MAX_CHARS
+from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES, PROMPT_MAX_CHARS
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import STR, Body, Query, body, clamp, documented, nullable, query
 from service.idempotency import request_hash
 
 bp = Blueprint("generation", __name__)
@@ -31,7 +31,7 @@ class SubmitBody(Body):
     prompt: str | None = Field(default=None, description="Required non-empty when the capability's "
                                "prompt_required is true; at most 10,000 characters (422 beyond).",
                                json_schema_extra={"maxLength": PROMPT_MAX_CHARS})  # checked by the submit rules
-    aspect_ratio: str | None = None
+    aspect_ratio: str | None = documented(nullable({"enum": list(ASPECT_RATIOS)}), None)
     model: str | None = Field(default=None, description="Model id; default: the capability's first "
                               "available model.")
     resolution: str | None = None
@@ -39,13 +39,17 @@ class SubmitBody(Body):
     quality: str | None = Field(default=None, description="No model takes it today (422).")
     inputs: dict[str, list[str]] | None = Field(default=None, description="Slot name -> asset ids or "
                                                 "asset URLs returned by this API, of the job's project.")
-    webhook_url: str | None = Field(default=None, description="Job webhook; only https URLs are called.")
-    project_id: str | None = Field(default=None, description="Project id or slug.")
+    webhook_url: str | None = documented(
+        nullable({"type": "string", "description": "Job webhook URL; only https URLs are called (any other "
+                  "string is stored and never called)."}), None, "Job webhook; only https URLs are called.")
+    project_id: str | None = documented(nullable(STR), None, "Project id or slug.")
     seed: int | None = Field(default=None, ge=0, le=2 ** 31 - 1, description="Optional render seed.")
 
 
 class EstimateBody(SubmitBody):
-    capability: str | None = Field(default=None, description="Capability id; or give `model`.")
+    capability: str | None = documented(
+        nullable({"enum": [c.id for c in CAPABILITIES], "description": "Capability id; or give `model` (neither: 422)."}),
+        None, "Capability id; or give `model`.")
 
 
 class ListQuery(Query):

@@ -30,7 +30,7 @@ from quart_schema import document_headers
 
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
-from service.http.schemas import Body, Query, body, query
+from service.http.schemas import STR, Body, Query, body, documented, nullable, query
 from service.idempotency import request_hash
 
 bp = Blueprint("products", __name__)
@@ -44,7 +44,7 @@ class ProductsQuery(Query):
 
 class RunBody(Body):
     inputs: dict[str, Any] = Field(description="Input name -> value (see the product's `inputs`).")
-    project_id: str | None = Field(default=None, description="Project id or slug.")
+    project_id: str | None = documented(nullable(STR), None, "Project id or slug.")
 
 
 def products():

@@ -3,7 +3,7 @@ spend-limit fields of operations.md "Spend limits" (`monthly_spend_limit`, `mont
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import ConfigDict
 from quart import Blueprint
 
 from service.credits.limits import parse_limit
@@ -11,23 +11,26 @@ from service.errors import NotFound
 from service.views import spend
 from service.views.shapes import Project
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, body
+from service.http.schemas import SLUG, SPEND_LIMIT, STR, Body, body, documented, non_blank, nullable
 from service.storage import accounts as sql
 
 bp = Blueprint("projects", __name__)
 
 
 class ProjectCreate(Body):
-    name: str | None = Field(default=None, description="Required (422 'name is required.' when empty).")
-    slug: str | None = None
-    description: str | None = None
+    # a missing name parses (the route answers 422 'name is required.'); the document says required
+    model_config = ConfigDict(json_schema_extra={"required": ["name"]})
+
+    name: str | None = documented(non_blank(), None, "Required (422 'name is required.' when empty).")
+    slug: str | None = documented(nullable(SLUG), None)
+    description: str | None = documented(nullable(STR), None)
 
 
 class ProjectUpdate(Body):
-    name: str | None = None
-    slug: str | None = None
-    description: str | None = None
-    monthly_spend_limit: str | None = Field(default=None, description="Credits per UTC month; null: none.")
+    name: str | None = documented(non_blank(), None)
+    slug: str | None = documented(SLUG, None)
+    description: str | None = documented(nullable(STR), None)
+    monthly_spend_limit: str | None = documented(SPEND_LIMIT, None, "Credits per UTC month; null: none.")
 
 
 def _views(rows: list[dict]) -> list[Project]:

@@ -19,10 +19,10 @@ from __future__ import annotations
 from pydantic import Field
 from quart import Blueprint
 
-from service.actors.tickets import PRIORITIES, STATES, TYPES
+from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
 from service.errors import BadRequest, NotFound
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import Body, Query, body, clamp, documented, non_blank, query
 from service.storage import support as sql
 
 bp = Blueprint("support", __name__)
@@ -31,14 +31,14 @@ DEFAULT_PAGE, MAX_PAGE = 50, 200
 
 
 class TicketOpen(Body):
-    subject_line: str
-    type: str = Field(default="question", description=f"One of {', '.join(TYPES)}.")
-    priority: str = Field(default="P3", description=f"One of {', '.join(PRIORITIES)}.")
-    body: str
+    subject_line: str = documented(non_blank(MAX_SUBJECT))
+    type: str = documented({"enum": list(TYPES)}, "question", f"One of {', '.join(TYPES)}.")
+    priority: str = documented({"enum": list(PRIORITIES)}, "P3", f"One of {', '.join(PRIORITIES)}.")
+    body: str = documented(non_blank(MAX_BODY))
 
 
 class ReplyCreate(Body):
-    body: str
+    body: str = documented(non_blank(MAX_BODY))
 
 
 class TicketList(Query):

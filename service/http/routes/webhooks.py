@@ -17,7 +17,7 @@ from service.actors import delivery
 from service.senders import account_webhooks
 from service.errors import NotFound
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import Body, Query, body, clamp, documented, nullable, query
 from service.storage import webhooks as sql
 
 bp = Blueprint("webhooks", __name__)
@@ -38,15 +38,18 @@ DEFAULT_PAGE, MAX_PAGE = 50, 200
 TEST_ROUTE_LIMIT = 20  # seconds: the test call waits up to 10 s for the receiver
 
 
+EVENTS = {"type": "array", "items": {"enum": list(delivery.EVENT_NAMES)}, "minItems": 1}
+
+
 class WebhookCreate(Body):
     url: str = Field(description="Absolute https URL.")
-    events: list[str] = Field(description="Event names (GET /v1/webhooks/events).")
+    events: list[str] = documented(EVENTS, description="Event names (GET /v1/webhooks/events).")
     description: str | None = None
 
 
 class WebhookUpdate(Body):
     url: str | None = None
-    events: list[str] | None = None
+    events: list[str] | None = documented(nullable(EVENTS), None)
     description: str | None = None
     is_active: bool | None = None
 
