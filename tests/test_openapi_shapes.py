@@ -150,7 +150,7 @@ def test_the_check_refuses_drift():
             check(JobStatus, json.dumps(body))
         assert reason in str(e.value), str(e.value)
     with pytest.raises(ResponseMismatch, match=r"expected \{\"data\": \.\.\.\}, got keys \['items'\]"):
-        check(Data(list[Hold]), json.dumps({"items": []}))
+        check(Data[list[Hold]], json.dumps({"items": []}))
 
 
 async def test_a_view_that_drifts_is_a_500_in_test_mode(node, monkeypatch, caplog):

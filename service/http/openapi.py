@@ -8,7 +8,9 @@ without an entry is served bare, marked `x-undocumented`, and fails
 tests/test_schemathesis.py::test_routes_match_openapi):
 
 - the responses of every operation: the success status with its shape, a class of
-  service/http/responses (the same class checks every real answer in test mode), and
+  service/http/responses: the route function's return annotation where it has one
+  (`-> Data[Project]`: mypy holds the route and the views it calls to that shape), else
+  the table's (and the test-mode check holds the real answers to it), and
   every error the route can give: 400 (envelope), 401 and 403 (flat `{status: false,
   error}`), 404, 408 (flat timeout body), 409, 413, 422, 402, as the route can answer
   them, and 503 on every operation (any route can answer "busy");
@@ -35,10 +37,12 @@ fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe
 from __future__ import annotations
 
 import copy
+import inspect
 import re
-from typing import Any
+from dataclasses import replace
+from typing import Any, get_args, get_origin, get_type_hints
 
-from service.http.openapi_table import IDEMPOTENCY_KEY, Op, operations
+from service.http.openapi_table import IDEMPOTENCY_KEY, ROUTE, Op, operations
 from service.http.responses.document import SCHEMAS, error_response, json_response, shape_schema
 
 # -- applying the table to quart-schema's operation objects ----------------------------------------
@@ -142,6 +146,8 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     if request_body is not None:
         statuses.add(413)
 
+    if op.schema is ROUTE:
+        raise DocumentError(f"{where}: the table says ROUTE and the route function has no return annotation")
     success = json_response(op.description or "Success.", op.schema, op.headers, op.media)
     if op.links:
         success["links"] = op.links
@@ -159,11 +165,26 @@ def components(existing: dict, table: dict[tuple[str, str], Op] | None = None) -
     """quart-schema's components, the error bodies and every response shape of `table`."""
     shapes: dict[str, dict] = {}
     for op in (operations() if table is None else table).values():
-        if op.schema is not None and not isinstance(op.schema, dict):
+        if op.schema is not None and op.schema is not ROUTE and not isinstance(op.schema, dict):
             shapes.update(shape_schema(op.schema)[1])
     out = dict(existing)
     out["schemas"] = {**existing.get("schemas", {}), **SCHEMAS, **dict(sorted(shapes.items()))}
     return out
+
+
+def route_shape(func) -> Any:
+    """The success body a route function declares: its return annotation (the body of a
+    `(body, status)` tuple); ROUTE when it has none (`apply` refuses it)."""
+    shape = get_type_hints(inspect.unwrap(func), include_extras=True).get("return", ROUTE)
+    return get_args(shape)[0] if get_origin(shape) is tuple else shape
+
+
+def resolve(table: dict[tuple[str, str], Op], app) -> dict[tuple[str, str], Op]:
+    """The table with each ROUTE shape read from its route function."""
+    funcs = {(method, normalize(rule.rule)): app.view_functions[rule.endpoint]
+             for rule in app.url_map.iter_rules() for method in rule.methods or ()}
+    return {key: replace(op, schema=route_shape(funcs[key])) if op.schema is ROUTE and key in funcs else op
+            for key, op in table.items()}
 
 
 PATH_PARAM = re.compile(r"<(?:[^:<>]*:)?([^<>]+)>")

@@ -25,11 +25,21 @@ INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
 IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
 
 # -- component schemas ---------------------------------------------------------------------------
+class _Route:
+    def __repr__(self) -> str:
+        return "ROUTE"
+
+
+ROUTE = _Route()  # the shape is the route function's return annotation
+
+
 @dataclass(frozen=True)
 class Op:
     status: int                         # the success status
-    schema: Any                         # its body: a response shape (service/http/responses), a
-    #                                     JSON Schema dict (event streams), or None (no body)
+    schema: Any                         # its body: ROUTE (the shape the route function returns,
+    #                                     `-> Data[Project]`, held by mypy), a response shape of
+    #                                     service/http/responses, a JSON Schema dict (event
+    #                                     streams), or None (no body)
     errors: tuple[int, ...] = ()        # beyond those derived (401, 403, 408, 400, 413)
     project_header: bool = False        # reads X-Service-Project
     # body property name -> schema from the node's live catalog (model ids, resolutions,
@@ -127,51 +137,51 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
     asset_links = _links(("get_asset", "asset_content", "asset_url"), "asset_id", "$response.body#/data/id")
     return {
         # generation
-        ("GET", "/v1/generation/capabilities"): Op(200, Data(list[R.Capability])),
-        ("GET", "/v1/generation/models"): Op(200, Data(list[R.Model])),
+        ("GET", "/v1/generation/capabilities"): Op(200, Data[list[R.Capability]]),
+        ("GET", "/v1/generation/models"): Op(200, Data[list[R.Model]]),
         ("POST", "/v1/generation/capabilities/<capability>"): Op(
-            202, R.SubmitAccepted, SUBMIT_ERRORS, True, live_body=submit,
+            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit,
             path={"capability": {"type": "string", "enum": [c.id for c in CAPABILITIES]}}, links=job_links,
             path_examples={"capability": "image.generate"},
             example={"prompt": "A red fox in fresh snow", "aspect_ratio": "1:1", "resolution": "1k"}),
         ("POST", "/v1/generation/models/<model>"): Op(
-            202, R.SubmitAccepted, SUBMIT_ERRORS, True, live_body=submit, links=job_links,
+            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit, links=job_links,
             path={"model": known_strings([m.id for m in node.catalog.models] if node is not None else [],
                                          "model id")},
             path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
         ("POST", "/v1/generation/estimate"): Op(
-            200, Data(R.Estimate), (404, 422, 503), True,
+            200, Data[R.Estimate], (404, 422, 503), True,
             live_body=submit,
             example={"capability": "image.generate", "resolution": "2k"}),
-        ("GET", "/v1/generation/requests"): Op(200, Data(list[R.JobStatus]), (404,), True,
+        ("GET", "/v1/generation/requests"): Op(200, ROUTE, (404,), True,
                                                query={"limit": limit}),
-        ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, R.JobStatus, (404,)),
-        ("POST", "/v1/generation/requests/<job_id>/cancel"): Op(200, R.JobStatus, (404, 503)),
-        ("GET", "/v1/generation/assets"): Op(200, Data(list[R.Asset]), (404,), True, query={"limit": limit}),
-        ("GET", "/v1/generation/assets/<asset_id>"): Op(200, Data(R.Asset), (404,)),
+        ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, ROUTE, (404,)),
+        ("POST", "/v1/generation/requests/<job_id>/cancel"): Op(200, ROUTE, (404, 503)),
+        ("GET", "/v1/generation/assets"): Op(200, ROUTE, (404,), True, query={"limit": limit}),
+        ("GET", "/v1/generation/assets/<asset_id>"): Op(200, ROUTE, (404,)),
         ("GET", "/v1/generation/assets/<asset_id>/content"): Op(
             302, None, (404,), headers={"Location": {"required": True, "description": "Signed URL of the file "
                                                      "(valid 900 s, no key needed).", "schema": STR}}),
         ("GET", "/v1/generation/assets/<asset_id>/url"): Op(
-            200, Data(R.AssetUrl), (404,)),
+            200, Data[R.AssetUrl], (404,)),
         ("POST", "/v1/generation/uploads"): Op(
-            201, Data(R.Asset), (404, 409, 422, 503), True, links=asset_links),
+            201, Data[R.Asset], (404, 409, 422, 503), True, links=asset_links),
         # products and runs
-        ("GET", "/v1/workflows/products"): Op(200, Data(list[R.Product]), query={
+        ("GET", "/v1/workflows/products"): Op(200, Data[list[R.Product]], query={
             "category": {"enum": list(CATEGORIES)}}),
-        ("GET", "/v1/workflows/products/<slug>"): Op(200, Data(R.Product), (404,),
+        ("GET", "/v1/workflows/products/<slug>"): Op(200, Data[R.Product], (404,),
                                                      path={"slug": slug}),
         ("POST", "/v1/workflows/products/<slug>/estimate"): Op(
-            200, Data(R.Product), (404, 422), True, path={"slug": slug},
+            200, Data[R.Product], (404, 422), True, path={"slug": slug},
             path_examples={"slug": "text-to-clip"},
             example={"inputs": {"prompt": "A fox at dawn", "resolution": "480p"}}),
         ("POST", "/v1/workflows/products/<slug>/runs"): Op(
-            202, Data(R.ProductRun), SUBMIT_ERRORS, True, links=run_links,
+            202, ROUTE, SUBMIT_ERRORS, True, links=run_links,
             path={"slug": slug},
             path_examples={"slug": "text-to-clip"}, example={"inputs": {"prompt": "A fox at dawn"}}),
-        ("GET", "/v1/workflows/runs"): Op(200, Data(list[R.ProductRun]), (404,), True,
+        ("GET", "/v1/workflows/runs"): Op(200, ROUTE, (404,), True,
                                           query={"limit": limit}),
-        ("GET", "/v1/workflows/runs/<run_id>"): Op(200, Data(R.ProductRun), (404,)),
+        ("GET", "/v1/workflows/runs/<run_id>"): Op(200, ROUTE, (404,)),
         # event streams (docs/streams.md)
         ("GET", "/v1/generation/requests/<job_id>/events"): stream(
             "`status` events (data: the job status object) whenever it changes, `progress` events "
@@ -190,54 +200,54 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             {"feed": shape_ref("RunsPage"), "status": shape_ref("JobStatus"), "progress": PROGRESS,
              "run": shape_ref("ProductRun"), "reset": shape_ref("RunsPage")}, True,
             query={"source": {"enum": list(SOURCES)}}),
-        ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, Data(R.ProductRun), (404, 503)),
+        ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, ROUTE, (404, 503)),
         ("GET", "/v1/runs"): Op(
-            200, Data(R.RunsPage),
+            200, ROUTE,
             (404, 422), True, query={"limit": limit, "source": {"enum": list(SOURCES)}}),
         # projects
-        ("GET", "/v1/projects"): Op(200, Data(list[R.Project])),
-        ("GET", "/v1/projects/<project_id>"): Op(200, Data(R.Project), (404,)),
+        ("GET", "/v1/projects"): Op(200, ROUTE),
+        ("GET", "/v1/projects/<project_id>"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/projects"): Op(
-            201, Data(R.Project), (409, 422, 503),
+            201, ROUTE, (409, 422, 503),
             example={"name": "Spring campaign", "description": "Stills and clips for the launch"},
             links=_links(("get_project", "update_project", "archive_project"), "project_id",
                          "$response.body#/data/id")),
         ("PATCH", "/v1/projects/<project_id>"): Op(
-            200, Data(R.Project), (404, 409, 422, 503)),
-        ("POST", "/v1/projects/<project_id>/archive"): Op(200, Data(R.Project), (404, 409, 503)),
+            200, ROUTE, (404, 409, 422, 503)),
+        ("POST", "/v1/projects/<project_id>/archive"): Op(200, ROUTE, (404, 409, 503)),
         # billing
-        ("GET", "/v1/billing/balance"): Op(200, Data(R.Balance)),
+        ("GET", "/v1/billing/balance"): Op(200, Data[R.Balance]),
         ("GET", "/v1/billing/ledger"): Op(
             200, R.LedgerPage, (503,),
             query={"project_id": UUID, "since": TS, "until": TS, "limit": limit, "offset": offset}),
-        ("GET", "/v1/billing/holds"): Op(200, Data(list[R.Hold]),
+        ("GET", "/v1/billing/holds"): Op(200, Data[list[R.Hold]],
                                          query={"status": {"enum": list(HOLD_STATUSES)}, "limit": limit}),
-        ("GET", "/v1/billing/usage"): Op(200, Data(list[R.UsageRow]), query={"since": TS}),
-        ("GET", "/v1/billing/settings"): Op(200, Data(R.BillingSettings)),
+        ("GET", "/v1/billing/usage"): Op(200, Data[list[R.UsageRow]], query={"since": TS}),
+        ("GET", "/v1/billing/settings"): Op(200, Data[R.BillingSettings]),
         ("PUT", "/v1/billing/settings"): Op(
-            200, Data(R.BillingSettings), (422, 503),
+            200, Data[R.BillingSettings], (422, 503),
             example={"low_balance_threshold": "25.00"}),
-        ("GET", "/v1/billing/topups/quote"): Op(200, Data(R.TopupQuote)),
-        ("GET", "/v1/billing/topups"): Op(200, Data(list[R.Topup]), query={"limit": limit}),
-        ("GET", "/v1/billing/topups/<topup_id>"): Op(200, Data(R.Topup), (404,)),
+        ("GET", "/v1/billing/topups/quote"): Op(200, Data[R.TopupQuote]),
+        ("GET", "/v1/billing/topups"): Op(200, Data[list[R.Topup]], query={"limit": limit}),
+        ("GET", "/v1/billing/topups/<topup_id>"): Op(200, Data[R.Topup], (404,)),
         ("POST", "/v1/billing/topups"): Op(
-            201, Data(R.TopupCreated), (422, 503),
+            201, Data[R.TopupCreated], (422, 503),
             live_body={"credits": credits},
             links=_links(("get_topup",), "topup_id", "$response.body#/data/topup/id"), example={"credits": 500}),
         # API keys
-        ("GET", "/v1/api-keys"): Op(200, Data(list[R.ApiKey])),
-        ("GET", "/v1/api-keys/<key_id>"): Op(200, Data(R.ApiKey), (404,)),
+        ("GET", "/v1/api-keys"): Op(200, ROUTE),
+        ("GET", "/v1/api-keys/<key_id>"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/api-keys"): Op(
-            201, Data(R.ApiKeyCreated), (422, 503),
+            201, ROUTE, (422, 503),
             links=_links(("get_key", "update_key", "revoke_key"), "key_id", "$response.body#/data/id"),
             example={"name": "CI deploys", "role_id": ROLE_IDS["member"]}),
-        ("PATCH", "/v1/api-keys/<key_id>"): Op(200, Data(R.ApiKey), (404, 422, 503)),
+        ("PATCH", "/v1/api-keys/<key_id>"): Op(200, ROUTE, (404, 422, 503)),
         ("DELETE", "/v1/api-keys/<key_id>"): Op(204, None, (404, 503)),
         # roles
-        ("GET", "/v1/roles"): Op(200, Data(list[R.Role]),
+        ("GET", "/v1/roles"): Op(200, Data[list[R.Role]],
                                  links=_links(("get_role", "role_users"), "role_id", "$response.body#/data/0/id")),
-        ("GET", "/v1/roles/<role_id>"): Op(200, Data(R.Role), (404,)),
-        ("GET", "/v1/roles/<role_id>/users"): Op(200, Data(list[R.RoleUser]), (404,)),
+        ("GET", "/v1/roles/<role_id>"): Op(200, Data[R.Role], (404,)),
+        ("GET", "/v1/roles/<role_id>/users"): Op(200, Data[list[R.RoleUser]], (404,)),
         # account webhooks
         ("GET", "/v1/webhooks"): Op(200, R.WebhookList,
                                     query={"limit": limit, "offset": offset}),
@@ -256,16 +266,16 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("POST", "/v1/webhooks/<webhook_id>/test"): Op(201, R.WebhookTestResult, (404, 503)),
         ("DELETE", "/v1/webhooks/<webhook_id>"): Op(204, None, (404, 503)),
         # support tickets
-        ("GET", "/v1/support/tickets"): Op(200, Data(list[R.Ticket]),
+        ("GET", "/v1/support/tickets"): Op(200, Data[list[R.Ticket]],
                                            query={"limit": limit, "state": {"enum": list(STATES)}}),
-        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, Data(R.TicketWithReplies), (404,)),
+        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, Data[R.TicketWithReplies], (404,)),
         ("POST", "/v1/support/tickets"): Op(
-            201, Data(R.TicketWithReplies), (422, 503),
+            201, Data[R.TicketWithReplies], (422, 503),
             links=_links(("get_ticket", "reply"), "ticket_id", "$response.body#/data/id"),
             example={"subject_line": "Uploads fail", "body": "A PNG upload answers 422.", "type": "bug",
                      "priority": "P3"}),
         ("POST", "/v1/support/tickets/<ticket_id>/replies"): Op(
-            201, Data(R.TicketWithReplies), (404, 409, 422, 503)),
+            201, Data[R.TicketWithReplies], (404, 409, 422, 503)),
     }
 
 

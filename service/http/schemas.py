@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from functools import wraps
-from typing import Annotated, Any, Callable, get_args
+from typing import Annotated, Any, Awaitable, Callable, cast, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
@@ -196,34 +196,36 @@ def _has_lone_surrogate(data: Any) -> bool:
     return False
 
 
-def body(model: type[BaseModel]) -> Callable:
+def _parsed(attribute: str, mark: Any, name: str, parse: Callable[[], Awaitable[Any]]) -> Callable:
+    """A decorator that hands the view `parse()`'s value as keyword `name`, and records `mark`
+    under quart-schema's `attribute` for the document."""
     def deco(func: Callable) -> Callable:
         @wraps(func)
         async def wrapper(*args, **kwargs):
-            raw = await request.get_data(cache=True)
-            return await func(*args, data=parse_body(model, raw), **kwargs)
+            return await func(*args, **{name: await parse()}, **kwargs)
 
-        setattr(wrapper, QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON))
+        setattr(wrapper, attribute, mark)
         return wrapper
 
     return deco
+
+
+def body(model: type[BaseModel]) -> Callable:
+    async def parse() -> BaseModel:
+        raw = cast(bytes, await request.get_data(cache=True, as_text=False))  # the stub says str | bytes
+        return parse_body(model, raw)
+
+    return _parsed(QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON), "data", parse)
 
 
 def query(model: type[BaseModel]) -> Callable:
-    def deco(func: Callable) -> Callable:
-        @wraps(func)
-        async def wrapper(*args, **kwargs):
-            args_dict = {k: request.args.get(k) for k in request.args}
-            try:
-                q = model.model_validate(args_dict)
-            except ValidationError as e:
-                raise BadRequest("A query parameter is invalid.", {"errors": errors_of(e, "query")}) from None
-            return await func(*args, q=q, **kwargs)
+    async def parse() -> BaseModel:
+        try:
+            return model.model_validate({k: request.args.get(k) for k in request.args})
+        except ValidationError as e:
+            raise BadRequest("A query parameter is invalid.", {"errors": errors_of(e, "query")}) from None
 
-        setattr(wrapper, QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, model)
-        return wrapper
-
-    return deco
+    return _parsed(QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, model, "q", parse)
 
 
 def clamp(value: int | None, default: int, low: int, high: int) -> int:

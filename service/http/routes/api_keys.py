@@ -11,7 +11,8 @@ from service.credits.limits import parse_limit
 from service.errors import NotFound, Unprocessable
 from service.views import accounts as views
 from service.views import spend
-from service.views.shapes import ApiKey
+from service.views.shapes import ApiKey, ApiKeyCreated
+from service.http.responses import Data
 from service.http.auth import principal, requires, node
 from service.http.schemas import SPEND_LIMIT, TS, Body, Timestamp, body, documented, non_blank, nullable
 from service.roles import ROLE_IDS
@@ -50,13 +51,13 @@ def _views(rows: list[dict]) -> list[ApiKey]:
 
 @bp.get("/v1/api-keys")
 @requires("api_keys:read")
-async def list_keys():
+async def list_keys() -> Data[list[ApiKey]]:
     return {"data": _views(sql.list_keys(node().store, principal().org_id))}
 
 
 @bp.get("/v1/api-keys/<key_id>")
 @requires("api_keys:read")
-async def get_key(key_id: str):
+async def get_key(key_id: str) -> Data[ApiKey]:
     row = sql.get_key(node().store, principal().org_id, key_id)
     if row is None:
         raise NotFound("API key not found.", code="api_key.not_found")
@@ -66,7 +67,7 @@ async def get_key(key_id: str):
 @bp.post("/v1/api-keys")
 @requires("api_keys:create")
 @body(KeyCreate)
-async def create_key(data: KeyCreate):
+async def create_key(data: KeyCreate) -> tuple[Data[ApiKeyCreated], int]:
     limit = parse_limit(data.spend_limit, "spend_limit")
     if not data.name.strip():
         raise Unprocessable("name is required.", {"field": "name"})
@@ -91,7 +92,7 @@ async def create_key(data: KeyCreate):
 @bp.patch("/v1/api-keys/<key_id>")
 @requires("api_keys:create")
 @body(KeyUpdate)
-async def update_key(key_id: str, data: KeyUpdate):
+async def update_key(key_id: str, data: KeyUpdate) -> Data[ApiKey]:
     setting = "spend_limit" in data.model_fields_set
     limit = parse_limit(data.spend_limit, "spend_limit")
     fields: dict[str, object] = {}

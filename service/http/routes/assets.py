@@ -7,9 +7,11 @@ from pydantic import Field
 from quart import Blueprint, Response
 
 from service.views.jobs import asset_record
+from service.views.shapes import Asset
 from service.assets.signing import LIFETIME_S
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
+from service.http.responses import Data
 from service.http.schemas import Query, clamp, query
 from service.storage import generation as sql
 
@@ -32,7 +34,7 @@ def _asset(asset_id: str) -> dict:
 @bp.get("/v1/generation/assets")
 @requires("generation:read")
 @query(AssetListQuery)
-async def list_assets(q: AssetListQuery):
+async def list_assets(q: AssetListQuery) -> Data[list[Asset]]:
     project = resolve_project(q.project_id)
     base = node().generation.base_url
     rows = sql.list_assets(node().store, project["id"], clamp(q.limit, 50, 1, 200))
@@ -41,7 +43,7 @@ async def list_assets(q: AssetListQuery):
 
 @bp.get("/v1/generation/assets/<asset_id>")
 @requires("generation:read")
-async def get_asset(asset_id: str):
+async def get_asset(asset_id: str) -> Data[Asset]:
     return {"data": asset_record(_asset(asset_id), node().generation.base_url)}
 
 

@@ -18,9 +18,11 @@ from quart_schema import document_headers
 from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES, PROMPT_MAX_CHARS
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
+from service.http.responses import Data
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import STR, Body, Query, body, clamp, documented, nullable, query
 from service.idempotency import request_hash
+from service.views.shapes import JobStatus, SubmitAccepted
 
 bp = Blueprint("generation", __name__)
 
@@ -75,12 +77,13 @@ async def models():
 
 
 
-async def _submit(data: SubmitBody, *, capability: str | None = None, model: str | None = None):
+async def _submit(data: SubmitBody, *, capability: str | None = None,
+                  model: str | None = None) -> tuple[SubmitAccepted, int]:
     p = principal()
     g = gen()
     fields = data.model_dump(exclude_unset=True)
 
-    async def make(idempotency: dict | None) -> dict:
+    async def make(idempotency: dict | None) -> SubmitAccepted:
         project = resolve_project(data.project_id, write=True)
         plan = g.plan(p.org_id, project["id"], capability=capability, model=model, body=fields)
         g.check_active_limit(p.org_id)
@@ -99,7 +102,7 @@ async def _submit(data: SubmitBody, *, capability: str | None = None, model: str
 @requires("generation:write")
 @document_headers(IdempotencyHeaders)
 @body(SubmitBody)
-async def submit_capability(capability: str, data: SubmitBody):
+async def submit_capability(capability: str, data: SubmitBody) -> tuple[SubmitAccepted, int]:
     """Submit a job to a capability (its first available model unless `model` is given).
 
     202 with `{status, request_id, status_url, cancel_url, credits_estimate}`. Optional
@@ -113,7 +116,7 @@ async def submit_capability(capability: str, data: SubmitBody):
 @requires("generation:write")
 @document_headers(IdempotencyHeaders)
 @body(SubmitBody)
-async def submit_model(model: str, data: SubmitBody):
+async def submit_model(model: str, data: SubmitBody) -> tuple[SubmitAccepted, int]:
     """Submit a job to a model. Same body, answer and Idempotency-Key rules as the
     capability route."""
     return await _submit(data, model=model)
@@ -132,14 +135,14 @@ async def estimate_route(data: EstimateBody):
 @bp.get("/v1/generation/requests")
 @requires("generation:read")
 @query(ListQuery)
-async def list_requests(q: ListQuery):
+async def list_requests(q: ListQuery) -> Data[list[JobStatus]]:
     project = resolve_project(q.project_id)
     return {"data": gen().list_statuses(project["id"], clamp(q.limit, 50, 1, 200))}
 
 
 @bp.get("/v1/generation/requests/<job_id>/status")
 @requires("generation:read")
-async def request_status(job_id: str):
+async def request_status(job_id: str) -> JobStatus:
     status = gen().status(job_id, principal().org_id)
     if status is None:
         raise NotFound("Generation request not found.")
@@ -148,5 +151,5 @@ async def request_status(job_id: str):
 
 @bp.post("/v1/generation/requests/<job_id>/cancel")
 @requires("generation:write")
-async def cancel_request(job_id: str):
+async def cancel_request(job_id: str) -> JobStatus:
     return await gen().cancel(principal().org_id, job_id)

@@ -32,6 +32,8 @@ from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import STR, Body, Query, body, documented, nullable, query
 from service.idempotency import request_hash
+from service.http.responses import Data
+from service.views.shapes import ProductRun
 
 bp = Blueprint("products", __name__)
 
@@ -85,7 +87,7 @@ async def estimate_product(slug: str, data: RunBody):
 @requires("generation:write")
 @document_headers(IdempotencyHeaders)
 @body(RunBody)
-async def start_run(slug: str, data: RunBody):
+async def start_run(slug: str, data: RunBody) -> tuple[Data[ProductRun], int]:
     """Start a run: 202 `{data: ProductRun}` in status `queued`."""
     pr = products()
     pr.product_or_404(slug)

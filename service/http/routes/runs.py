@@ -22,6 +22,8 @@ from pydantic import Field
 from quart import Blueprint
 
 from service.views import run_feed
+from service.views.shapes import ProductRun, RunsPage
+from service.http.responses import Data
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.schemas import Query, clamp, query
 
@@ -53,14 +55,14 @@ def products():
 
 @bp.get("/v1/workflows/runs/<run_id>")
 @requires("generation:read")
-async def get_run(run_id: str):
+async def get_run(run_id: str) -> Data[ProductRun]:
     return {"data": products().get(principal().org_id, run_id)}
 
 
 @bp.get("/v1/workflows/runs")
 @requires("generation:read")
 @query(RunsQuery)
-async def list_runs(q: RunsQuery):
+async def list_runs(q: RunsQuery) -> Data[list[ProductRun]]:
     project = resolve_project(q.project_id)
     limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
     return {"data": products().list_runs(project["id"], limit, q.product)}
@@ -68,14 +70,14 @@ async def list_runs(q: RunsQuery):
 
 @bp.post("/v1/workflows/runs/<run_id>/cancel")
 @requires("generation:write")
-async def cancel_run(run_id: str):
+async def cancel_run(run_id: str) -> Data[ProductRun]:
     return {"data": await products().cancel(principal().org_id, run_id)}
 
 
 @bp.get("/v1/runs")
 @requires("generation:read")
 @query(FeedQuery)
-async def runs_feed(q: FeedQuery):
+async def runs_feed(q: FeedQuery) -> Data[RunsPage]:
     """Standalone jobs and product runs of a project, newest first, cursor-paged.
 
     `{data: {items, total, next_cursor}}`. Each item is one of
