@@ -25,7 +25,8 @@ class Data(TypedDict, Generic[T]):
 
 from .account import (  # noqa: E402  (after Data: the modules are the package's content)
     ApiKey, ApiKeyCreated, DeliveryList, EventList, Project, Role, RoleUser, Ticket, TicketWithReplies,
-    Webhook, WebhookCreatedOne, WebhookDelivery, WebhookList, WebhookOne, WebhookTestResult,
+    TestDelivery, Webhook, WebhookCreated, WebhookCreatedOne, WebhookDelivery, WebhookList, WebhookOne,
+    WebhookTestResult,
 )
 from .billing import (  # noqa: E402
     Balance, BillingSettings, Hold, LedgerEntry, LedgerPage, Topup, TopupCreated, TopupQuote, UsageRow,
@@ -37,7 +38,7 @@ from .runs import FeedJob, FeedRun, Product, ProductRun, RunsPage  # noqa: E402
 
 __all__ = [
     "Data", "ApiKey", "ApiKeyCreated", "DeliveryList", "EventList", "Project", "Role", "RoleUser", "Ticket",
-    "TicketWithReplies", "Webhook", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
+    "TicketWithReplies", "TestDelivery", "Webhook", "WebhookCreated", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
     "WebhookTestResult", "Balance", "BillingSettings", "Hold", "LedgerEntry", "LedgerPage", "Topup",
     "TopupCreated", "TopupQuote", "UsageRow", "Asset", "AssetOutput", "AssetUrl", "Capability", "Estimate",
     "JobStatus", "Model", "SubmitAccepted", "FeedJob", "FeedRun", "Product", "ProductRun", "RunsPage",

@@ -11,7 +11,7 @@ from service.views.shapes import Asset
 from service.assets.signing import LIFETIME_S
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
-from service.http.responses import Data
+from service.http.responses import AssetUrl, Data
 from service.http.schemas import Query, clamp, query
 from service.storage import generation as sql
 
@@ -58,6 +58,6 @@ async def asset_content(asset_id: str):
 
 @bp.get("/v1/generation/assets/<asset_id>/url")
 @requires("generation:read")
-async def asset_url(asset_id: str):
+async def asset_url(asset_id: str) -> Data[AssetUrl]:
     row = _asset(asset_id)
     return {"data": {"url": node().generation.signer.url(row["id"]), "expires_in": LIFETIME_S}}
