@@ -266,16 +266,16 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("POST", "/v1/webhooks/<webhook_id>/test"): Op(201, ROUTE, (404, 503)),
         ("DELETE", "/v1/webhooks/<webhook_id>"): Op(204, None, (404, 503)),
         # support tickets
-        ("GET", "/v1/support/tickets"): Op(200, Data[list[R.Ticket]],
+        ("GET", "/v1/support/tickets"): Op(200, ROUTE,
                                            query={"limit": limit, "state": {"enum": list(STATES)}}),
-        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, Data[R.TicketWithReplies], (404,)),
+        ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/support/tickets"): Op(
-            201, Data[R.TicketWithReplies], (422, 503),
+            201, ROUTE, (422, 503),
             links=_links(("get_ticket", "reply"), "ticket_id", "$response.body#/data/id"),
             example={"subject_line": "Uploads fail", "body": "A PNG upload answers 422.", "type": "bug",
                      "priority": "P3"}),
         ("POST", "/v1/support/tickets/<ticket_id>/replies"): Op(
-            201, Data[R.TicketWithReplies], (404, 409, 422, 503)),
+            201, ROUTE, (404, 409, 422, 503)),
     }
 
 

@@ -24,7 +24,7 @@ class Data(TypedDict, Generic[T]):
 
 
 from .account import (  # noqa: E402  (after Data: the modules are the package's content)
-    ApiKey, ApiKeyCreated, DeliveryList, EventList, Project, Role, RoleUser, Ticket, TicketWithReplies,
+    ApiKey, ApiKeyCreated, DeliveryList, EventList, Project, Role, RoleUser, Ticket, TicketReply, TicketWithReplies,
     TestDelivery, Webhook, WebhookCreated, WebhookCreatedOne, WebhookDelivery, WebhookList, WebhookOne,
     WebhookTestResult,
 )
@@ -37,7 +37,7 @@ from .generation import (  # noqa: E402
 from .runs import FeedJob, FeedRun, Product, ProductRun, RunsPage  # noqa: E402
 
 __all__ = [
-    "Data", "ApiKey", "ApiKeyCreated", "DeliveryList", "EventList", "Project", "Role", "RoleUser", "Ticket",
+    "Data", "ApiKey", "ApiKeyCreated", "DeliveryList", "EventList", "Project", "Role", "RoleUser", "Ticket", "TicketReply",
     "TicketWithReplies", "TestDelivery", "Webhook", "WebhookCreated", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
     "WebhookTestResult", "Balance", "BillingSettings", "Hold", "LedgerEntry", "LedgerPage", "Topup",
     "TopupCreated", "TopupQuote", "UsageRow", "Asset", "AssetOutput", "AssetUrl", "Capability", "Estimate",
