@@ -16,11 +16,13 @@ tests/test_schemathesis.py::test_routes_match_openapi):
   them, and 503 on every operation (any route can answer "busy");
 - the rules the server checks after parsing (422, not 400), written as JSON Schema where
   they can be stated exactly, so generated "valid" requests are valid and "invalid" ones
-  invalid: non-blank names (Python's whitespace, spelled out), slugs, enums of event names,
-  roles, capabilities, aspect ratios, ticket types, top-up limits, int64 query integers.
-  Names from the node's live catalog (model ids, resolutions, durations, product slugs)
-  are strings with examples, not enums: a client generated on one node must be able to
-  name a model added later. Rules that cannot be stated exactly (URLs checked after
+  invalid. A body's rules are stated on its class (non-blank names with Python's
+  whitespace spelled out, slugs, enums of event names, roles, capabilities, aspect ratios,
+  ticket types: `documented` in service/http/schemas.py); the table adds the query rules
+  (int64 integers, enums) and only what the node's live catalog decides (`live_body`:
+  model ids, resolutions, durations, top-up limits). Names from the live catalog (also
+  product slugs) are strings with examples, not enums: a client generated on one node must
+  be able to name a model added later. Rules that cannot be stated exactly (URLs checked after
   parsing, a model's resolutions, a product's inputs, "in the future") stay in
   descriptions; the schemathesis run accepts their documented 422 (tests/test_schemathesis.py);
 - the optional `X-Service-Project` header of project-scoped routes;

@@ -7,16 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.views.shapes import SOURCES
 from service.actors.tickets import STATES
 from service.catalog.capabilities import CAPABILITIES
 from service.catalog.product_types import CATEGORIES
 from service.http import responses as R
 from service.http.responses import Data
-from service.views.shapes import sorted_states
-from service.machines import HOLD
 from service.http.schemas import STR, TS, UUID, nullable
+from service.machines import HOLD
 from service.roles import ROLE_IDS
+from service.views.shapes import SOURCES, sorted_states
 
 # -- schema helpers ----------------------------------------------------------------------------
 HOLD_STATUSES = sorted_states(HOLD)
@@ -24,7 +23,8 @@ INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
          "description": "Query integers outside SQLite's 64-bit range are 400."}
 IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
 
-# -- component schemas ---------------------------------------------------------------------------
+
+# -- the table's entries -------------------------------------------------------------------------
 class _Route:
     def __repr__(self) -> str:
         return "ROUTE"

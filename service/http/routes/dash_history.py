@@ -12,6 +12,7 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service.views import run_feed
+from service.views.shapes import SOURCES
 from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import page
@@ -22,7 +23,6 @@ from service.http.topics import project_stream, respond
 bp = Blueprint("dash_history", __name__)
 
 PAGE = 25
-SOURCES = ("api", "studio", "workflow")
 
 
 def thumb(item: dict) -> str | None:
