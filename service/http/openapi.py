@@ -89,9 +89,6 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     for p in operation.get("parameters", []):
         p = dict(p)
         p["schema"] = _clean(p.get("schema", {}))
-        if p["in"] == "query" and p["name"] in op.query:
-            p["schema"] = {**op.query[p["name"]], **({"description": p["schema"]["description"]}
-                                                      if "description" in p["schema"] else {})}
         if p["in"] == "path" and p["name"] in op.path:
             p["schema"] = op.path[p["name"]]
         if p["in"] == "path" and p["name"] in op.path_examples:
@@ -100,9 +97,6 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
             p["schema"] = IDEMPOTENCY_KEY
         params.append(p)
     names = {(p["in"], p["name"]) for p in params}
-    for name in op.query:
-        if ("query", name) not in names:
-            raise DocumentError(f"{where}: query parameter {name!r} is not in the route's model")
     for name in op.path:
         if ("path", name) not in names:
             raise DocumentError(f"{where}: path parameter {name!r} is not in the rule")

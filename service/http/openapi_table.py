@@ -7,20 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.actors.tickets import STATES
 from service.catalog.capabilities import CAPABILITIES
-from service.catalog.product_types import CATEGORIES
 from service.http import responses as R
 from service.http.responses import Data
-from service.http.schemas import STR, TS, UUID, nullable
+from service.http.schemas import STR, UUID, nullable
 from service.machines import HOLD
 from service.roles import ROLE_IDS
-from service.views.shapes import SOURCES, sorted_states
+from service.views.shapes import sorted_states
 
 # -- schema helpers ----------------------------------------------------------------------------
 HOLD_STATUSES = sorted_states(HOLD)
-INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
-         "description": "Query integers outside SQLite's 64-bit range are 400."}
 IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
 
 
@@ -46,7 +42,6 @@ class Op:
     # durations, top-up limits); every other body rule is stated by the body class
     # (service/http/schemas.py, `documented`)
     live_body: dict = field(default_factory=dict)
-    query: dict = field(default_factory=dict)     # query parameter name -> schema
     path: dict = field(default_factory=dict)      # path parameter name -> schema
     headers: dict = field(default_factory=dict)   # success response headers
     links: dict = field(default_factory=dict)     # success response links
@@ -130,8 +125,6 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
     quote = (node.topup_quote if node is not None else None)
     credits = {"type": "integer", "minimum": quote.min_credits if quote else 100,
                "maximum": quote.max_credits if quote else 100000}
-    limit = {**INT64, "description": "Clamped to the route's range."}
-    offset = {**INT64, "description": "Negative values count as 0."}
     job_links = _links(("request_status", "cancel_request"), "job_id", "$response.body#/request_id")
     run_links = _links(("get_run", "cancel_run"), "run_id", "$response.body#/data/id")
     asset_links = _links(("get_asset", "asset_content", "asset_url"), "asset_id", "$response.body#/data/id")
@@ -153,11 +146,10 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             200, Data[R.Estimate], (404, 422, 503), True,
             live_body=submit,
             example={"capability": "image.generate", "resolution": "2k"}),
-        ("GET", "/v1/generation/requests"): Op(200, ROUTE, (404,), True,
-                                               query={"limit": limit}),
+        ("GET", "/v1/generation/requests"): Op(200, ROUTE, (404,), True,),
         ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/generation/requests/<job_id>/cancel"): Op(200, ROUTE, (404, 503)),
-        ("GET", "/v1/generation/assets"): Op(200, ROUTE, (404,), True, query={"limit": limit}),
+        ("GET", "/v1/generation/assets"): Op(200, ROUTE, (404,), True),
         ("GET", "/v1/generation/assets/<asset_id>"): Op(200, ROUTE, (404,)),
         ("GET", "/v1/generation/assets/<asset_id>/content"): Op(
             302, None, (404,), headers={"Location": {"required": True, "description": "Signed URL of the file "
@@ -167,8 +159,7 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("POST", "/v1/generation/uploads"): Op(
             201, Data[R.Asset], (404, 409, 422, 503), True, links=asset_links),
         # products and runs
-        ("GET", "/v1/workflows/products"): Op(200, Data[list[R.Product]], query={
-            "category": {"enum": list(CATEGORIES)}}),
+        ("GET", "/v1/workflows/products"): Op(200, Data[list[R.Product]],),
         ("GET", "/v1/workflows/products/<slug>"): Op(200, Data[R.Product], (404,),
                                                      path={"slug": slug}),
         ("POST", "/v1/workflows/products/<slug>/estimate"): Op(
@@ -179,8 +170,7 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             202, ROUTE, SUBMIT_ERRORS, True, links=run_links,
             path={"slug": slug},
             path_examples={"slug": "text-to-clip"}, example={"inputs": {"prompt": "A fox at dawn"}}),
-        ("GET", "/v1/workflows/runs"): Op(200, ROUTE, (404,), True,
-                                          query={"limit": limit}),
+        ("GET", "/v1/workflows/runs"): Op(200, ROUTE, (404,), True,),
         ("GET", "/v1/workflows/runs/<run_id>"): Op(200, ROUTE, (404,)),
         # event streams (docs/streams.md)
         ("GET", "/v1/generation/requests/<job_id>/events"): stream(
@@ -198,12 +188,11 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             "`feed` event (data: the first page of `GET /v1/runs`, `{items, total, next_cursor}`). Resume "
             "with `Last-Event-ID`; too old: one `reset` event (data: that first page).", (404,),
             {"feed": shape_ref("RunsPage"), "status": shape_ref("JobStatus"), "progress": PROGRESS,
-             "run": shape_ref("ProductRun"), "reset": shape_ref("RunsPage")}, True,
-            query={"source": {"enum": list(SOURCES)}}),
+             "run": shape_ref("ProductRun"), "reset": shape_ref("RunsPage")}, True),
         ("POST", "/v1/workflows/runs/<run_id>/cancel"): Op(200, ROUTE, (404, 503)),
         ("GET", "/v1/runs"): Op(
             200, ROUTE,
-            (404, 422), True, query={"limit": limit, "source": {"enum": list(SOURCES)}}),
+            (404, 422), True),
         # projects
         ("GET", "/v1/projects"): Op(200, ROUTE),
         ("GET", "/v1/projects/<project_id>"): Op(200, ROUTE, (404,)),
@@ -218,17 +207,15 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         # billing
         ("GET", "/v1/billing/balance"): Op(200, Data[R.Balance]),
         ("GET", "/v1/billing/ledger"): Op(
-            200, R.LedgerPage, (503,),
-            query={"project_id": UUID, "since": TS, "until": TS, "limit": limit, "offset": offset}),
-        ("GET", "/v1/billing/holds"): Op(200, Data[list[R.Hold]],
-                                         query={"status": {"enum": list(HOLD_STATUSES)}, "limit": limit}),
-        ("GET", "/v1/billing/usage"): Op(200, Data[list[R.UsageRow]], query={"since": TS}),
+            200, R.LedgerPage, (503,)),
+        ("GET", "/v1/billing/holds"): Op(200, Data[list[R.Hold]]),
+        ("GET", "/v1/billing/usage"): Op(200, Data[list[R.UsageRow]]),
         ("GET", "/v1/billing/settings"): Op(200, Data[R.BillingSettings]),
         ("PUT", "/v1/billing/settings"): Op(
             200, Data[R.BillingSettings], (422, 503),
             example={"low_balance_threshold": "25.00"}),
         ("GET", "/v1/billing/topups/quote"): Op(200, Data[R.TopupQuote]),
-        ("GET", "/v1/billing/topups"): Op(200, ROUTE, query={"limit": limit}),
+        ("GET", "/v1/billing/topups"): Op(200, ROUTE),
         ("GET", "/v1/billing/topups/<topup_id>"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/billing/topups"): Op(
             201, ROUTE, (422, 503),
@@ -249,12 +236,11 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("GET", "/v1/roles/<role_id>"): Op(200, Data[R.Role], (404,)),
         ("GET", "/v1/roles/<role_id>/users"): Op(200, ROUTE, (404,)),
         # account webhooks
-        ("GET", "/v1/webhooks"): Op(200, ROUTE,
-                                    query={"limit": limit, "offset": offset}),
+        ("GET", "/v1/webhooks"): Op(200, ROUTE),
         ("GET", "/v1/webhooks/events"): Op(200, ROUTE),
         ("GET", "/v1/webhooks/<webhook_id>"): Op(200, ROUTE, (404,)),
         ("GET", "/v1/webhooks/<webhook_id>/deliveries"): Op(
-            200, ROUTE, (404,), query={"limit": limit}),
+            200, ROUTE, (404,)),
         ("POST", "/v1/webhooks"): Op(
             201, ROUTE, (422, 503),
             links=_links(("get_webhook", "update_webhook", "delete_webhook", "test_webhook", "list_deliveries"),
@@ -266,8 +252,7 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("POST", "/v1/webhooks/<webhook_id>/test"): Op(201, ROUTE, (404, 503)),
         ("DELETE", "/v1/webhooks/<webhook_id>"): Op(204, None, (404, 503)),
         # support tickets
-        ("GET", "/v1/support/tickets"): Op(200, ROUTE,
-                                           query={"limit": limit, "state": {"enum": list(STATES)}}),
+        ("GET", "/v1/support/tickets"): Op(200, ROUTE),
         ("GET", "/v1/support/tickets/<ticket_id>"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/support/tickets"): Op(
             201, ROUTE, (422, 503),

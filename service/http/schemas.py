@@ -58,6 +58,10 @@ def non_blank(max_chars: int | None = None) -> dict:
     return {"type": "string", "pattern": f"^[{WS}]*[^{WS}](?:[\\s\\S]{{0,{max_chars - 2}}}[^{WS}])?[{WS}]*$"}
 
 
+INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
+         "description": "Query integers outside SQLite's 64-bit range are 400."}
+LIMIT = {**INT64, "description": "Clamped to the route's range."}
+OFFSET = {**INT64, "description": "Negative values count as 0."}
 SLUG = {"type": "string", "pattern": r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$",
         "description": "1 to 64 lowercase letters, digits and hyphens; no hyphen at either end."}
 SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,2})?$",
@@ -66,8 +70,8 @@ SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,2})
 
 
 def documented(schema: dict, default: Any = PydanticUndefined, description: str | None = None) -> Any:
-    """A body field whose document schema is `schema` (the rule the route checks after
-    parsing), with the field's description and a non-null default; no default: required."""
+    """A body or query field whose document schema is `schema` (the rule the route checks
+    after parsing), with the field's description and a non-null default; no default: required."""
     def state(field_schema: dict[str, Any]) -> None:
         keep = {k: v for k, v in field_schema.items()
                 if k == "description" or (k == "default" and v is not None)}

@@ -14,7 +14,7 @@ parses a status or event name added later. The values come from their owner
 
 from __future__ import annotations
 
-from typing import Annotated, Iterable, Literal, Union
+from typing import Annotated, Iterable, Literal, Union, get_args
 
 from pydantic import Field, WithJsonSchema
 from typing_extensions import NotRequired, TypedDict  # pydantic reads typing's TypedDict only from 3.12
@@ -46,7 +46,8 @@ def sorted_states(machine: Machine) -> list[str]:
     return sorted(machine.states)
 
 
-SOURCES = ("api", "studio", "workflow")  # a job's or feed row's `source` (`workflow`: product runs)
+SourceName = Literal["api", "studio", "workflow"]  # a job's or feed row's `source` (`workflow`: product runs)
+SOURCES: tuple[str, ...] = get_args(SourceName)
 
 JobState = Annotated[str, known(sorted_states(JOB), "job status")]
 Source = Annotated[str, known(SOURCES, "source")]

@@ -12,14 +12,14 @@ from service.assets.signing import LIFETIME_S
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.responses import AssetUrl, Data
-from service.http.schemas import Query, clamp, query
+from service.http.schemas import LIMIT, Query, clamp, documented, query
 from service.storage import generation as sql
 
 bp = Blueprint("assets", __name__)
 
 
 class AssetListQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
     project_id: str | None = Field(default=None, description="Project id or slug (else "
                                    "X-Service-Project, else the default project).")
 

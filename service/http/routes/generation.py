@@ -20,7 +20,7 @@ from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.responses import Data
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
-from service.http.schemas import STR, Body, Query, body, clamp, documented, nullable, query
+from service.http.schemas import LIMIT, STR, Body, Query, body, clamp, documented, nullable, query
 from service.idempotency import request_hash
 from service.views.shapes import JobStatus, SubmitAccepted
 
@@ -55,7 +55,7 @@ class EstimateBody(SubmitBody):
 
 
 class ListQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
     project_id: str | None = Field(default=None, description="Project id or slug (else "
                                    "X-Service-Project, else the default project).")
 

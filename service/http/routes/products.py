@@ -30,6 +30,7 @@ from quart_schema import document_headers
 
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
+from service.catalog.product_types import CATEGORIES
 from service.http.schemas import STR, Body, Query, body, documented, nullable, query
 from service.idempotency import request_hash
 from service.http.responses import Data
@@ -41,7 +42,7 @@ bp = Blueprint("products", __name__)
 
 
 class ProductsQuery(Query):
-    category: Literal["image", "video", "audio"] | None = None
+    category: Literal["image", "video", "audio"] | None = documented({"enum": list(CATEGORIES)}, None)
 
 
 class RunBody(Body):

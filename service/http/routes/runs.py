@@ -16,16 +16,15 @@ Decisions where the spec is open:
 
 from __future__ import annotations
 
-from typing import Literal
 
 from pydantic import Field
 from quart import Blueprint
 
 from service.views import run_feed
-from service.views.shapes import ProductRun, RunsPage
+from service.views.shapes import SOURCES, ProductRun, RunsPage, SourceName
 from service.http.responses import Data
 from service.http.auth import principal, requires, resolve_project, node
-from service.http.schemas import Query, clamp, query
+from service.http.schemas import LIMIT, Query, clamp, documented, query
 
 bp = Blueprint("runs", __name__)
 
@@ -34,17 +33,17 @@ MAX_LIMIT = 200
 
 
 class RunsQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
     product: str | None = Field(default=None, description="Product slug.")
     project_id: str | None = Field(default=None, description="Project id or slug (else "
                                    "X-Service-Project, else the default project).")
 
 
 class FeedQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
-    source: Literal["api", "studio", "workflow"] | None = Field(
-        default=None, description="api or studio: standalone jobs submitted that way; workflow: product runs "
-                                  "only. Omit for everything.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
+    source: SourceName | None = documented(
+        {"enum": list(SOURCES)}, None, "api or studio: standalone jobs submitted that way; workflow: product runs "
+                                       "only. Omit for everything.")
     cursor: str | None = Field(default=None, description="The previous page's next_cursor.")
     project: str | None = Field(default=None, description="Project id or slug; default: the default project.")
 

@@ -16,14 +16,13 @@ account, and a `read_only` member is exactly who may need to ask for access. Sup
 
 from __future__ import annotations
 
-from pydantic import Field
 from quart import Blueprint
 
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
 from service.errors import BadRequest, NotFound
 from service.http import responses as R
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, documented, non_blank, query
+from service.http.schemas import LIMIT, Body, Query, body, clamp, documented, non_blank, query
 from service.storage import support as sql
 
 bp = Blueprint("support", __name__)
@@ -43,8 +42,8 @@ class ReplyCreate(Body):
 
 
 class TicketList(Query):
-    limit: int | None = None
-    state: str | None = Field(default=None, description=f"One of {', '.join(STATES)}.")
+    limit: int | None = documented(LIMIT, None)
+    state: str | None = documented({"enum": list(STATES)}, None, f"One of {', '.join(STATES)}.")
 
 
 def reply_view(row: dict) -> R.TicketReply:

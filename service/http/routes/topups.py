@@ -29,7 +29,7 @@ from quart_schema import hide
 from service.errors import BadRequest, NotFound, Unavailable, Unprocessable
 from service.http import responses as R
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import LIMIT, Body, Query, body, clamp, documented, query
 from service.money import fmt
 from service.payments import InvalidWebhook, facade
 from service.storage import topups as sql
@@ -49,7 +49,7 @@ class TopupCreate(Body):
 
 
 class TopupList(Query):
-    limit: int | None = None
+    limit: int | None = documented(LIMIT, None)
 
 
 def topup_view(row: dict) -> R.Topup:

@@ -18,7 +18,7 @@ from service.senders import account_webhooks
 from service.errors import NotFound
 from service.http import responses as R
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, documented, nullable, query
+from service.http.schemas import LIMIT, OFFSET, Body, Query, body, clamp, documented, nullable, query
 from service.storage import webhooks as sql
 
 bp = Blueprint("webhooks", __name__)
@@ -56,12 +56,12 @@ class WebhookUpdate(Body):
 
 
 class Page(Query):
-    limit: int | None = None
-    offset: int | None = None
+    limit: int | None = documented(LIMIT, None)
+    offset: int | None = documented(OFFSET, None)
 
 
 class Limit(Query):
-    limit: int | None = None
+    limit: int | None = documented(LIMIT, None)
 
 
 def view(row: dict) -> R.Webhook:
