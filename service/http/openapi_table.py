@@ -11,12 +11,9 @@ from service.catalog.capabilities import CAPABILITIES
 from service.http import responses as R
 from service.http.responses import Data
 from service.http.schemas import STR, UUID, nullable
-from service.machines import HOLD
 from service.roles import ROLE_IDS
-from service.views.shapes import sorted_states
 
 # -- schema helpers ----------------------------------------------------------------------------
-HOLD_STATUSES = sorted_states(HOLD)
 IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
 
 
