@@ -1,5 +1,6 @@
 """The document's response shapes come from one class each (service/http/responses), and the
-test-mode check holds every real answer to its class.
+test-mode check holds every real answer of a route that does not declare its shape by its
+return annotation (those mypy holds) to its class.
 
 - every status enum (job, run, step, hold, top-up, ticket) is an open string whose known
   values are exactly its machine's states (service/machines.py); event names, roles,
@@ -23,7 +24,8 @@ from service.actors.tickets import PRIORITIES, TYPES
 from service.catalog.capabilities import CAPABILITIES
 from service.catalog.product_types import CATEGORIES, KINDS
 from service.http import openapi
-from service.http.responses import Data, Hold, JobStatus
+from service.http.openapi_table import ROUTE, Op
+from service.http.responses import Data, Hold, JobStatus, Project
 from service.http.responses.check import ResponseMismatch, check
 from service.machines import HOLD, JOB, RUN, STEP, TICKET, TOPUP
 from service.roles import ROLE_IDS, ROLE_NAMES
@@ -150,7 +152,7 @@ def test_the_check_refuses_drift():
             check(JobStatus, json.dumps(body))
         assert reason in str(e.value), str(e.value)
     with pytest.raises(ResponseMismatch, match=r"expected \{\"data\": \.\.\.\}, got keys \['items'\]"):
-        check(Data(list[Hold]), json.dumps({"items": []}))
+        check(Data[list[Hold]], json.dumps({"items": []}))
 
 
 async def test_a_view_that_drifts_is_a_500_in_test_mode(node, monkeypatch, caplog):
@@ -188,3 +190,19 @@ async def test_document_is_valid_openapi_3_1(node):
     assert doc["openapi"].startswith("3.1")
     errors = [e.message for e in OpenAPIV31SpecValidator(doc).iter_errors()]
     assert errors == []
+
+
+def test_a_route_declares_its_shape_by_its_return_annotation():
+    """`ROUTE` in the table: the document reads the shape from the route function (mypy holds
+    the function to it); a route without one is refused, never documented without a shape."""
+    async def created() -> tuple[Data[Project], int]:
+        raise NotImplementedError
+
+    async def bare():
+        raise NotImplementedError
+
+    assert openapi.route_shape(created) == Data[Project]
+    assert openapi.route_shape(bare) is ROUTE
+    bare.permission = None  # type: ignore[attr-defined]  # as @requires(None) sets it
+    with pytest.raises(openapi.DocumentError, match="the table says ROUTE and the route function has no return"):
+        openapi.apply("GET", "/v1/bare", bare, {}, Op(200, ROUTE))

@@ -71,6 +71,7 @@ from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
 from service.storage import retention as retention_sql
 from service.views import jobs as views
+from service.views.shapes import JobStatus, Progress
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class Generation:
         self.keys = Gate(node.store, node.clock, table="idempotency_keys", id_field="job_id", detail="request_id")
         # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
         self.render_limiter = render_limiter()
-        self.progress_now: dict[str, dict] = {}  # job id -> the engine's last progress, while rendering
+        self.progress_now: dict[str, Progress] = {}  # job id -> the engine's last progress, while rendering
         # engine models' waits and servers (the model list's `queue`, /metrics); pools are
         # read from node.engines, built after this part
         self.queues = EngineQueues(lambda: self.catalog, self.slots, lambda: node.engines.pools)
@@ -157,7 +158,7 @@ class Generation:
         return m.concurrency * m.servers if m is not None else 1
 
     # reads ----------------------------------------------------------------------------------
-    def status(self, job_id: str, org_id: str | None = None) -> dict | None:
+    def status(self, job_id: str, org_id: str | None = None) -> JobStatus | None:
         job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
         if job is None:
             return None
@@ -168,7 +169,7 @@ class Generation:
             status["progress"] = progress
         return status
 
-    def list_statuses(self, project_id: str, limit: int) -> list[dict]:
+    def list_statuses(self, project_id: str, limit: int) -> list[JobStatus]:
         jobs = sql.list_jobs(self.store, project_id, limit)
         outputs = sql.assets_of_jobs(self.store, [j["id"] for j in jobs])
         return [views.status_object(j, outputs[j["id"]], self.base_url) for j in jobs]

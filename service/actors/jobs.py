@@ -52,6 +52,7 @@ from service.errors import ApiError, InsufficientCredits, NotFound, ServiceError
 from service.idempotency import KeyTaken, key_taken
 from service.storage import generation as sql
 from service.views import jobs as views
+from service.views.shapes import JobStatus, SubmitAccepted
 
 if TYPE_CHECKING:
     from service.actors.generation import Generation
@@ -152,7 +153,7 @@ class JobActor(JobEffects, Actor):
         raise TypeError(f"job actor: unknown message {type(msg).__name__}")
 
     # submit ---------------------------------------------------------------------------------
-    async def _submit(self, msg: Submit) -> dict:
+    async def _submit(self, msg: Submit) -> SubmitAccepted:
         gen = self.gen
         if self.job is not None:  # the same job id twice: the job exists; nothing is created
             if msg.notify is not None:
@@ -398,7 +399,7 @@ class JobActor(JobEffects, Actor):
             self.done = True
             raise NotFound("Generation request not found.")
 
-    def _notify(self, notify: Notify, status: dict | None) -> None:
+    def _notify(self, notify: Notify, status: JobStatus | None) -> None:
         try:
             notify(status)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001

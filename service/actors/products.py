@@ -45,6 +45,7 @@ from service.storage import generation as gen_sql
 from service.storage import products as sql
 from service.views import runs as run_views
 from service.views.run_feed import cursor_key
+from service.views.shapes import ProductRun
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +89,12 @@ class Products:
         self.node.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
                                   lambda: view or self.view_of(run, list(steps.values())), source="workflow")
 
-    def view_of(self, run: dict, steps: list[dict]) -> dict:
+    def view_of(self, run: dict, steps: list[dict]) -> ProductRun:
         ids = run_views.asset_ids_of(run, steps)
         assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}
         return run_views.run_view(run, steps, assets, self.base_url)
 
-    def views_of(self, runs: list[dict]) -> list[dict]:
+    def views_of(self, runs: list[dict]) -> list[ProductRun]:
         """Many runs at once (three queries)."""
         if not runs:
             return []
@@ -104,13 +105,13 @@ class Products:
         assets = {row["id"]: row for row in gen_sql.assets_by_ids(self.store, ids)}
         return [run_views.run_view(r, steps[r["id"]], assets, self.base_url) for r in runs]
 
-    def get(self, org_id: str, run_id: str) -> dict:
+    def get(self, org_id: str, run_id: str) -> ProductRun:
         run = sql.run_in_org(self.store, org_id, run_id)
         if run is None:
             raise NotFound("Run not found.")
         return self.view_of(run, sql.steps_of(self.store, run_id))
 
-    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[dict]:
+    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[ProductRun]:
         return self.views_of(sql.list_runs(self.store, project_id, limit, product))
 
     # products -------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ class Products:
         ]
         return await self.runs.ask(run_id, Create(run, steps, idempotency))
 
-    async def cancel(self, org_id: str, run_id: str) -> dict:
+    async def cancel(self, org_id: str, run_id: str) -> ProductRun:
         run = sql.run_in_org(self.store, org_id, run_id)
         if run is None:
             raise NotFound("Run not found.")

@@ -17,11 +17,12 @@ import os
 import re
 import secrets
 from pathlib import Path
+from typing import Final
 from urllib.parse import urlencode
 
 from service.clock import Clock
 
-LIFETIME_S = 900
+LIFETIME_S: Final = 900  # Final: the literal 900, the `expires_in` the document states
 SECRET_FILE = "asset-url-secret"
 _EXP = re.compile(r"^[0-9]{1,12}$")
 _SIG = re.compile(r"^[0-9a-f]{64}$")

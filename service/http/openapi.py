@@ -8,17 +8,21 @@ without an entry is served bare, marked `x-undocumented`, and fails
 tests/test_schemathesis.py::test_routes_match_openapi):
 
 - the responses of every operation: the success status with its shape, a class of
-  service/http/responses (the same class checks every real answer in test mode), and
+  service/http/responses: the route function's return annotation where it has one
+  (`-> Data[Project]`: mypy holds the route and the views it calls to that shape), else
+  the table's (and the test-mode check holds the real answers to it), and
   every error the route can give: 400 (envelope), 401 and 403 (flat `{status: false,
   error}`), 404, 408 (flat timeout body), 409, 413, 422, 402, as the route can answer
   them, and 503 on every operation (any route can answer "busy");
 - the rules the server checks after parsing (422, not 400), written as JSON Schema where
   they can be stated exactly, so generated "valid" requests are valid and "invalid" ones
-  invalid: non-blank names (Python's whitespace, spelled out), slugs, enums of event names,
-  roles, capabilities, aspect ratios, ticket types, top-up limits, int64 query integers.
-  Names from the node's live catalog (model ids, resolutions, durations, product slugs)
-  are strings with examples, not enums: a client generated on one node must be able to
-  name a model added later. Rules that cannot be stated exactly (URLs checked after
+  invalid. A body's rules are stated on its class (non-blank names with Python's
+  whitespace spelled out, slugs, enums of event names, roles, capabilities, aspect ratios,
+  ticket types: `documented` in service/http/schemas.py); the table adds the query rules
+  (int64 integers, enums) and only what the node's live catalog decides (`live_body`:
+  model ids, resolutions, durations, top-up limits). Names from the live catalog (also
+  product slugs) are strings with examples, not enums: a client generated on one node must
+  be able to name a model added later. Rules that cannot be stated exactly (URLs checked after
   parsing, a model's resolutions, a product's inputs, "in the future") stay in
   descriptions; the schemathesis run accepts their documented 422 (tests/test_schemathesis.py);
 - the optional `X-Service-Project` header of project-scoped routes;
@@ -35,14 +39,16 @@ fields). Routes outside `/v1` (operator API, /files, /checkout, /webhooks/stripe
 from __future__ import annotations
 
 import copy
+import inspect
 import re
-from typing import Any
+from dataclasses import replace
+from typing import Any, get_args, get_origin, get_type_hints
 
 from quart import current_app, request
 from quart_schema import hide
 
 from service.http.errors import envelope
-from service.http.openapi_table import IDEMPOTENCY_KEY, Op, operations
+from service.http.openapi_table import IDEMPOTENCY_KEY, ROUTE, Op, operations
 from service.http.responses.document import SCHEMAS, error_response, json_response, shape_schema
 
 # -- applying the table to quart-schema's operation objects ----------------------------------------
@@ -87,9 +93,6 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     for p in operation.get("parameters", []):
         p = dict(p)
         p["schema"] = _clean(p.get("schema", {}))
-        if p["in"] == "query" and p["name"] in op.query:
-            p["schema"] = {**op.query[p["name"]], **({"description": p["schema"]["description"]}
-                                                      if "description" in p["schema"] else {})}
         if p["in"] == "path" and p["name"] in op.path:
             p["schema"] = op.path[p["name"]]
         if p["in"] == "path" and p["name"] in op.path_examples:
@@ -98,9 +101,6 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
             p["schema"] = IDEMPOTENCY_KEY
         params.append(p)
     names = {(p["in"], p["name"]) for p in params}
-    for name in op.query:
-        if ("query", name) not in names:
-            raise DocumentError(f"{where}: query parameter {name!r} is not in the route's model")
     for name in op.path:
         if ("path", name) not in names:
             raise DocumentError(f"{where}: path parameter {name!r} is not in the rule")
@@ -113,14 +113,11 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
         (media, content), = request_body["content"].items()
         schema = _strip_titles(content["schema"])
         props = schema.setdefault("properties", {})
-        for name, patch in op.body.items():
+        for name, patch in op.live_body.items():
             if name not in props:
                 raise DocumentError(f"{where}: body field {name!r} is not in the route's model")
             keep = {k: v for k, v in props[name].items() if k == "description" or (k == "default" and v is not None)}
             props[name] = {**patch, **keep}
-        if op.required is not None:
-            schema["required"] = list(op.required)
-        schema.update(op.body_extra)
         schema["additionalProperties"] = False
         content["schema"] = schema
         # The server reads a missing body as `{}`: the body is required exactly when `{}` is invalid.
@@ -129,7 +126,7 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
             content["encoding"] = op.encoding
         if op.example is not None:
             content["example"] = op.example
-    elif op.body or op.example is not None:
+    elif op.live_body or op.example is not None:
         raise DocumentError(f"{where}: body patches or an example for a route without a body model")
     for name in op.path_examples:
         if ("path", name) not in names:
@@ -149,6 +146,8 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     if request_body is not None:
         statuses.add(413)
 
+    if op.schema is ROUTE:
+        raise DocumentError(f"{where}: the table says ROUTE and the route function has no return annotation")
     success = json_response(op.description or "Success.", op.schema, op.headers, op.media)
     if op.links:
         success["links"] = op.links
@@ -166,11 +165,26 @@ def components(existing: dict, table: dict[tuple[str, str], Op] | None = None) -
     """quart-schema's components, the error bodies and every response shape of `table`."""
     shapes: dict[str, dict] = {}
     for op in (operations() if table is None else table).values():
-        if op.schema is not None and not isinstance(op.schema, dict):
+        if op.schema is not None and op.schema is not ROUTE and not isinstance(op.schema, dict):
             shapes.update(shape_schema(op.schema)[1])
     out = dict(existing)
     out["schemas"] = {**existing.get("schemas", {}), **SCHEMAS, **dict(sorted(shapes.items()))}
     return out
+
+
+def route_shape(func) -> Any:
+    """The success body a route function declares: its return annotation (the body of a
+    `(body, status)` tuple); ROUTE when it has none (`apply` refuses it)."""
+    shape = get_type_hints(inspect.unwrap(func), include_extras=True).get("return", ROUTE)
+    return get_args(shape)[0] if get_origin(shape) is tuple else shape
+
+
+def resolve(table: dict[tuple[str, str], Op], app) -> dict[tuple[str, str], Op]:
+    """The table with each ROUTE shape read from its route function."""
+    funcs = {(method, normalize(rule.rule)): app.view_functions[rule.endpoint]
+             for rule in app.url_map.iter_rules() for method in rule.methods or ()}
+    return {key: replace(op, schema=route_shape(funcs[key])) if op.schema is ROUTE and key in funcs else op
+            for key, op in table.items()}
 
 
 PATH_PARAM = re.compile(r"<(?:[^:<>]*:)?([^<>]+)>")

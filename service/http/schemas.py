@@ -12,20 +12,73 @@ Hostile JSON (tests/test_hostile_input.py): nesting past the interpreter's recur
 an integer of more than 4,300 digits, and a string holding an unpaired UTF-16 surrogate
 escape (`"\\ud800"`: valid JSON syntax, but not text, and SQLite cannot store it) are all
 400 `request.bad_request`. An integer query parameter outside SQLite's 64-bit range is 400.
+
+A body class is the one declaration of its body: the OpenAPI document takes its schema from
+the class (service/http/openapi.py). A field whose rule the route checks after parsing (a
+non-blank name, a slug, an enum: 422, not 400) states that rule's JSON Schema beside itself
+with `documented(...)`, so generated "valid" requests are valid and "invalid" ones invalid.
 """
 
 from __future__ import annotations
 
 import json
 from functools import wraps
-from typing import Annotated, Any, Callable, get_args
+from typing import Annotated, Any, Awaitable, Callable, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticUndefined
 from quart import request
 from quart_schema.validation import QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, QUART_SCHEMA_REQUEST_ATTRIBUTE, DataSource
 
 from service.clock import TimestampOutOfRange, parse_iso
 from service.errors import ApiError, BadRequest
+
+
+STR = {"type": "string"}
+TS = {"type": "string", "format": "date-time"}
+UUID = {"type": "string", "format": "uuid"}
+
+
+def nullable(schema: dict) -> dict:
+    t = schema.get("type")
+    if isinstance(t, str) and "$ref" not in schema and "enum" not in schema and "const" not in schema:
+        return {**schema, "type": [t, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# Python's whitespace (str.isspace), spelled out: the service strips with str.strip(), and a
+# pattern's \s means something else in ECMA-262 (no \x1c-\x1f or \x85; \ufeff is in).
+WS = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def non_blank(max_chars: int | None = None) -> dict:
+    """A string whose stripped text is non-empty (and at most `max_chars` characters)."""
+    if max_chars is None:
+        return {"type": "string", "pattern": f"[^{WS}]"}
+    return {"type": "string", "pattern": f"^[{WS}]*[^{WS}](?:[\\s\\S]{{0,{max_chars - 2}}}[^{WS}])?[{WS}]*$"}
+
+
+INT64 = {"type": "integer", "minimum": -(2 ** 63), "maximum": 2 ** 63 - 1,
+         "description": "Query integers outside SQLite's 64-bit range are 400."}
+LIMIT = {**INT64, "description": "Clamped to the route's range."}
+OFFSET = {**INT64, "description": "Negative values count as 0."}
+SLUG = {"type": "string", "pattern": r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$",
+        "description": "1 to 64 lowercase letters, digits and hyphens; no hyphen at either end."}
+SPEND_LIMIT = nullable({"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,2})?$",
+                        "description": "Credits, at most two decimals, \"0\" or more (\"0\" stops all spending); "
+                                       "null: no limit (else 400 request.validation_failed)."})
+
+
+def documented(schema: dict, default: Any = PydanticUndefined, description: str | None = None) -> Any:
+    """A body or query field whose document schema is `schema` (the rule the route checks
+    after parsing), with the field's description and a non-null default; no default: required."""
+    def state(field_schema: dict[str, Any]) -> None:
+        keep = {k: v for k, v in field_schema.items()
+                if k == "description" or (k == "default" and v is not None)}
+        field_schema.clear()
+        field_schema.update({**schema, **keep})
+
+    return Field(default, description=description, json_schema_extra=state)
 
 
 class Body(BaseModel):
@@ -147,34 +200,36 @@ def _has_lone_surrogate(data: Any) -> bool:
     return False
 
 
-def body(model: type[BaseModel]) -> Callable:
+def _parsed(attribute: str, mark: Any, name: str, parse: Callable[[], Awaitable[Any]]) -> Callable:
+    """A decorator that hands the view `parse()`'s value as keyword `name`, and records `mark`
+    under quart-schema's `attribute` for the document."""
     def deco(func: Callable) -> Callable:
         @wraps(func)
         async def wrapper(*args, **kwargs):
-            raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
-            return await func(*args, data=parse_body(model, raw), **kwargs)
+            return await func(*args, **{name: await parse()}, **kwargs)
 
-        setattr(wrapper, QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON))
+        setattr(wrapper, attribute, mark)
         return wrapper
 
     return deco
+
+
+def body(model: type[BaseModel]) -> Callable:
+    async def parse() -> BaseModel:
+        raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
+        return parse_body(model, raw)
+
+    return _parsed(QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON), "data", parse)
 
 
 def query(model: type[BaseModel]) -> Callable:
-    def deco(func: Callable) -> Callable:
-        @wraps(func)
-        async def wrapper(*args, **kwargs):
-            args_dict = {k: request.args.get(k) for k in request.args}
-            try:
-                q = model.model_validate(args_dict)
-            except ValidationError as e:
-                raise BadRequest("A query parameter is invalid.", {"errors": errors_of(e, "query")}) from None
-            return await func(*args, q=q, **kwargs)
+    async def parse() -> BaseModel:
+        try:
+            return model.model_validate({k: request.args.get(k) for k in request.args})
+        except ValidationError as e:
+            raise BadRequest("A query parameter is invalid.", {"errors": errors_of(e, "query")}) from None
 
-        setattr(wrapper, QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, model)
-        return wrapper
-
-    return deco
+    return _parsed(QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, model, "q", parse)
 
 
 def clamp(value: int | None, default: int, low: int, high: int) -> int:

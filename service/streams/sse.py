@@ -10,7 +10,8 @@ generators): each wait ends before the event it produced is sent.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 from dataclasses import dataclass
 
 import trio
@@ -30,8 +31,8 @@ class Stream:
     paused: no), and an optional filter on the job source (the project stream)."""
 
     key: str
-    current: Callable[[], list[tuple[str, dict]]]
-    final: Callable[[str, dict], bool]
+    current: Callable[[], list[tuple[str, Mapping[str, Any]]]]  # views' TypedDicts are Mappings
+    final: Callable[[str, Mapping[str, Any]], bool]
     allowed: Callable[[], bool]
     source: str | None = None
 
@@ -41,7 +42,7 @@ def frame(event_id: str | None, name: str, data: str) -> bytes:
     return f"{head}event: {name}\ndata: {data}\n\n".encode()
 
 
-def _dumps(data: dict) -> str:
+def _dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 

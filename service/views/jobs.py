@@ -2,9 +2,9 @@
 
 Used by the job actors (webhook bodies, watchers) and the HTTP routes alike, so a job
 webhook's body is exactly what the status endpoint returns. Nulls are kept, never omitted.
-The shapes are defined once, as classes of service/http/responses/generation.py
-(`JobStatus`, `AssetOutput`, `Asset`, `SubmitAccepted`): they make the OpenAPI document,
-and in test mode every answer built here is checked to be exactly its class.
+The shapes are declared once, as the TypedDicts of service/views/shapes.py (`JobStatus`,
+`AssetOutput`, `Asset`, `SubmitAccepted`): mypy holds each function here to its shape, and
+the same classes make the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 
 from service.machines import JOB
 from service.money import fmt
+from service.views.shapes import Asset, AssetOutput, JobStatus, SubmitAccepted
 
 FINAL = tuple(sorted(JOB.final))  # the job machine's final statuses (service/machines.py)
 
@@ -22,7 +23,7 @@ def job_urls(job_id: str, base_url: str) -> tuple[str, str]:
     return f"{base}/status", f"{base}/cancel"
 
 
-def asset_output(row: dict, base_url: str) -> dict:
+def asset_output(row: dict, base_url: str) -> AssetOutput:
     """`{id, url, content_type, width, height, duration_s}` (spec "Asset output")."""
     return {
         "id": row["id"],
@@ -34,27 +35,28 @@ def asset_output(row: dict, base_url: str) -> dict:
     }
 
 
-def asset_record(row: dict, base_url: str) -> dict:
+def asset_record(row: dict, base_url: str) -> Asset:
     """The single-asset read, list items and upload answer: the output fields plus the
     asset's kind, project, job, size, digest and creation time."""
-    return asset_output(row, base_url) | {
-        "kind": row["kind"],
-        "project_id": row["project_id"],
-        "job_id": row["job_id"],
-        "source": row["source"],
-        "size_bytes": row["size_bytes"],
-        "sha256": row["sha256"],
-        "created_at": row["created_at"],
-    }
+    return Asset(
+        **asset_output(row, base_url),
+        kind=row["kind"],
+        project_id=row["project_id"],
+        job_id=row["job_id"],
+        source=row["source"],
+        size_bytes=row["size_bytes"],
+        sha256=row["sha256"],
+        created_at=row["created_at"],
+    )
 
 
-def status_object(job: dict, outputs: list[dict], base_url: str) -> dict:
+def status_object(job: dict, outputs: list[dict], base_url: str) -> JobStatus:
     """The job status object (spec "Job status object"); `outputs` are the job's asset rows."""
     status_url, cancel_url = job_urls(job["id"], base_url)
     shown = [asset_output(a, base_url) for a in outputs]
     images = [o for a, o in zip(outputs, shown) if a["kind"] == "image"]
     video = next((o for a, o in zip(outputs, shown) if a["kind"] == "video"), None)
-    status = {
+    status: JobStatus = {
         "status": job["status"],
         "request_id": job["id"],
         "status_url": status_url,
@@ -76,7 +78,7 @@ def status_object(job: dict, outputs: list[dict], base_url: str) -> dict:
     return status
 
 
-def submit_response(job: dict, base_url: str) -> dict:
+def submit_response(job: dict, base_url: str) -> SubmitAccepted:
     """The 202 body: `{status, request_id, status_url, cancel_url, credits_estimate}`."""
     status_url, cancel_url = job_urls(job["id"], base_url)
     return {

@@ -26,6 +26,7 @@ import json
 import re
 
 from service.views import jobs as job_views, runs as run_views
+from service.views.shapes import FeedJob, FeedRun, RunsPage
 from service.errors import Unprocessable
 from service.storage import generation as gen_sql
 from service.storage import products as sql
@@ -33,7 +34,6 @@ from service.storage import products as sql
 _B64 = re.compile(r"^[A-Za-z0-9_-]{1,400}$")
 _ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-SOURCES = ("api", "studio", "workflow")
 
 
 def cursor_key(secret: bytes) -> bytes:
@@ -84,14 +84,14 @@ def decode_cursor(key: bytes, cursor: str) -> tuple[str, str, str]:
         raise invalid_cursor() from None
 
 
-def page(products, project_id: str, source: str | None, limit: int, cursor: str | None) -> dict:
+def page(products, project_id: str, source: str | None, limit: int, cursor: str | None) -> RunsPage:
     """`{items, total, next_cursor}` of one page."""
     key = products.cursor_key
     after = decode_cursor(key, cursor) if cursor is not None else None
     rows, total = sql.feed(products.store, project_id, source, limit, after)
     job_ids = [r["id"] for r in rows if r["type"] == "job"]
     run_ids = [r["id"] for r in rows if r["type"] == "run"]
-    items: dict[tuple[str, str], dict] = {}
+    items: dict[tuple[str, str], FeedJob | FeedRun] = {}
     if job_ids:
         jobs = sql.jobs_by_ids(products.store, job_ids)
         outputs = gen_sql.assets_of_jobs(products.store, job_ids)

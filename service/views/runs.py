@@ -14,9 +14,9 @@ A feed row of `GET /v1/runs` is the item itself with two fields in front:
 Both kinds carry `status` and `created_at`; a job's `source` is `api` or `studio`, a run is
 always the `workflow` source (`"source": "workflow"` is added to run rows).
 
-The shapes are defined once, as classes of service/http/responses/runs.py (`ProductRun`,
-`RunStep`, `FeedJob`, `FeedRun`): they make the OpenAPI document, and in test mode every
-answer built here is checked to be exactly its class.
+The shapes are declared once, as the TypedDicts of service/views/shapes.py (`ProductRun`,
+`RunStep`, `FeedJob`, `FeedRun`): mypy holds each function here to its shape, and the same
+classes make the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Iterable, Mapping
 
 from service.views.jobs import asset_output
 from service.money import fmt
+from service.views.shapes import AssetOutput, FeedJob, FeedRun, JobStatus, ProductRun, RunStep
 
 
 def run_urls(run_id: str, base_url: str) -> tuple[str, str]:
@@ -51,11 +52,11 @@ def asset_ids_of(run: dict, steps: Iterable[dict]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _shown(ids: list[str], assets: Mapping[str, dict], base_url: str) -> list[dict]:
+def _shown(ids: list[str], assets: Mapping[str, dict], base_url: str) -> list[AssetOutput]:
     return [asset_output(assets[i], base_url) for i in ids if i in assets]
 
 
-def step_view(step: dict, assets: Mapping[str, dict], base_url: str) -> dict:
+def step_view(step: dict, assets: Mapping[str, dict], base_url: str) -> RunStep:
     return {
         "key": step["key"],
         "capability": step["capability"],
@@ -70,7 +71,7 @@ def step_view(step: dict, assets: Mapping[str, dict], base_url: str) -> dict:
     }
 
 
-def run_view(run: dict, steps: list[dict], assets: Mapping[str, dict], base_url: str) -> dict:
+def run_view(run: dict, steps: list[dict], assets: Mapping[str, dict], base_url: str) -> ProductRun:
     """The ProductRun object; `assets` maps asset id -> asset row (at least those shown)."""
     status_url, cancel_url = run_urls(run["id"], base_url)
     outputs_raw = run["outputs"]
@@ -95,9 +96,11 @@ def run_view(run: dict, steps: list[dict], assets: Mapping[str, dict], base_url:
     }
 
 
-def feed_run_row(view: dict) -> dict:
-    return {"type": "run", "id": view["id"], "source": "workflow", **view}
+def feed_run_row(view: ProductRun) -> FeedRun:
+    row: FeedRun = {"type": "run", "id": view["id"], "source": "workflow", **view}
+    return row
 
 
-def feed_job_row(status: dict) -> dict:
-    return {"type": "job", "id": status["request_id"], **status}
+def feed_job_row(status: JobStatus) -> FeedJob:
+    row: FeedJob = {"type": "job", "id": status["request_id"], **status}
+    return row

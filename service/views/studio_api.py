@@ -6,12 +6,14 @@ same job again (through the API, source `api`)."""
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import json
 
 SIDES = {"1k": 1024, "2k": 2048, "4k": 4096}
 
 
-def body_of_job(job: dict, prompt: str | None, params: dict) -> dict:
+def body_of_job(job: Mapping[str, Any], prompt: str | None, params: dict) -> dict:
     """The submit body of `POST /v1/generation/capabilities/{capability}` for this job."""
     body: dict = {"model": job["model"]}
     if prompt:
@@ -40,7 +42,7 @@ def image_size(aspect_ratio: str | None, resolution: str | None) -> str | None:
     return f"{w}x{h}"
 
 
-def snippets(base_url: str, job: dict, prompt: str | None, params: dict) -> list[dict]:
+def snippets(base_url: str, job: Mapping[str, Any], prompt: str | None, params: dict) -> list[dict]:
     """`[{id, label, code}]`: the request in each language, key elided."""
     cap = job["capability"]
     body = body_of_job(job, prompt, params)

@@ -1,27 +1,32 @@
-"""Pydantic models of every `/v1` response body: one class per shape.
+"""Every `/v1` response body: one TypedDict per shape, read by pydantic for the document.
 
-The same class gives the OpenAPI document's component (service/http/openapi.py) and the
-check of real answers (check.py, on in test mode). The views still build plain dicts (the
-hot paths pay nothing); the check proves each dict is exactly its class: a field the view
-sends and the class lacks, or the reverse, fails the request in tests.
+The same class gives the OpenAPI document's component (service/http/openapi.py) and is the
+type the builder returns, so mypy holds the builder to it; the answers are plain dicts (the
+hot paths pay nothing). The shapes the views build are declared in service/views/shapes.py
+(the views sit below http) and re-exported here. A route whose return annotation names its
+shape (`-> Data[Project]`) gives the document that shape; for the others the table in
+service/http/openapi_table.py names it and check.py holds their answers in test mode.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
+
+from typing_extensions import TypedDict
+
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Data:
+class Data(TypedDict, Generic[T]):
     """The `{"data": ...}` envelope around a shape."""
 
-    of: Any
+    data: T
 
 
 from .account import (  # noqa: E402  (after Data: the modules are the package's content)
-    ApiKey, ApiKeyCreated, DeliveryList, EventList, Project, Role, RoleUser, Ticket, TicketWithReplies,
-    Webhook, WebhookCreatedOne, WebhookDelivery, WebhookList, WebhookOne, WebhookTestResult,
+    ApiKey, ApiKeyCreated, DeliveryList, EventList, Project, Role, RoleUser, Ticket, TicketReply, TicketWithReplies,
+    TestDelivery, Webhook, WebhookCreated, WebhookCreatedOne, WebhookDelivery, WebhookList, WebhookOne,
+    WebhookTestResult,
 )
 from .billing import (  # noqa: E402
     Balance, BillingSettings, Hold, LedgerEntry, LedgerPage, Topup, TopupCreated, TopupQuote, UsageRow,
@@ -32,8 +37,8 @@ from .generation import (  # noqa: E402
 from .runs import FeedJob, FeedRun, Product, ProductRun, RunsPage  # noqa: E402
 
 __all__ = [
-    "Data", "ApiKey", "ApiKeyCreated", "DeliveryList", "EventList", "Project", "Role", "RoleUser", "Ticket",
-    "TicketWithReplies", "Webhook", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
+    "Data", "ApiKey", "ApiKeyCreated", "DeliveryList", "EventList", "Project", "Role", "RoleUser", "Ticket", "TicketReply",
+    "TicketWithReplies", "TestDelivery", "Webhook", "WebhookCreated", "WebhookCreatedOne", "WebhookDelivery", "WebhookList", "WebhookOne",
     "WebhookTestResult", "Balance", "BillingSettings", "Hold", "LedgerEntry", "LedgerPage", "Topup",
     "TopupCreated", "TopupQuote", "UsageRow", "Asset", "AssetOutput", "AssetUrl", "Capability", "Estimate",
     "JobStatus", "Model", "SubmitAccepted", "FeedJob", "FeedRun", "Product", "ProductRun", "RunsPage",

@@ -1,75 +1,42 @@
-"""Response shapes of projects, API keys, roles, account webhooks and support tickets."""
+"""Response shapes of roles, account webhooks and support tickets. Projects and API keys are
+service/views/shapes.py's, re-exported here."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, WithJsonSchema
+from pydantic import Field
+from typing_extensions import TypedDict
 
 from service.actors.delivery import EVENT_NAMES
 from service.actors.tickets import PRIORITIES, TYPES
 from service.machines import TICKET
 from service.roles import ROLE_IDS, ROLE_NAMES
 
-from .types import Credits, Shape, Timestamp, Uuid, known, sorted_states
+from service.views.shapes import ApiKey, ApiKeyCreated, Project, Timestamp, Uuid, known, sorted_states
+
+__all__ = ["ApiKey", "ApiKeyCreated", "Project", "RoleName", "EventName", "Role", "RoleUser", "Webhook",
+           "WebhookCreated", "WebhookDelivery", "TestDelivery", "WebhookTestResult", "WebhookList", "WebhookOne",
+           "WebhookCreatedOne", "DeliveryList", "EventList", "Ticket", "TicketReply", "TicketWithReplies"]
 
 RoleName = Annotated[str, known(ROLE_NAMES, "role")]
 EventName = Annotated[str, known(EVENT_NAMES, "event name")]
 
 
-class Project(Shape):
-    id: Uuid
-    organization_id: Uuid
-    name: str
-    slug: str
-    description: str | None
-    is_default: bool
-    is_archived: bool
-    created_by: Uuid | None
-    created_at: Timestamp
-    updated_at: Timestamp | None
-    archived_at: Timestamp | None
-    monthly_spend_limit: Credits | None = Field(
-        description="Credits the project may spend per UTC calendar month; null: no limit.")
-    month_spent: Credits = Field(description="Credits held or captured for the project's work "
-                                 "since the start of the current UTC month.")
-
-
-class ApiKey(Shape):
-    id: Uuid
-    name: str
-    key_prefix: Annotated[str, WithJsonSchema({"type": "string", "pattern": "^aak_[0-9a-f]{8}$"})]
-    user_id: Uuid
-    role_id: Uuid | None
-    expires_at: Timestamp | None
-    is_active: bool
-    created_at: Timestamp
-    last_used_at: Timestamp | None
-    spend_limit: Credits | None = Field(description="Credits work submitted with this key may "
-                                        "ever spend; null: no limit.")
-    spent: Credits = Field(description="Credits held or captured for work submitted with "
-                           "this key, ever.")
-
-
-class ApiKeyCreated(ApiKey):
-    key: Annotated[str, WithJsonSchema({"type": "string", "pattern": "^aak_[0-9a-f]{48}$",
-                                        "description": "The full key; shown only here."})]
-
-
-class Role(Shape):
+class Role(TypedDict):
     id: Annotated[str, known(ROLE_IDS.values(), "role id")]
     name: RoleName
     permissions: list[str]
 
 
-class RoleUser(Shape):
+class RoleUser(TypedDict):
     id: Uuid
     email: str
     role: RoleName
     created_at: Timestamp
 
 
-class Webhook(Shape):
+class Webhook(TypedDict):
     id: Uuid
     url: str
     events: list[EventName]
@@ -80,10 +47,10 @@ class Webhook(Shape):
 
 
 class WebhookCreated(Webhook):
-    secret: str = Field(description="The signing secret; shown only here.")
+    secret: Annotated[str, Field(description="The signing secret; shown only here.")]
 
 
-class WebhookDelivery(Shape):
+class WebhookDelivery(TypedDict):
     id: Uuid
     event: EventName
     status: str
@@ -97,7 +64,7 @@ class WebhookDelivery(Shape):
     duration_ms: float | None
 
 
-class TestDelivery(Shape):
+class TestDelivery(TypedDict):
     id: Uuid
     url: str
     is_delivered: bool
@@ -106,34 +73,34 @@ class TestDelivery(Shape):
     duration_ms: float | None
 
 
-class WebhookTestResult(Shape):
+class WebhookTestResult(TypedDict):
     event: Literal["webhook.test"]
     data: dict[str, Any]
     delivery: TestDelivery
 
 
-class WebhookList(Shape):
+class WebhookList(TypedDict):
     webhooks: list[Webhook]
     total: int
 
 
-class WebhookOne(Shape):
+class WebhookOne(TypedDict):
     webhook: Webhook
 
 
-class WebhookCreatedOne(Shape):
+class WebhookCreatedOne(TypedDict):
     webhook: WebhookCreated
 
 
-class DeliveryList(Shape):
+class DeliveryList(TypedDict):
     deliveries: list[WebhookDelivery]
 
 
-class EventList(Shape):
+class EventList(TypedDict):
     events: list[EventName]
 
 
-class Ticket(Shape):
+class Ticket(TypedDict):
     id: Uuid
     organization_id: Uuid
     number: int
@@ -148,7 +115,7 @@ class Ticket(Shape):
     updated_at: Timestamp | None
 
 
-class TicketReply(Shape):
+class TicketReply(TypedDict):
     id: Uuid
     author_kind: str
     author: str | None

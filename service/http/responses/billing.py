@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from typing import Annotated
+
+from typing_extensions import TypedDict
+
 from service.machines import HOLD, TOPUP
+from service.views.shapes import Credits, Day, Timestamp, Uuid, known, sorted_states
 
-from .types import Credits, Day, Shape, Timestamp, Uuid, known, sorted_states
 
-
-class SourceRemaining(Shape):
+class SourceRemaining(TypedDict):
     source: str
     remaining: Credits
 
 
-class Lot(Shape):
+class Lot(TypedDict):
     id: Uuid
     source: str
     amount: Credits
@@ -23,7 +25,7 @@ class Lot(Shape):
     created_at: Timestamp
 
 
-class Balance(Shape):
+class Balance(TypedDict):
     organization_id: Uuid
     available: Credits
     held: Credits
@@ -33,7 +35,7 @@ class Balance(Shape):
     lots: list[Lot]
 
 
-class LedgerEntry(Shape):
+class LedgerEntry(TypedDict):
     id: Uuid
     created_at: Timestamp
     kind: str
@@ -47,12 +49,12 @@ class LedgerEntry(Shape):
     hold_id: Uuid | None
 
 
-class LedgerPage(Shape):
+class LedgerPage(TypedDict):
     data: list[LedgerEntry]
     total: int
 
 
-class Hold(Shape):
+class Hold(TypedDict):
     id: Uuid
     job_id: Uuid | None
     workflow_run_id: Uuid | None
@@ -64,19 +66,19 @@ class Hold(Shape):
     settled_at: Timestamp | None
 
 
-class UsageRow(Shape):
+class UsageRow(TypedDict):
     project_id: Uuid
     day: Day
     credits: Credits
     jobs: int
 
 
-class BillingSettings(Shape):
+class BillingSettings(TypedDict):
     low_balance_threshold: Credits | None
     low_balance_notified_at: Timestamp | None
 
 
-class TopupQuote(Shape):
+class TopupQuote(TypedDict):
     usd_per_credit: str
     min_credits: int
     max_credits: int
@@ -84,7 +86,7 @@ class TopupQuote(Shape):
     currency: str
 
 
-class Topup(Shape):
+class Topup(TypedDict):
     id: Uuid
     created_at: Timestamp
     credits: Credits
@@ -94,6 +96,6 @@ class Topup(Shape):
     paid_at: Timestamp | None
 
 
-class TopupCreated(Shape):
+class TopupCreated(TypedDict):
     topup: Topup
     checkout_url: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, get_args, get_origin
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -49,11 +49,11 @@ def check(shape: Any, raw: bytes | str) -> None:
     """Raise `ResponseMismatch` unless `raw` is exactly an instance of `shape`."""
     sent = json.loads(raw)
     value, inner = sent, shape
-    if isinstance(shape, Data):
+    if get_origin(shape) is Data:
         if not isinstance(sent, dict) or set(sent) != {"data"}:
             got = sorted(sent) if isinstance(sent, dict) else type(sent).__name__
             raise ResponseMismatch(f"expected {{\"data\": ...}}, got keys {got}")
-        value, inner = sent["data"], shape.of
+        value, inner = sent["data"], get_args(shape)[0]
     adapter = _adapter(inner)
     try:
         parsed = adapter.validate_python(value, strict=True)

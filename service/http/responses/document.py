@@ -5,9 +5,10 @@ made from its class (service/http/openapi.py puts them together)."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, get_args, get_origin
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
+from typing_extensions import is_typeddict
 
 from . import Data
 
@@ -71,12 +72,12 @@ def _tidy(schema: Any) -> Any:
 def shape_schema(shape: Any) -> tuple[dict, dict]:
     """(schema, component schemas it refers to) of a response shape: a class of
     service/http/responses, `list[...]` of one, or `Data(...)` around either."""
-    if isinstance(shape, Data):
-        inner, defs = shape_schema(shape.of)
+    if get_origin(shape) is Data:
+        inner, defs = shape_schema(get_args(shape)[0])
         return {"type": "object", "properties": {"data": inner}, "required": ["data"]}, defs
     schema = TypeAdapter(shape).json_schema(ref_template=REF)
     defs = {name: _tidy(d) for name, d in schema.pop("$defs", {}).items()}
-    if isinstance(shape, type) and issubclass(shape, BaseModel):
+    if is_typeddict(shape):
         defs[shape.__name__] = _tidy(schema)
         return {"$ref": REF.format(model=shape.__name__)}, defs
     return _tidy(schema), defs

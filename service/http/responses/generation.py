@@ -1,87 +1,26 @@
-"""Response shapes of the generation routes (spec "Job status object", "Asset output",
-capabilities, models, estimate, assets). Built by service/views/jobs.py and the
-catalog views; checked against these classes in tests (service/http/responses/check.py)."""
+"""Response shapes of the generation routes built outside service/views: capabilities,
+models, estimate, asset URL (spec "Capabilities", "Models"). The job status object and the
+asset shapes are service/views/shapes.py's, re-exported here."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
 from pydantic import Field
+from typing_extensions import NotRequired, TypedDict
 
-from service.views.run_feed import SOURCES
-from service.catalog.capabilities import ASPECT_RATIOS, ASSET_KINDS, CAPABILITIES
-from service.machines import JOB
+from service.catalog.capabilities import ASPECT_RATIOS
+from service.views.shapes import (
+    Asset, AssetKind, AssetOutput, CapabilityId, Credits, CreditsPair, JobState, JobStatus, Progress, Source,
+    SubmitAccepted, known,
+)
 
-from .types import Credits, Sha256, Shape, Timestamp, Uuid, known, sorted_states
-
-JobState = Annotated[str, known(sorted_states(JOB), "job status")]
-Source = Annotated[str, known(SOURCES, "source")]
-CapabilityId = Annotated[str, known([c.id for c in CAPABILITIES], "capability")]
-AssetKind = Annotated[str, known(ASSET_KINDS, "asset kind")]
-
-
-class AssetOutput(Shape):
-    id: Uuid
-    url: str
-    content_type: str
-    width: int | None
-    height: int | None
-    duration_s: float | None
+__all__ = ["Asset", "AssetOutput", "CreditsPair", "JobState", "JobStatus", "Progress", "Source", "SubmitAccepted",
+           "Estimate", "CapabilitySlot", "ModelSlot", "Price", "Offering", "Capability", "ModelCapability",
+           "ModelQueue", "Model", "AssetUrl"]
 
 
-class Asset(AssetOutput):
-    kind: AssetKind
-    project_id: Uuid
-    job_id: Uuid | None
-    source: str
-    size_bytes: int
-    sha256: Sha256
-    created_at: Timestamp
-
-
-class CreditsPair(Shape):
-    estimate: Credits
-    actual: Credits | None
-
-
-class Progress(Shape):
-    value: float
-    max: float
-    step: str | None
-
-
-class JobStatus(Shape):
-    """`progress` is sent only while an engine reports it (rendering jobs of engine models);
-    `usage` only when the engine reported it (a text.llm job's token counts)."""
-
-    status: JobState
-    request_id: Uuid
-    status_url: str
-    cancel_url: str
-    capability: CapabilityId
-    model: str
-    project_id: Uuid
-    source: Source
-    outputs: list[AssetOutput]
-    images: list[AssetOutput]
-    video: AssetOutput | None
-    credits: CreditsPair
-    error: str | None
-    created_at: Timestamp
-    finished_at: Timestamp | None
-    progress: Progress = None  # type: ignore[assignment]
-    usage: dict[str, int] = None  # type: ignore[assignment]
-
-
-class SubmitAccepted(Shape):
-    status: Literal["queued"]
-    request_id: Uuid
-    status_url: str
-    cancel_url: str
-    credits_estimate: Credits
-
-
-class Estimate(Shape):
+class Estimate(TypedDict):
     capability: CapabilityId
     model: str
     resolution: str | None
@@ -90,7 +29,7 @@ class Estimate(Shape):
     tier: str
 
 
-class CapabilitySlot(Shape):
+class CapabilitySlot(TypedDict):
     name: str
     kinds: list[AssetKind]
     min: int
@@ -98,20 +37,20 @@ class CapabilitySlot(Shape):
     required: bool  # min > 0: every model of the capability needs this slot filled
 
 
-class ModelSlot(Shape):
+class ModelSlot(TypedDict):
     name: str
     kinds: list[AssetKind]
     count: int
     required: bool  # count > 0: a submit to this model without it is refused (422)
 
 
-class Price(Shape):
+class Price(TypedDict):
     resolution: str
     duration: int | None
     credits: Credits
 
 
-class Offering(Shape):
+class Offering(TypedDict):
     id: str
     description: str | None
     available: bool
@@ -121,7 +60,7 @@ class Offering(Shape):
     prices: list[Price]
 
 
-class Capability(Shape):
+class Capability(TypedDict):
     id: CapabilityId
     description: str
     output: AssetKind | None
@@ -132,23 +71,24 @@ class Capability(Shape):
     models: list[Offering]
 
 
-class ModelCapability(Shape):
+class ModelCapability(TypedDict):
     id: CapabilityId
     prices: list[Price]
 
 
-class ModelQueue(Shape):
+class ModelQueue(TypedDict):
     """How busy an engine model is (additive: only engine-backed models carry it)."""
 
-    queued: int = Field(ge=0, description="Jobs waiting to start (for a slot or a live server).")
-    running: int = Field(ge=0, description="Jobs running on the model's servers now.")
-    servers_up: int | None = Field(ge=0, description="Servers answering their health check; null for a hosted API.")
-    servers_down: int | None = Field(ge=0, description="Servers known down; null for a hosted API.")
-    time_to_start_p50_s: float | None = Field(
-        ge=0, description="Median seconds from submit to rendering of recent jobs; null before the first.")
+    queued: Annotated[int, Field(ge=0, description="Jobs waiting to start (for a slot or a live server).")]
+    running: Annotated[int, Field(ge=0, description="Jobs running on the model's servers now.")]
+    servers_up: Annotated[int | None, Field(
+        ge=0, description="Servers answering their health check; null for a hosted API.")]
+    servers_down: Annotated[int | None, Field(ge=0, description="Servers known down; null for a hosted API.")]
+    time_to_start_p50_s: Annotated[float | None, Field(
+        ge=0, description="Median seconds from submit to rendering of recent jobs; null before the first.")]
 
 
-class Model(Shape):
+class Model(TypedDict):
     """`queue` is sent only for engine-backed models (additive): jobs waiting and running,
     servers up and down, median time to start."""
 
@@ -156,9 +96,9 @@ class Model(Shape):
     description: str | None
     available: bool
     capabilities: list[ModelCapability]
-    queue: ModelQueue = None  # type: ignore[assignment]
+    queue: NotRequired[ModelQueue]
 
 
-class AssetUrl(Shape):
+class AssetUrl(TypedDict):
     url: str
     expires_in: Literal[900]

@@ -1,20 +1,21 @@
-"""Response shapes of products, runs and the merged `GET /v1/runs` feed (spec "Product",
-"Product run"). Built by service/catalog/products.py and service/views/runs.py."""
+"""Response shapes of products (spec "Product"), built by service/catalog/products.py. The
+ProductRun and the merged `GET /v1/runs` feed are service/views/shapes.py's, re-exported here."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any
 
 from pydantic import Field
+from typing_extensions import TypedDict
 
 from service.catalog.product_types import CATEGORIES, KINDS
-from service.machines import RUN, STEP
+from service.views.shapes import CapabilityId, Credits, FeedItem, FeedJob, FeedRun, ProductRun, RunsPage, RunStep, known
 
-from .generation import AssetOutput, CapabilityId, CreditsPair, JobStatus
-from .types import Credits, Shape, Timestamp, Uuid, known, sorted_states
+__all__ = ["FeedItem", "FeedJob", "FeedRun", "ProductRun", "RunsPage", "RunStep", "ProductInput", "ProductStep",
+           "Product"]
 
 
-class ProductInput(Shape):
+class ProductInput(TypedDict):
     type: str
     label: str
     description: str | None
@@ -24,15 +25,15 @@ class ProductInput(Shape):
     hidden: bool
 
 
-class ProductStep(Shape):
+class ProductStep(TypedDict):
     key: str
     capability: CapabilityId | None
     op: str | None
     model: str | None
-    needs: list[str] = Field(description="Keys of the steps this one reads from.")
+    needs: Annotated[list[str], Field(description="Keys of the steps this one reads from.")]
 
 
-class Product(Shape):
+class Product(TypedDict):
     slug: str
     name: str
     category: Annotated[str, known(CATEGORIES, "category")]
@@ -47,59 +48,3 @@ class Product(Shape):
     available: bool
     unavailable_reasons: list[str]
     credits_estimate: Credits | None
-
-
-class RunStep(Shape):
-    """`started_at` and `finished_at` (beyond the spec) show the steps that ran at once."""
-
-    key: str
-    capability: CapabilityId | None
-    op: str | None
-    model: str | None
-    status: Annotated[str, known(sorted_states(STEP), "step status")]
-    request_id: Uuid | None
-    outputs: list[AssetOutput]
-    error: str | None
-    started_at: Timestamp | None
-    finished_at: Timestamp | None
-
-
-class ProductRun(Shape):
-    id: Uuid
-    status: Annotated[str, known(sorted_states(RUN), "run status")]
-    product: str
-    product_version: int
-    project_id: Uuid
-    inputs: dict[str, Any]
-    steps: list[RunStep]
-    outputs: dict[str, list[AssetOutput]]
-    credits: CreditsPair
-    error: str | None
-    status_url: str
-    cancel_url: str
-    created_at: Timestamp
-    started_at: Timestamp | None
-    finished_at: Timestamp | None
-
-
-class FeedJob(JobStatus):
-    """A standalone job in `GET /v1/runs`: the job status object with `type` and `id`."""
-
-    type: Literal["job"]
-    id: Uuid
-
-
-class FeedRun(ProductRun):
-    """A product run in `GET /v1/runs`: the ProductRun with `type` and `source`."""
-
-    type: Literal["run"]
-    source: Literal["workflow"]
-
-
-FeedItem = Annotated[Union[FeedJob, FeedRun], Field(discriminator="type")]
-
-
-class RunsPage(Shape):
-    items: list[FeedItem]
-    total: int
-    next_cursor: str | None

@@ -11,24 +11,27 @@ from service.credits.limits import parse_limit
 from service.errors import NotFound, Unprocessable
 from service.views import accounts as views
 from service.views import spend
+from service.views.shapes import ApiKey, ApiKeyCreated
+from service.http.responses import Data
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Timestamp, body
+from service.http.schemas import SPEND_LIMIT, TS, Body, Timestamp, body, documented, non_blank, nullable
+from service.roles import ROLE_IDS
 from service.storage import accounts as sql
 
 bp = Blueprint("api_keys", __name__)
 
 
 class KeyCreate(Body):
-    name: str
-    role_id: str | None = None
-    expires_at: Timestamp | None = None
-    spend_limit: str | None = None
+    name: str = documented(non_blank())
+    role_id: str | None = documented(nullable({"enum": list(ROLE_IDS.values())}), None)
+    expires_at: Timestamp | None = documented(nullable(TS), None)
+    spend_limit: str | None = documented(SPEND_LIMIT, None)
 
 
 class KeyUpdate(Body):
-    name: str | None = None
+    name: str | None = documented(nullable(non_blank()), None)
     is_active: bool | None = None
-    spend_limit: str | None = None
+    spend_limit: str | None = documented(SPEND_LIMIT, None)
 
 
 async def limit_or_revoke(org_id: str, key_id: str, limit: int) -> None:
@@ -42,19 +45,19 @@ async def limit_or_revoke(org_id: str, key_id: str, limit: int) -> None:
         raise
 
 
-def _views(rows: list[dict]) -> list[dict]:
-    return spend.keys(node().store, principal().org_id, [views.api_key(r) for r in rows])
+def _views(rows: list[dict]) -> list[ApiKey]:
+    return spend.keys(node().store, principal().org_id, rows)
 
 
 @bp.get("/v1/api-keys")
 @requires("api_keys:read")
-async def list_keys():
+async def list_keys() -> Data[list[ApiKey]]:
     return {"data": _views(sql.list_keys(node().store, principal().org_id))}
 
 
 @bp.get("/v1/api-keys/<key_id>")
 @requires("api_keys:read")
-async def get_key(key_id: str):
+async def get_key(key_id: str) -> Data[ApiKey]:
     row = sql.get_key(node().store, principal().org_id, key_id)
     if row is None:
         raise NotFound("API key not found.", code="api_key.not_found")
@@ -64,7 +67,7 @@ async def get_key(key_id: str):
 @bp.post("/v1/api-keys")
 @requires("api_keys:create")
 @body(KeyCreate)
-async def create_key(data: KeyCreate):
+async def create_key(data: KeyCreate) -> tuple[Data[ApiKeyCreated], int]:
     limit = parse_limit(data.spend_limit, "spend_limit")
     if not data.name.strip():
         raise Unprocessable("name is required.", {"field": "name"})
@@ -83,13 +86,13 @@ async def create_key(data: KeyCreate):
                                            caller_user_role=p.user_role)
     if limit is not None:
         await limit_or_revoke(p.org_id, row["id"], limit)
-    return {"data": {**_views([row])[0], "key": row["key"]}}, 201
+    return {"data": views.api_key_created(_views([row])[0], row["key"])}, 201
 
 
 @bp.patch("/v1/api-keys/<key_id>")
 @requires("api_keys:create")
 @body(KeyUpdate)
-async def update_key(key_id: str, data: KeyUpdate):
+async def update_key(key_id: str, data: KeyUpdate) -> Data[ApiKey]:
     setting = "spend_limit" in data.model_fields_set
     limit = parse_limit(data.spend_limit, "spend_limit")
     fields: dict[str, object] = {}

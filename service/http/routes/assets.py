@@ -7,17 +7,19 @@ from pydantic import Field
 from quart import Blueprint, Response
 
 from service.views.jobs import asset_record
+from service.views.shapes import Asset
 from service.assets.signing import LIFETIME_S
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
-from service.http.schemas import Query, clamp, query
+from service.http.responses import AssetUrl, Data
+from service.http.schemas import LIMIT, Query, clamp, documented, query
 from service.storage import generation as sql
 
 bp = Blueprint("assets", __name__)
 
 
 class AssetListQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
     project_id: str | None = Field(default=None, description="Project id or slug (else "
                                    "X-Service-Project, else the default project).")
 
@@ -32,7 +34,7 @@ def _asset(asset_id: str) -> dict:
 @bp.get("/v1/generation/assets")
 @requires("generation:read")
 @query(AssetListQuery)
-async def list_assets(q: AssetListQuery):
+async def list_assets(q: AssetListQuery) -> Data[list[Asset]]:
     project = resolve_project(q.project_id)
     base = node().generation.base_url
     rows = sql.list_assets(node().store, project["id"], clamp(q.limit, 50, 1, 200))
@@ -41,7 +43,7 @@ async def list_assets(q: AssetListQuery):
 
 @bp.get("/v1/generation/assets/<asset_id>")
 @requires("generation:read")
-async def get_asset(asset_id: str):
+async def get_asset(asset_id: str) -> Data[Asset]:
     return {"data": asset_record(_asset(asset_id), node().generation.base_url)}
 
 
@@ -56,6 +58,6 @@ async def asset_content(asset_id: str):
 
 @bp.get("/v1/generation/assets/<asset_id>/url")
 @requires("generation:read")
-async def asset_url(asset_id: str):
+async def asset_url(asset_id: str) -> Data[AssetUrl]:
     row = _asset(asset_id)
     return {"data": {"url": node().generation.signer.url(row["id"]), "expires_in": LIFETIME_S}}

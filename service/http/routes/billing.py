@@ -11,13 +11,13 @@ import json
 import uuid
 from decimal import Decimal
 
-from pydantic import Field
 from quart import Blueprint, request
 
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import LIMIT, OFFSET, TS, UUID, Body, Query, body, clamp, documented, query
+from service.machines import HOLD
 from service.money import MAX_UC, UC, NotCredits, TooPrecise, decimal_uc, to_decimal
 from service.storage import billing as sql
 
@@ -28,24 +28,25 @@ PAGE_DEFAULT, PAGE_MAX = 100, 500
 
 
 class LedgerQuery(Query):
-    project_id: str | None = Field(default=None, description="Project id (UUID); excludes grants and expiries.")
-    since: str | None = Field(default=None, description="ISO 8601 with offset; entries at or after.")
-    until: str | None = Field(default=None, description="ISO 8601 with offset; entries before.")
-    limit: int | None = Field(default=None, description="Default 100, clamped to 1..500.")
-    offset: int | None = Field(default=None, description="Default 0.")
+    project_id: str | None = documented(UUID, None, "Project id (UUID); excludes grants and expiries.")
+    since: str | None = documented(TS, None, "ISO 8601 with offset; entries at or after.")
+    until: str | None = documented(TS, None, "ISO 8601 with offset; entries before.")
+    limit: int | None = documented(LIMIT, None, "Default 100, clamped to 1..500.")
+    offset: int | None = documented(OFFSET, None, "Default 0.")
 
 
 class HoldsQuery(Query):
-    status: str | None = Field(default=None, description="held, captured or released; omit for all.")
-    limit: int | None = Field(default=None, description="Default 100, clamped to 1..500.")
+    status: str | None = documented({"enum": sorted(HOLD.states)}, None, "held, captured or released; omit for all.")
+    limit: int | None = documented(LIMIT, None, "Default 100, clamped to 1..500.")
 
 
 class UsageQuery(Query):
-    since: str | None = Field(default=None, description="ISO 8601 with offset; jobs finished at or after.")
+    since: str | None = documented(TS, None, "ISO 8601 with offset; jobs finished at or after.")
 
 
 class SettingsBody(Body):
-    low_balance_threshold: int | float | str | None = Field(
+    low_balance_threshold: int | float | str | None = documented(
+        {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_UC // UC}, {"type": "string"}, {"type": "null"}]},
         description="Credits (number or decimal string, zero or more); null turns the warning off.")
 
 

@@ -114,8 +114,8 @@ async def billing_page(status: int = 200, **ctx):
     ledger, total, offset = ledger_page(org_id, offset)
     names = {p["id"]: p["name"] for p in projects()}
     topup = request.args.get("topup")
-    returned = topups_sql.get_in_org(svc.store, org_id, topup) if topup else None
-    returned = topup_view(returned) if returned else None
+    row = topups_sql.get_in_org(svc.store, org_id, topup) if topup else None
+    returned = topup_view(row) if row else None
     return show("billing.html", status, title="Billing", usage=usage, names=names,
                 chart=chart(usage, datetime.fromtimestamp(now, UTC), names), ledger=ledger,
                 ledger_lines=billing_lines.lines(ledger), total=total, offset=offset,

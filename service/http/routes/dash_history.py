@@ -8,10 +8,13 @@ message on a page."""
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from quart import Blueprint, request
 from quart_schema import hide
 
 from service.views import run_feed
+from service.views.shapes import SOURCES
 from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import page
@@ -23,10 +26,9 @@ from service.http.topics import project_stream, respond
 bp = Blueprint("dash_history", __name__)
 
 PAGE = 25
-SOURCES = ("api", "studio", "workflow")
 
 
-def thumb(item: dict) -> str | None:
+def thumb(item: Mapping[str, Any]) -> str | None:
     """The stored thumbnail of the row's first image output, if any (never the full image)."""
     outputs = item.get("outputs") or []
     if isinstance(outputs, dict):  # a product run: named outputs

@@ -32,9 +32,10 @@ bp = Blueprint("dash_keys", __name__)
 
 def keys_page(status: int = 200, **ctx):
     p = principal()
-    rows = [{**r, "role": ROLE_BY_ID.get(r["role_id"]) if r["role_id"] else None}
-            for r in sql.list_keys(node().store, p.org_id)]
-    rows = spend.keys(node().store, p.org_id, rows)
+    listed = sql.list_keys(node().store, p.org_id)
+    figures = spend.key_figures(node().store, p.org_id, [r["id"] for r in listed])
+    rows = [{**r, "role": ROLE_BY_ID.get(r["role_id"]) if r["role_id"] else None, **figures[r["id"]]}
+            for r in listed]
     roles = [r for r in ROLE_NAMES if within(r, p.role)]
     return show("keys.html", status, title="API keys", keys=rows, roles=roles, **ctx)
 

@@ -48,9 +48,9 @@ async def projects_page():
 def projects_view(status: int = 200, **ctx):
     """The page with every project's spend-limit fields (`spend[id]`)."""
     svc, org_id = node(), principal().org_id
-    views = spend.projects(svc.store, org_id, [{"id": r["id"]} for r in sql.list_projects(svc.store, org_id)],
-                           svc.clock.now())
-    return show("projects.html", status, title="Projects", spend={v["id"]: v for v in views}, **ctx)
+    figures = spend.project_figures(svc.store, org_id, [r["id"] for r in sql.list_projects(svc.store, org_id)],
+                                    svc.clock.now())
+    return show("projects.html", status, title="Projects", spend=figures, **ctx)
 
 
 @bp.post("/projects/<project_id>/limit")

@@ -15,6 +15,7 @@ refusal shows the form again (a 402 with the balance and a link to top up).
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping
 from urllib.parse import urlencode
 
 from quart import Blueprint, redirect, request
@@ -30,6 +31,7 @@ from service.machines import JOB
 from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
 from service.views import spend, studio_api
+from service.views.shapes import JobStatus
 from service.http.topics import job_stream, respond
 
 bp = Blueprint("dash_studio", __name__)
@@ -194,7 +196,7 @@ async def submit_job(form):
 TEXT_SHOWN = 20_000  # characters of a text output shown in place (the whole file is a download)
 
 
-def text_of(output: dict) -> str | None:
+def text_of(output: Mapping[str, Any]) -> str | None:
     """A text output's first characters, shown in the pane like an image is."""
     if not output["content_type"].startswith("text/"):
         return None
@@ -208,14 +210,14 @@ def text_of(output: dict) -> str | None:
         return None
 
 
-def job_or_404(job_id: str) -> dict:
+def job_or_404(job_id: str) -> JobStatus:
     status = node().generation.status(job_id, principal().org_id)
     if status is None:
         raise NotFound("Generation request not found.")
     return status
 
 
-def job_view(status: dict) -> dict:
+def job_view(status: JobStatus) -> dict:
     """The status object plus what a page shows: signed output links, whether the hold was
     released, the settings it ran with, its timings and a link to run them again."""
     store = node().store

@@ -12,7 +12,7 @@ from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
-from service.http.routes.support import ticket_view
+from service.http.routes.support import ticket_view, ticket_with_replies
 from service.storage import support as sql
 
 bp = Blueprint("dash_support", __name__)
@@ -63,7 +63,7 @@ def ticket_page(ticket_id: str, status: int = 200, **ctx):
     if row is None:
         raise NotFound("Ticket not found.")
     return show("ticket.html", status, title=f"Ticket {row['number']}",
-                ticket=ticket_view(row | {"replies": sql.replies(store, ticket_id)}), **ctx)
+                ticket=ticket_with_replies(row, sql.replies(store, ticket_id)), **ctx)
 
 
 @bp.get("/support/<ticket_id>")

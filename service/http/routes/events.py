@@ -8,14 +8,14 @@ service/streams/sse.py; these routes only find the topic and the current state.
 
 from __future__ import annotations
 
-from typing import Literal
 
 from pydantic import Field
 from quart import Blueprint
 
 from service.errors import NotFound
 from service.http.auth import node, principal, requires, resolve_project, still_allowed
-from service.http.schemas import Query, query
+from service.http.schemas import Query, documented, query
+from service.views.shapes import SOURCES, SourceName
 from service.http.topics import job_stream, project_stream, respond, run_stream
 
 bp = Blueprint("events", __name__)
@@ -23,8 +23,8 @@ bp = Blueprint("events", __name__)
 class EventsQuery(Query):
     project: str | None = Field(default=None, description="Project id or slug (else X-Service-Project, "
                                 "else the default project).")
-    source: Literal["api", "studio", "workflow"] | None = Field(
-        default=None, description="Only jobs of this source (workflow: product runs and their step jobs).")
+    source: SourceName | None = documented(
+        {"enum": list(SOURCES)}, None, "Only jobs of this source (workflow: product runs and their step jobs).")
 
 
 @bp.get("/v1/generation/requests/<job_id>/events")

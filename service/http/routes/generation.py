@@ -15,12 +15,14 @@ from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_headers
 
-from service.catalog.capabilities import PROMPT_MAX_CHARS
+from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES, PROMPT_MAX_CHARS
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
+from service.http.responses import Data
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import LIMIT, STR, Body, Query, body, clamp, documented, nullable, query
 from service.idempotency import request_hash
+from service.views.shapes import JobStatus, SubmitAccepted
 
 bp = Blueprint("generation", __name__)
 
@@ -31,7 +33,7 @@ class SubmitBody(Body):
     prompt: str | None = Field(default=None, description="Required non-empty when the capability's "
                                "prompt_required is true; at most 10,000 characters (422 beyond).",
                                json_schema_extra={"maxLength": PROMPT_MAX_CHARS})  # checked by the submit rules
-    aspect_ratio: str | None = None
+    aspect_ratio: str | None = documented(nullable({"enum": list(ASPECT_RATIOS)}), None)
     model: str | None = Field(default=None, description="Model id; default: the capability's first "
                               "available model.")
     resolution: str | None = None
@@ -39,17 +41,21 @@ class SubmitBody(Body):
     quality: str | None = Field(default=None, description="No model takes it today (422).")
     inputs: dict[str, list[str]] | None = Field(default=None, description="Slot name -> asset ids or "
                                                 "asset URLs returned by this API, of the job's project.")
-    webhook_url: str | None = Field(default=None, description="Job webhook; only https URLs are called.")
-    project_id: str | None = Field(default=None, description="Project id or slug.")
+    webhook_url: str | None = documented(
+        nullable({"type": "string", "description": "Job webhook URL; only https URLs are called (any other "
+                  "string is stored and never called)."}), None, "Job webhook; only https URLs are called.")
+    project_id: str | None = documented(nullable(STR), None, "Project id or slug.")
     seed: int | None = Field(default=None, ge=0, le=2 ** 31 - 1, description="Optional render seed.")
 
 
 class EstimateBody(SubmitBody):
-    capability: str | None = Field(default=None, description="Capability id; or give `model`.")
+    capability: str | None = documented(
+        nullable({"enum": [c.id for c in CAPABILITIES], "description": "Capability id; or give `model` (neither: 422)."}),
+        None, "Capability id; or give `model`.")
 
 
 class ListQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
     project_id: str | None = Field(default=None, description="Project id or slug (else "
                                    "X-Service-Project, else the default project).")
 
@@ -71,12 +77,13 @@ async def models():
 
 
 
-async def _submit(data: SubmitBody, *, capability: str | None = None, model: str | None = None):
+async def _submit(data: SubmitBody, *, capability: str | None = None,
+                  model: str | None = None) -> tuple[SubmitAccepted, int]:
     p = principal()
     g = gen()
     fields = data.model_dump(exclude_unset=True)
 
-    async def make(idempotency: dict | None) -> dict:
+    async def make(idempotency: dict | None) -> SubmitAccepted:
         project = resolve_project(data.project_id, write=True)
         plan = g.plan(p.org_id, project["id"], capability=capability, model=model, body=fields)
         g.check_active_limit(p.org_id)
@@ -95,7 +102,7 @@ async def _submit(data: SubmitBody, *, capability: str | None = None, model: str
 @requires("generation:write")
 @document_headers(IdempotencyHeaders)
 @body(SubmitBody)
-async def submit_capability(capability: str, data: SubmitBody):
+async def submit_capability(capability: str, data: SubmitBody) -> tuple[SubmitAccepted, int]:
     """Submit a job to a capability (its first available model unless `model` is given).
 
     202 with `{status, request_id, status_url, cancel_url, credits_estimate}`. Optional
@@ -109,7 +116,7 @@ async def submit_capability(capability: str, data: SubmitBody):
 @requires("generation:write")
 @document_headers(IdempotencyHeaders)
 @body(SubmitBody)
-async def submit_model(model: str, data: SubmitBody):
+async def submit_model(model: str, data: SubmitBody) -> tuple[SubmitAccepted, int]:
     """Submit a job to a model. Same body, answer and Idempotency-Key rules as the
     capability route."""
     return await _submit(data, model=model)
@@ -128,14 +135,14 @@ async def estimate_route(data: EstimateBody):
 @bp.get("/v1/generation/requests")
 @requires("generation:read")
 @query(ListQuery)
-async def list_requests(q: ListQuery):
+async def list_requests(q: ListQuery) -> Data[list[JobStatus]]:
     project = resolve_project(q.project_id)
     return {"data": gen().list_statuses(project["id"], clamp(q.limit, 50, 1, 200))}
 
 
 @bp.get("/v1/generation/requests/<job_id>/status")
 @requires("generation:read")
-async def request_status(job_id: str):
+async def request_status(job_id: str) -> JobStatus:
     status = gen().status(job_id, principal().org_id)
     if status is None:
         raise NotFound("Generation request not found.")
@@ -144,5 +151,5 @@ async def request_status(job_id: str):
 
 @bp.post("/v1/generation/requests/<job_id>/cancel")
 @requires("generation:write")
-async def cancel_request(job_id: str):
+async def cancel_request(job_id: str) -> JobStatus:
     return await gen().cancel(principal().org_id, job_id)

@@ -18,7 +18,7 @@ from service.actors.tickets import STATES
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.routes.operator import operator
-from service.http.routes.support import check_state_filter, ticket_view
+from service.http.routes.support import check_state_filter, ticket_view, ticket_with_replies
 from service.http.schemas import Body, Query, body, clamp, query
 from service.storage import support as sql
 
@@ -60,7 +60,7 @@ async def list_tickets(q: OperatorList):
 @operator
 async def get_ticket(ticket_id: str):
     row = _ticket(ticket_id)
-    return {"data": ticket_view(row | {"replies": sql.replies(node().store, ticket_id)})}
+    return {"data": ticket_with_replies(row, sql.replies(node().store, ticket_id))}
 
 
 @bp.post("/operator/v1/support/tickets/<ticket_id>/replies")
@@ -69,7 +69,7 @@ async def get_ticket(ticket_id: str):
 async def support_reply(ticket_id: str, data: SupportReplyBody):
     t = _ticket(ticket_id)
     row = await node().tickets.support_reply(t["organization_id"], ticket_id, data.author, data.body)
-    return {"data": ticket_view(row)}, 201
+    return {"data": ticket_with_replies(row, row["replies"])}, 201
 
 
 @bp.post("/operator/v1/support/tickets/<ticket_id>/state")
@@ -78,4 +78,4 @@ async def support_reply(ticket_id: str, data: SupportReplyBody):
 async def set_state(ticket_id: str, data: StateBody):
     t = _ticket(ticket_id)
     row = await node().tickets.set_state(t["organization_id"], ticket_id, data.state)
-    return {"data": ticket_view(row)}
+    return {"data": ticket_with_replies(row, row["replies"])}

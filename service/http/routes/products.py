@@ -30,8 +30,11 @@ from quart_schema import document_headers
 
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
-from service.http.schemas import Body, Query, body, query
+from service.catalog.product_types import CATEGORIES
+from service.http.schemas import STR, Body, Query, body, documented, nullable, query
 from service.idempotency import request_hash
+from service.http.responses import Data
+from service.views.shapes import ProductRun
 
 bp = Blueprint("products", __name__)
 
@@ -39,12 +42,12 @@ bp = Blueprint("products", __name__)
 
 
 class ProductsQuery(Query):
-    category: Literal["image", "video", "audio"] | None = None
+    category: Literal["image", "video", "audio"] | None = documented({"enum": list(CATEGORIES)}, None)
 
 
 class RunBody(Body):
     inputs: dict[str, Any] = Field(description="Input name -> value (see the product's `inputs`).")
-    project_id: str | None = Field(default=None, description="Project id or slug.")
+    project_id: str | None = documented(nullable(STR), None, "Project id or slug.")
 
 
 def products():
@@ -85,7 +88,7 @@ async def estimate_product(slug: str, data: RunBody):
 @requires("generation:write")
 @document_headers(IdempotencyHeaders)
 @body(RunBody)
-async def start_run(slug: str, data: RunBody):
+async def start_run(slug: str, data: RunBody) -> tuple[Data[ProductRun], int]:
     """Start a run: 202 `{data: ProductRun}` in status `queued`."""
     pr = products()
     pr.product_or_404(slug)

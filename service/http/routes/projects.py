@@ -3,47 +3,51 @@ spend-limit fields of operations.md "Spend limits" (`monthly_spend_limit`, `mont
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import ConfigDict
 from quart import Blueprint
 
 from service.credits.limits import parse_limit
 from service.errors import NotFound
-from service.views import accounts as views
 from service.views import spend
+from service.views.shapes import Project
+from service.http.responses import Data
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, body
+from service.http.schemas import SLUG, SPEND_LIMIT, STR, Body, body, documented, non_blank, nullable
 from service.storage import accounts as sql
 
 bp = Blueprint("projects", __name__)
 
 
 class ProjectCreate(Body):
-    name: str | None = Field(default=None, description="Required (422 'name is required.' when empty).")
-    slug: str | None = None
-    description: str | None = None
+    # a missing name parses (the route answers 422 'name is required.'); the document says required
+    model_config = ConfigDict(json_schema_extra={"required": ["name"]})
+
+    name: str | None = documented(non_blank(), None, "Required (422 'name is required.' when empty).")
+    slug: str | None = documented(nullable(SLUG), None)
+    description: str | None = documented(nullable(STR), None)
 
 
 class ProjectUpdate(Body):
-    name: str | None = None
-    slug: str | None = None
-    description: str | None = None
-    monthly_spend_limit: str | None = Field(default=None, description="Credits per UTC month; null: none.")
+    name: str | None = documented(non_blank(), None)
+    slug: str | None = documented(SLUG, None)
+    description: str | None = documented(nullable(STR), None)
+    monthly_spend_limit: str | None = documented(SPEND_LIMIT, None, "Credits per UTC month; null: none.")
 
 
-def _views(rows: list[dict]) -> list[dict]:
+def _views(rows: list[dict]) -> list[Project]:
     svc = node()
-    return spend.projects(svc.store, principal().org_id, [views.project(r) for r in rows], svc.clock.now())
+    return spend.projects(svc.store, principal().org_id, rows, svc.clock.now())
 
 
 @bp.get("/v1/projects")
 @requires("projects:read")
-async def list_projects():
+async def list_projects() -> Data[list[Project]]:
     return {"data": _views(sql.list_projects(node().store, principal().org_id))}
 
 
 @bp.get("/v1/projects/<project_id>")
 @requires("projects:read")
-async def get_project(project_id: str):
+async def get_project(project_id: str) -> Data[Project]:
     row = sql.get_project(node().store, principal().org_id, project_id)
     if row is None:
         raise NotFound("Project not found.")
@@ -53,7 +57,7 @@ async def get_project(project_id: str):
 @bp.post("/v1/projects")
 @requires("projects:write")
 @body(ProjectCreate)
-async def create_project(data: ProjectCreate):
+async def create_project(data: ProjectCreate) -> tuple[Data[Project], int]:
     p = principal()
     row = await node().accounts.create_project(p.org_id, p.user_id, data.name or "", data.slug, data.description)
     return {"data": _views([row])[0]}, 201
@@ -62,7 +66,7 @@ async def create_project(data: ProjectCreate):
 @bp.patch("/v1/projects/<project_id>")
 @requires("projects:write")
 @body(ProjectUpdate)
-async def update_project(project_id: str, data: ProjectUpdate):
+async def update_project(project_id: str, data: ProjectUpdate) -> Data[Project]:
     fields = data.model_dump(exclude_unset=True)
     setting = "monthly_spend_limit" in fields
     limit = parse_limit(fields.pop("monthly_spend_limit", None), "monthly_spend_limit")
@@ -75,6 +79,6 @@ async def update_project(project_id: str, data: ProjectUpdate):
 
 @bp.post("/v1/projects/<project_id>/archive")
 @requires("projects:write")
-async def archive_project(project_id: str):
+async def archive_project(project_id: str) -> Data[Project]:
     row = await node().accounts.archive_project(principal().org_id, project_id)
     return {"data": _views([row])[0]}

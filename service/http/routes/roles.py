@@ -4,6 +4,7 @@ from quart import Blueprint
 
 from service.errors import NotFound
 from service.http.auth import principal, requires, node
+from service.http.responses import Data, RoleUser
 from service.roles import ROLE_BY_ID, ROLE_NAMES, role_view
 from service.storage import accounts as sql
 
@@ -31,7 +32,7 @@ async def get_role(role_id: str):
 
 @bp.get("/v1/roles/<role_id>/users")
 @requires("roles:read")
-async def role_users(role_id: str):
+async def role_users(role_id: str) -> Data[list[RoleUser]]:
     rows = sql.role_users(node().store, principal().org_id, _role(role_id))
     return {"data": [{"id": r["id"], "email": r["email"], "role": r["role"], "created_at": r["created_at"]}
                      for r in rows]}

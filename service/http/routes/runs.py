@@ -16,14 +16,15 @@ Decisions where the spec is open:
 
 from __future__ import annotations
 
-from typing import Literal
 
 from pydantic import Field
 from quart import Blueprint
 
 from service.views import run_feed
+from service.views.shapes import SOURCES, ProductRun, RunsPage, SourceName
+from service.http.responses import Data
 from service.http.auth import principal, requires, resolve_project, node
-from service.http.schemas import Query, clamp, query
+from service.http.schemas import LIMIT, Query, clamp, documented, query
 
 bp = Blueprint("runs", __name__)
 
@@ -32,17 +33,17 @@ MAX_LIMIT = 200
 
 
 class RunsQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
     product: str | None = Field(default=None, description="Product slug.")
     project_id: str | None = Field(default=None, description="Project id or slug (else "
                                    "X-Service-Project, else the default project).")
 
 
 class FeedQuery(Query):
-    limit: int | None = Field(default=None, description="Default 50; clamped to 1..200.")
-    source: Literal["api", "studio", "workflow"] | None = Field(
-        default=None, description="api or studio: standalone jobs submitted that way; workflow: product runs "
-                                  "only. Omit for everything.")
+    limit: int | None = documented(LIMIT, None, "Default 50; clamped to 1..200.")
+    source: SourceName | None = documented(
+        {"enum": list(SOURCES)}, None, "api or studio: standalone jobs submitted that way; workflow: product runs "
+                                       "only. Omit for everything.")
     cursor: str | None = Field(default=None, description="The previous page's next_cursor.")
     project: str | None = Field(default=None, description="Project id or slug; default: the default project.")
 
@@ -53,14 +54,14 @@ def products():
 
 @bp.get("/v1/workflows/runs/<run_id>")
 @requires("generation:read")
-async def get_run(run_id: str):
+async def get_run(run_id: str) -> Data[ProductRun]:
     return {"data": products().get(principal().org_id, run_id)}
 
 
 @bp.get("/v1/workflows/runs")
 @requires("generation:read")
 @query(RunsQuery)
-async def list_runs(q: RunsQuery):
+async def list_runs(q: RunsQuery) -> Data[list[ProductRun]]:
     project = resolve_project(q.project_id)
     limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
     return {"data": products().list_runs(project["id"], limit, q.product)}
@@ -68,14 +69,14 @@ async def list_runs(q: RunsQuery):
 
 @bp.post("/v1/workflows/runs/<run_id>/cancel")
 @requires("generation:write")
-async def cancel_run(run_id: str):
+async def cancel_run(run_id: str) -> Data[ProductRun]:
     return {"data": await products().cancel(principal().org_id, run_id)}
 
 
 @bp.get("/v1/runs")
 @requires("generation:read")
 @query(FeedQuery)
-async def runs_feed(q: FeedQuery):
+async def runs_feed(q: FeedQuery) -> Data[RunsPage]:
     """Standalone jobs and product runs of a project, newest first, cursor-paged.
 
     `{data: {items, total, next_cursor}}`. Each item is one of

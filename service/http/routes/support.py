@@ -16,13 +16,13 @@ account, and a `read_only` member is exactly who may need to ask for access. Sup
 
 from __future__ import annotations
 
-from pydantic import Field
 from quart import Blueprint
 
-from service.actors.tickets import PRIORITIES, STATES, TYPES
+from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
 from service.errors import BadRequest, NotFound
+from service.http import responses as R
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import LIMIT, Body, Query, body, clamp, documented, non_blank, query
 from service.storage import support as sql
 
 bp = Blueprint("support", __name__)
@@ -31,37 +31,39 @@ DEFAULT_PAGE, MAX_PAGE = 50, 200
 
 
 class TicketOpen(Body):
-    subject_line: str
-    type: str = Field(default="question", description=f"One of {', '.join(TYPES)}.")
-    priority: str = Field(default="P3", description=f"One of {', '.join(PRIORITIES)}.")
-    body: str
+    subject_line: str = documented(non_blank(MAX_SUBJECT))
+    type: str = documented({"enum": list(TYPES)}, "question", f"One of {', '.join(TYPES)}.")
+    priority: str = documented({"enum": list(PRIORITIES)}, "P3", f"One of {', '.join(PRIORITIES)}.")
+    body: str = documented(non_blank(MAX_BODY))
 
 
 class ReplyCreate(Body):
-    body: str
+    body: str = documented(non_blank(MAX_BODY))
 
 
 class TicketList(Query):
-    limit: int | None = None
-    state: str | None = Field(default=None, description=f"One of {', '.join(STATES)}.")
+    limit: int | None = documented(LIMIT, None)
+    state: str | None = documented({"enum": list(STATES)}, None, f"One of {', '.join(STATES)}.")
 
 
-def reply_view(row: dict) -> dict:
+def reply_view(row: dict) -> R.TicketReply:
     return {"id": row["id"], "author_kind": row["author_kind"], "author": row["author"],
             "user_id": row["user_id"], "body": row["body"], "created_at": row["created_at"]}
 
 
-def ticket_view(row: dict) -> dict:
-    out = {
+def ticket_view(row: dict) -> R.Ticket:
+    return {
         "id": row["id"], "organization_id": row["organization_id"], "number": row["number"],
         "subject_line": row["subject_line"], "type": row["type"], "priority": row["priority"],
         "state": row["state"], "body": row["body"], "opened_by": row["opened_by"],
         "opened_by_email": row["opened_by_email"], "created_at": row["created_at"],
         "updated_at": row["updated_at"],
     }
-    if "replies" in row:
-        out["replies"] = [reply_view(r) for r in row["replies"]]
-    return out
+
+
+def ticket_with_replies(row: dict, replies: list[dict]) -> R.TicketWithReplies:
+    """One ticket as read alone (and as the ticket actor answers): with its replies."""
+    return {**ticket_view(row), "replies": [reply_view(r) for r in replies]}
 
 
 def check_state_filter(state: str | None) -> None:
@@ -72,7 +74,7 @@ def check_state_filter(state: str | None) -> None:
 @bp.get("/v1/support/tickets")
 @requires("users:read")
 @query(TicketList)
-async def list_tickets(q: TicketList):
+async def list_tickets(q: TicketList) -> R.Data[list[R.Ticket]]:
     check_state_filter(q.state)
     rows = sql.list_tickets(node().store, principal().org_id, clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE),
                             q.state)
@@ -81,28 +83,28 @@ async def list_tickets(q: TicketList):
 
 @bp.get("/v1/support/tickets/<ticket_id>")
 @requires("users:read")
-async def get_ticket(ticket_id: str):
+async def get_ticket(ticket_id: str) -> R.Data[R.TicketWithReplies]:
     store = node().store
     row = sql.get_ticket(store, principal().org_id, ticket_id)
     if row is None:
         raise NotFound("Ticket not found.")
-    return {"data": ticket_view(row | {"replies": sql.replies(store, ticket_id)})}
+    return {"data": ticket_with_replies(row, sql.replies(store, ticket_id))}
 
 
 @bp.post("/v1/support/tickets")
 @requires(None)
 @body(TicketOpen)
-async def open_ticket(data: TicketOpen):
+async def open_ticket(data: TicketOpen) -> tuple[R.Data[R.TicketWithReplies], int]:
     p = principal()
     row = await node().tickets.open_ticket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
                                            data.body)
-    return {"data": ticket_view(row)}, 201
+    return {"data": ticket_with_replies(row, row["replies"])}, 201
 
 
 @bp.post("/v1/support/tickets/<ticket_id>/replies")
 @requires(None)
 @body(ReplyCreate)
-async def reply(ticket_id: str, data: ReplyCreate):
+async def reply(ticket_id: str, data: ReplyCreate) -> tuple[R.Data[R.TicketWithReplies], int]:
     p = principal()
     row = await node().tickets.customer_reply(p.org_id, ticket_id, p.user_id, data.body)
-    return {"data": ticket_view(row)}, 201
+    return {"data": ticket_with_replies(row, row["replies"])}, 201

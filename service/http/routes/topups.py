@@ -27,8 +27,9 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service.errors import BadRequest, NotFound, Unavailable, Unprocessable
+from service.http import responses as R
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import LIMIT, Body, Query, body, clamp, documented, query
 from service.money import fmt
 from service.payments import InvalidWebhook, facade
 from service.storage import topups as sql
@@ -48,10 +49,10 @@ class TopupCreate(Body):
 
 
 class TopupList(Query):
-    limit: int | None = None
+    limit: int | None = documented(LIMIT, None)
 
 
-def topup_view(row: dict) -> dict:
+def topup_view(row: dict) -> R.Topup:
     return {
         "id": row["id"], "created_at": row["created_at"], "credits": fmt(row["credits_uc"]),
         "amount_cents": row["amount_cents"], "currency": row["currency"], "status": row["status"],
@@ -80,7 +81,7 @@ async def get_quote():
 @bp.get("/v1/billing/topups")
 @requires("billing:read")
 @query(TopupList)
-async def list_topups(q: TopupList):
+async def list_topups(q: TopupList) -> R.Data[list[R.Topup]]:
     limit = clamp(q.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)
     rows = sql.list_for_org(node().store, principal().org_id, limit)
     return {"data": [topup_view(r) for r in rows]}
@@ -88,7 +89,7 @@ async def list_topups(q: TopupList):
 
 @bp.get("/v1/billing/topups/<topup_id>")
 @requires("billing:read")
-async def get_topup(topup_id: str):
+async def get_topup(topup_id: str) -> R.Data[R.Topup]:
     row = sql.get_in_org(node().store, principal().org_id, topup_id)
     if row is None:
         raise NotFound("Top-up not found.")
@@ -98,7 +99,7 @@ async def get_topup(topup_id: str):
 @bp.post("/v1/billing/topups")
 @requires("billing:write")
 @body(TopupCreate)
-async def create_topup(data: TopupCreate):
+async def create_topup(data: TopupCreate) -> tuple[R.Data[R.TopupCreated], int]:
     success_url = check_url("success_url", data.success_url)
     cancel_url = check_url("cancel_url", data.cancel_url)
     p = principal()

@@ -48,7 +48,7 @@ from service.errors import BadRequest, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
 from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, node
 from service.http.errors import envelope
-from service.http.schemas import ValidationFailed
+from service.http.schemas import ValidationFailed, documented
 
 bp = Blueprint("uploads", __name__)
 
@@ -70,7 +70,7 @@ class UploadForm(BaseModel):
 
     file: bytes = Field(description="The file (PNG, JPEG, WebP, MP4, MP3 or WAV; at most 50 MiB).",
                         json_schema_extra={"format": "binary"})
-    project_id: str | None = Field(default=None, description="Project id or slug.")
+    project_id: str | None = documented({"type": "string", "maxLength": 200}, None, "Project id or slug.")
 
 
 class TooLarge(Exception):

@@ -16,8 +16,9 @@ from werkzeug.routing import BaseConverter
 from service.actors import delivery
 from service.senders import account_webhooks
 from service.errors import NotFound
+from service.http import responses as R
 from service.http.auth import principal, requires, node
-from service.http.schemas import Body, Query, body, clamp, query
+from service.http.schemas import LIMIT, OFFSET, Body, Query, body, clamp, documented, nullable, query
 from service.storage import webhooks as sql
 
 bp = Blueprint("webhooks", __name__)
@@ -38,29 +39,32 @@ DEFAULT_PAGE, MAX_PAGE = 50, 200
 TEST_ROUTE_LIMIT = 20  # seconds: the test call waits up to 10 s for the receiver
 
 
+EVENTS = {"type": "array", "items": {"enum": list(delivery.EVENT_NAMES)}, "minItems": 1}
+
+
 class WebhookCreate(Body):
     url: str = Field(description="Absolute https URL.")
-    events: list[str] = Field(description="Event names (GET /v1/webhooks/events).")
+    events: list[str] = documented(EVENTS, description="Event names (GET /v1/webhooks/events).")
     description: str | None = None
 
 
 class WebhookUpdate(Body):
     url: str | None = None
-    events: list[str] | None = None
+    events: list[str] | None = documented(nullable(EVENTS), None)
     description: str | None = None
     is_active: bool | None = None
 
 
 class Page(Query):
-    limit: int | None = None
-    offset: int | None = None
+    limit: int | None = documented(LIMIT, None)
+    offset: int | None = documented(OFFSET, None)
 
 
 class Limit(Query):
-    limit: int | None = None
+    limit: int | None = documented(LIMIT, None)
 
 
-def view(row: dict) -> dict:
+def view(row: dict) -> R.Webhook:
     import json
 
     events = row["events"]
@@ -72,7 +76,7 @@ def view(row: dict) -> dict:
     }
 
 
-def delivery_view(row: dict) -> dict:
+def delivery_view(row: dict) -> R.WebhookDelivery:
     return {
         "id": row["id"], "event": row["event"], "status": row["status"],
         "created_at": row["created_at"], "sent_at": row["sent_at"], "completed_at": row["completed_at"],
@@ -91,7 +95,7 @@ def _get(webhook_id: str) -> dict:
 @bp.get("/v1/webhooks")
 @requires("webhooks:read")
 @query(Page)
-async def list_webhooks(q: Page):
+async def list_webhooks(q: Page) -> R.WebhookList:
     limit = clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE)
     offset = max(0, q.offset or 0)
     rows, total = sql.list_webhooks(node().store, principal().org_id, limit, offset)
@@ -100,28 +104,28 @@ async def list_webhooks(q: Page):
 
 @bp.get("/v1/webhooks/events")
 @requires("webhooks:read")
-async def list_events():
+async def list_events() -> R.EventList:
     return {"events": list(delivery.EVENT_NAMES)}
 
 
 @bp.get("/v1/webhooks/<webhookid:webhook_id>")
 @requires("webhooks:read")
-async def get_webhook(webhook_id: str):
+async def get_webhook(webhook_id: str) -> R.WebhookOne:
     return {"webhook": view(_get(webhook_id))}
 
 
 @bp.post("/v1/webhooks")
 @requires("webhooks:create")
 @body(WebhookCreate)
-async def create_webhook(data: WebhookCreate):
+async def create_webhook(data: WebhookCreate) -> tuple[R.WebhookCreatedOne, int]:
     row = await node().webhook_delivery.create_webhook(principal().org_id, data.url, data.events, data.description)
-    return {"webhook": view(row) | {"secret": row["secret"]}}, 201
+    return {"webhook": {**view(row), "secret": row["secret"]}}, 201
 
 
 @bp.patch("/v1/webhooks/<webhookid:webhook_id>")
 @requires("webhooks:update")
 @body(WebhookUpdate)
-async def update_webhook(webhook_id: str, data: WebhookUpdate):
+async def update_webhook(webhook_id: str, data: WebhookUpdate) -> R.WebhookOne:
     fields = data.model_dump(exclude_unset=True)
     for name in ("url", "events", "is_active"):
         if name in fields and fields[name] is None:  # explicit null: nothing to change
@@ -139,7 +143,7 @@ async def delete_webhook(webhook_id: str):
 
 @bp.post("/v1/webhooks/<webhookid:webhook_id>/test")
 @requires("webhooks:update", limit=TEST_ROUTE_LIMIT)
-async def test_webhook(webhook_id: str):
+async def test_webhook(webhook_id: str) -> tuple[R.WebhookTestResult, int]:
     """Send a signed webhook.test to this webhook now (paused or not, subscribed or not) and
     report what happened within the 10 s wait."""
     send, recv = trio.open_memory_channel(1)
@@ -148,20 +152,20 @@ async def test_webhook(webhook_id: str):
         outcome = None
         with trio.move_on_after(account_webhooks.TIMEOUT + 5):
             outcome = await recv.receive()
+    delivery: R.TestDelivery
     if outcome is None:  # the sender always returns within its limit; this is a safety net
-        result = {"is_delivered": False, "status_code": None,
-                  "error": f"timed out after {account_webhooks.TIMEOUT:g} s", "duration_ms": None}
+        delivery = {"id": sent["delivery_id"], "url": sent["url"], "is_delivered": False, "status_code": None,
+                    "error": f"timed out after {account_webhooks.TIMEOUT:g} s", "duration_ms": None}
     else:
-        result = {"is_delivered": outcome.is_delivered, "status_code": outcome.status_code,
-                  "error": outcome.error, "duration_ms": outcome.duration_ms}
-    return {"event": sent["event"], "data": sent["data"],
-            "delivery": {"id": sent["delivery_id"], "url": sent["url"], **result}}, 201
+        delivery = {"id": sent["delivery_id"], "url": sent["url"], "is_delivered": outcome.is_delivered,
+                    "status_code": outcome.status_code, "error": outcome.error, "duration_ms": outcome.duration_ms}
+    return {"event": sent["event"], "data": sent["data"], "delivery": delivery}, 201
 
 
 @bp.get("/v1/webhooks/<webhookid:webhook_id>/deliveries")
 @requires("webhooks:read")
 @query(Limit)
-async def list_deliveries(webhook_id: str, q: Limit):
+async def list_deliveries(webhook_id: str, q: Limit) -> R.DeliveryList:
     """Beyond the spec: the webhook's recent deliveries, newest first (default 50, max 200)."""
     hook = _get(webhook_id)
     rows = sql.list_deliveries(node().store, hook["id"], clamp(q.limit, DEFAULT_PAGE, 1, MAX_PAGE))
