@@ -6,9 +6,8 @@ same job again (through the API, source `api`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import json
+from typing import Any, Mapping
 
 SIDES = {"1k": 1024, "2k": 2048, "4k": 4096}
 
