@@ -74,7 +74,8 @@ async def upload():
             await _drain()
             raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
         got = await receive(boundary, temp, FORM_FIELDS, NEXT_MAX)
-        back = safe_next(got.fields.get("next")) if got.fields.get("next") else "/assets"
+        wanted = got.fields.get("next")
+        back = wanted if wanted and safe_next(wanted) == wanted else "/assets"  # refused: stay on Assets
         if not check_csrf_value(got.fields.get("csrf_token", "")):
             raise forged()
         if got.malformed or not got.file_seen or got.errors:
