@@ -43,7 +43,7 @@ async def log_in(node, email: str, org: dict, user_id: str | None = None) -> Non
 async def test_each_sign_in_page_is_a_card_with_a_way_on(node, path, heading, onward):
     r, html = await page(node.client, path)
     assert r.status_code == 200
-    assert STYLE in html and '<link rel="stylesheet" href="/static/dash-1.css">' in html
+    assert STYLE in html and '<link rel="stylesheet" href="/static/dash-2.css">' in html
     assert f"{CARD}\n<h1>{heading}</h1>" in html
     inside = links_in(main_part(html))
     assert all(link in inside for link in onward), inside

@@ -48,7 +48,7 @@ async def test_static_files_are_served_with_cache_headers(node):
     r = await node.client.get("/static/htmx-2.0.11.min.js")
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/javascript")
     assert r.headers["Cache-Control"] == "public, max-age=86400" and r.headers["ETag"]
-    r = await node.client.get("/static/dash-1.css")
+    r = await node.client.get("/static/dash-2.css")
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/css")
     for bad in ("/static/nothing.js", "/static/.hidden.js", "/static/dash.html"):
         r = await node.client.get(bad)

@@ -66,7 +66,7 @@ async def test_the_page_script_gets_the_final_statuses_from_the_page(node, cheap
     html = await r.get_data(as_text=True)
     assert r.status_code == 200
     want = " ".join(sorted(JOB.final | RUN.final))
-    assert f'<script src="/static/dash-1.js" data-final="{want}" defer></script>' in html
+    assert f'<script src="/static/dash-2.js" data-final="{want}" defer></script>' in html
     assert want == "canceled completed failed nsfw"
 
 

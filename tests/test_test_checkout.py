@@ -29,7 +29,7 @@ async def test_pay_adds_the_credits_once_and_returns_to_billing(node, org):
     t = await new_topup(node, key)
     before = await available(node, key)
     r, html = await page(node.client, f"/checkout/test/{t['id']}")
-    assert r.status_code == 200 and "Pay (test)" in html and "/static/dash-1.css" in html
+    assert r.status_code == 200 and "Pay (test)" in html and "/static/dash-2.css" in html
     assert "500.00 credits" in html and "5.00 USD" in html and "no money moves" in html
     r = await node.client.post(f"/checkout/test/{t['id']}/pay", form={"csrf_token": csrf(html)})
     assert r.status_code == 303

@@ -29,7 +29,7 @@ _env = Environment(loader=PackageLoader("service.http", "templates"), autoescape
 
 def when(value: str | None, empty: str = "—") -> Markup:
     """An ISO time as `<time>`: minutes in UTC without microseconds, put in the reader's own
-    time zone by the page script (static/dash-1.js) where script runs."""
+    time zone by the page script (static/dash-2.js) where script runs."""
     if not value:
         return Markup(empty)
     shown = value[:16].replace("T", " ") + " UTC"
@@ -38,7 +38,7 @@ def when(value: str | None, empty: str = "—") -> Markup:
 
 _env.filters["when"] = when
 # The statuses after which a job or a run changes no more, from their state machines: the
-# page script (static/dash-1.js) reads them from its own <script data-final> (dash.html)
+# page script (static/dash-2.js) reads them from its own <script data-final> (dash.html)
 # rather than restating them.
 _env.globals["final_statuses"] = " ".join(sorted(JOB.final | RUN.final))
 

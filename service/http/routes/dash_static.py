@@ -2,7 +2,8 @@
 `GET /static/vendor/<package>/<name>`: a vendored package kept whole with its licence.
 
 No build step and no CDN: the files ship in the package (service/http/static). Names carry
-their version, so they are cached for a day and revalidated by ETag after that. A client
+their version (`dash-2.css`): a change a browser must see at once bumps the number, since
+the files are cached for a day and revalidated by ETag after that. A client
 that accepts gzip gets the file compressed once per process (htmx: 52 KB -> 17 KB), which
 matters on a slow link.
 """
