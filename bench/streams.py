@@ -13,12 +13,18 @@ CPU (user + system, /proc) per delivered final status over the following window 
 connect -> every final received: connecting, following and the jobs' own endings, the same
 jobs in both modes). Last line: JSON with
 `streams_max` (largest N that ran clean), `final_p99_s_1000`, `cpu_vs_polling` (node CPU per
-final when polling / with streams, at the largest N both ran) and `kb_per_stream` (at
-`streams_max`).
+final when polling / with streams, at the largest N both ran), `poll_rate_ok` (whether every
+poller kept at least 0.95 requests per period there) and `kb_per_stream` (at `streams_max`).
 
     .venv/bin/python bench/streams.py [--sizes 100,1000,5000] [--render 30] [--poll-max 1000]
+                                      [--poll-procs 4]
 
-Loopback only; every client is a raw socket in one trio process (bounded in count and time).
+Loopback only; every client is a raw socket. The streams run in this trio process; the
+pollers in --poll-procs client processes, each poller on a fixed schedule (request k at its
+start + k periods, at once when behind), their starts spread evenly over one period, so at
+1,000 clients the node gets a true 1,000 requests/s. Each poller's kept rate is measured
+(requests - 1 over first to last request), printed as a histogram, and any below 0.95/s is
+flagged: then polling was under-driven and `cpu_vs_polling` is a lower bound.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,6 +117,14 @@ class Follower:
         self.finished_at: float | None = None
         self.error: str | None = None
         self.polls = 0
+        self.first_sent: float | None = None   # poller: trio clock of its first and last request
+        self.last_sent: float | None = None
+
+    def asked_per_s(self) -> float | None:
+        """The rate this poller kept, between its first and its last request."""
+        if self.polls < 2 or self.last_sent <= self.first_sent:
+            return None
+        return (self.polls - 1) / (self.last_sent - self.first_sent)
 
 
 FINAL = (b'"status":"failed"', b'"status":"completed"', b'"status":"canceled"')
@@ -150,13 +165,21 @@ async def stream_follower(setup: Setup, f: Follower) -> None:
         f.attached.set()
 
 
-async def poll_follower(setup: Setup, f: Follower, every: float) -> None:
+async def poll_follower(setup: Setup, f: Follower, every: float, first_at: float) -> None:
+    """Asks at a fixed rate: request k is sent at `first_at + k * every` (trio clock), or at
+    once when the previous answer came later than that, so a client that fell behind catches
+    up instead of drifting to a lower rate (what `asked_per_s` then checks)."""
+    await trio.sleep_until(first_at)
     try:
         sock = await trio.open_tcp_stream(setup.host, setup.port)
         request = (f"GET /v1/generation/requests/{f.job_id}/status HTTP/1.1\r\nHost: {setup.host}\r\n"
                    f"Authorization: Bearer {setup.key}\r\n\r\n").encode()
         async with sock:
             while True:
+                now = trio.current_time()
+                if f.first_sent is None:
+                    f.first_sent = now
+                f.last_sent = now
                 await sock.send_all(request)
                 buf = b""
                 while b"\r\n\r\n" not in buf:
@@ -171,28 +194,114 @@ async def poll_follower(setup: Setup, f: Follower, every: float) -> None:
                 if any(final in body for final in FINAL):  # parse only the final answer
                     f.arrived, f.finished_at = time.time(), ts(json.loads(body)["finished_at"])
                     return
-                await trio.sleep(every)
+                await trio.sleep_until(f.first_sent + f.polls * every)
     except (OSError, trio.BrokenResourceError) as e:
         f.error = repr(e)
         f.attached.set()
 
 
-async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, every: float) -> dict:
+def poll_worker() -> None:
+    """One client process of pollers (`--poll-worker`): reads its share from stdin (one JSON
+    line), says `ready`, waits for `go`, polls, then writes one JSON line per process."""
+    conf = json.loads(sys.stdin.readline())
+    setup = Setup(conf["url"], conf["key"])
+    followers = [Follower(i) for i in conf["ids"]]
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+
+    async def main() -> None:
+        t0 = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for f, phase in zip(followers, conf["phases"]):
+                nursery.start_soon(poll_follower, setup, f, conf["every"], t0 + phase)
+
+    trio.run(main)
+    print(json.dumps([[f.job_id, f.arrived, f.finished_at, f.polls, f.asked_per_s(), f.error] for f in followers]),
+          flush=True)
+
+
+def poll_in_processes(setup: Setup, pid: int, followers: list[Follower], every: float, procs: int) -> tuple:
+    """The pollers in `procs` client processes (one Python process cannot keep 1,000 clients
+    at 1/s beside the node on two cores). Client j first asks at j/N of a period after `go`,
+    so the node sees an even N/every requests per second. Returns the node's CPU seconds and
+    the wall time from `go` until every process has its final statuses."""
+    n = len(followers)
+    workers = []
+    for g in range(procs):
+        share = list(range(g, n, procs))
+        if not share:
+            continue
+        p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--poll-worker"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        p.stdin.write(json.dumps({"url": setup.url, "key": setup.key, "every": every,
+                                  "ids": [followers[j].job_id for j in share],
+                                  "phases": [j / n * every for j in share]}) + "\n")
+        p.stdin.flush()
+        workers.append((p, share))
+    for p, _ in workers:
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError("a poller process did not start")
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    for p, _ in workers:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p, share in workers:
+        rows = json.loads(p.stdout.readline())
+        p.wait(timeout=60)
+        for j, (job_id, arrived, finished_at, polls, rate, error) in zip(share, rows):
+            f = followers[j]
+            f.arrived, f.finished_at, f.polls, f.rate, f.error = arrived, finished_at, polls, rate, error
+    return cpu_seconds(pid) - cpu0, time.monotonic() - t0
+
+
+def rate_check(followers: list[Follower], every: float) -> dict:
+    """Did each poller ask at the rate it was told (at least 0.95 of 1/every)?"""
+    rates = sorted(f.rate for f in followers if getattr(f, "rate", None) is not None)
+    floor = 0.95 / every
+    slow = sum(1 for r in rates if r < floor)
+    buckets: dict[str, int] = {}
+    for r in rates:  # the rate each client kept, as a histogram (from each 0.05 of the asked rate)
+        b = f"{min(int(r * every * 20), 24) / 20:.2f}"
+        buckets[b] = buckets.get(b, 0) + 1
+    print("pollers by rate kept (x 1/every, bucket lower bounds): " + ", ".join(f"{k}: {v}" for k, v in sorted(buckets.items())))
+    for f in sorted((f for f in followers if getattr(f, "rate", None) is not None and f.rate < floor),
+                    key=lambda f: f.rate)[:20]:
+        print(f"  slow poller {f.job_id}: {f.rate:.3f}/s over {f.polls} requests")
+    return {"asked_per_s_p50": round(pct(rates, 0.5), 3), "asked_per_s_min": round(rates[0], 3) if rates else None,
+            "asked_per_s_p5": round(pct(rates, 0.05), 3), "pollers_below_0_95": slow,
+            "poll_rate_ok": bool(rates) and slow == 0}
+
+
+async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, every: float,
+                   procs: int = 4) -> dict:
     # every job renders render_s after its submit, and each client attaches within the first
     # part of that (submitting and attaching N take about N/100 s here)
     ids = await submit_jobs(setup, n, render_s + n / 100)
     rss_before = rss_kb(pid)
     followers = [Follower(i) for i in ids]
+    if mode == "poll":
+        cpu, wall = await trio.to_thread.run_sync(poll_in_processes, setup, pid, followers, every, procs)
+        ok = [f for f in followers if f.arrived is not None]
+        latencies = [f.arrived - f.finished_at for f in ok]
+        out = {"n": n, "mode": mode, "procs": procs, "delivered": len(ok),
+               "errors": sum(1 for f in followers if f.error),
+               "final_p50_s": round(pct(latencies, 0.5), 4), "final_p99_s": round(pct(latencies, 0.99), 4),
+               "node_cpu_s": round(cpu, 3), "window_s": round(wall, 1),
+               "cpu_ms_per_final": round(cpu * 1000 / max(1, len(ok)), 3), **rate_check(followers, every),
+               "load1": round(os.getloadavg()[0], 2)}
+        if not out["poll_rate_ok"]:
+            print(f"WARNING: {out['pollers_below_0_95']} of {n} pollers asked below {0.95 / every:.2f}/s "
+                  f"(min {out['asked_per_s_min']}/s, p5 {out['asked_per_s_p5']}/s): polling was under-driven, "
+                  "its CPU per final is a lower bound")
+        return out
     with trio.fail_after(600):
         async with trio.open_nursery() as nursery:
             limiter = trio.CapacityLimiter(50)  # connects at once (within the listen backlog)
 
             async def attach(f: Follower) -> None:
                 async with limiter:
-                    if mode == "stream":
-                        nursery.start_soon(stream_follower, setup, f)
-                    else:
-                        nursery.start_soon(poll_follower, setup, f, every)
+                    nursery.start_soon(stream_follower, setup, f)
                     await f.attached.wait()
 
             cpu0, t0 = cpu_seconds(pid), time.monotonic()
@@ -207,10 +316,8 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
            "final_p50_s": round(pct(latencies, 0.5), 4), "final_p99_s": round(pct(latencies, 0.99), 4),
            "node_cpu_s": round(cpu1 - cpu0, 3), "window_s": round(t1 - t0, 1),
            "cpu_ms_per_final": round((cpu1 - cpu0) * 1000 / max(1, len(ok)), 3)}
-    if mode == "stream":
-        out["kb_per_stream"] = round((rss_open - rss_before) / n, 2)
-    else:  # how often the pollers managed to ask (1.0 = every --poll-every seconds)
-        out["polls_per_s_each"] = round(sum(f.polls for f in followers) / n / max(t1 - t0, 1e-9), 2)
+    out["kb_per_stream"] = round((rss_open - rss_before) / n, 2)
+    out["load1"] = round(os.getloadavg()[0], 2)
     return out
 
 
@@ -231,7 +338,7 @@ async def one_size(n: int, args) -> list[dict]:
         setup = Setup(url, org["api_key"])
         rows = [await run_mode(setup, node.pid, n, "stream", args.render, args.poll_every)]
         if n <= args.poll_max:
-            rows.append(await run_mode(setup, node.pid, n, "poll", args.render, args.poll_every))
+            rows.append(await run_mode(setup, node.pid, n, "poll", args.render, args.poll_every, args.poll_procs))
         return rows
     finally:
         node.stop()
@@ -243,7 +350,12 @@ def main() -> None:
     parser.add_argument("--render", type=float, default=30.0, help="seconds each job renders (at least)")
     parser.add_argument("--poll-every", type=float, default=1.0)
     parser.add_argument("--poll-max", type=int, default=1000, help="largest N also run with pollers")
+    parser.add_argument("--poll-procs", type=int, default=4, help="client processes the pollers are spread over")
+    parser.add_argument("--poll-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.poll_worker:
+        poll_worker()
+        return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the server inherits it too
     print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}, open files {hard}")
@@ -268,6 +380,10 @@ def main() -> None:
         "kb_per_stream": best["kb_per_stream"] if best else None,
         "cpu_vs_polling": round(polls[at["n"]]["cpu_ms_per_final"] / at["cpu_ms_per_final"], 2) if at else None,
         "cpu_vs_polling_at": at["n"] if at else None,
+        # the comparison holds only if every poller kept 0.95/s or more (rate_check)
+        "poll_rate_ok": polls[at["n"]]["poll_rate_ok"] if at else None,
+        "poll_asked_per_s_p50": polls[at["n"]]["asked_per_s_p50"] if at else None,
+        "poll_asked_per_s_min": polls[at["n"]]["asked_per_s_min"] if at else None,
         "load_after": round(os.getloadavg()[0], 2),
     })
     print(json.dumps(summary, separators=(",", ":")))
