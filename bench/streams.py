@@ -117,6 +117,7 @@ class Follower:
         self.finished_at: float | None = None
         self.error: str | None = None
         self.polls = 0
+        self.reconnects = 0
         self.first_sent: float | None = None   # poller: trio clock of its first and last request
         self.last_sent: float | None = None
 
@@ -165,39 +166,66 @@ async def stream_follower(setup: Setup, f: Follower) -> None:
         f.attached.set()
 
 
+async def _status_once(sock, request: bytes) -> tuple[bytes, bytes]:
+    """One GET on a keep-alive connection: (head, body). ConnectionError if the server
+    closed the connection before the whole answer (it may, e.g. at its keep-alive limits)."""
+    async def more() -> bytes:
+        chunk = await sock.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        return chunk
+
+    await sock.send_all(request)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += await more()
+    head, body = buf.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += await more()
+    return head, body
+
+
 async def poll_follower(setup: Setup, f: Follower, every: float, first_at: float) -> None:
     """Asks at a fixed rate: request k is sent at `first_at + k * every` (trio clock), or at
     once when the previous answer came later than that, so a client that fell behind catches
-    up instead of drifting to a lower rate (what `asked_per_s` then checks)."""
+    up instead of drifting to a lower rate (what `asked_per_s` then checks). A connection
+    the server closes is opened again and the request sent again (a GET: safe to repeat),
+    as an HTTP client does; those are counted (`reconnects`)."""
     await trio.sleep_until(first_at)
+    request = (f"GET /v1/generation/requests/{f.job_id}/status HTTP/1.1\r\nHost: {setup.host}\r\n"
+               f"Authorization: Bearer {setup.key}\r\n\r\n").encode()
+    sock = None
     try:
-        sock = await trio.open_tcp_stream(setup.host, setup.port)
-        request = (f"GET /v1/generation/requests/{f.job_id}/status HTTP/1.1\r\nHost: {setup.host}\r\n"
-                   f"Authorization: Bearer {setup.key}\r\n\r\n").encode()
-        async with sock:
-            while True:
-                now = trio.current_time()
-                if f.first_sent is None:
-                    f.first_sent = now
-                f.last_sent = now
-                await sock.send_all(request)
-                buf = b""
-                while b"\r\n\r\n" not in buf:
-                    buf += await sock.receive_some(65536)
-                head, body = buf.split(b"\r\n\r\n", 1)
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
-                while len(body) < length:
-                    body += await sock.receive_some(65536)
-                f.attached.set()
-                f.polls += 1
-                if any(final in body for final in FINAL):  # parse only the final answer
-                    f.arrived, f.finished_at = time.time(), ts(json.loads(body)["finished_at"])
-                    return
-                await trio.sleep_until(f.first_sent + f.polls * every)
+        while True:
+            now = trio.current_time()
+            if f.first_sent is None:
+                f.first_sent = now
+            f.last_sent = now
+            for attempt in range(3):
+                if sock is None:
+                    sock = await trio.open_tcp_stream(setup.host, setup.port)
+                try:
+                    _head, body = await _status_once(sock, request)
+                    break
+                except (ConnectionError, trio.BrokenResourceError):
+                    await sock.aclose()
+                    sock = None
+                    f.reconnects += 1
+                    if attempt == 2:
+                        raise
+            f.attached.set()
+            f.polls += 1
+            if any(final in body for final in FINAL):  # parse only the final answer
+                f.arrived, f.finished_at = time.time(), ts(json.loads(body)["finished_at"])
+                return
+            await trio.sleep_until(f.first_sent + f.polls * every)
     except (OSError, trio.BrokenResourceError) as e:
         f.error = repr(e)
         f.attached.set()
+    finally:
+        if sock is not None:
+            await sock.aclose()
 
 
 def poll_worker() -> None:
@@ -212,12 +240,17 @@ def poll_worker() -> None:
 
     async def main() -> None:
         t0 = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            for f, phase in zip(followers, conf["phases"]):
-                nursery.start_soon(poll_follower, setup, f, conf["every"], t0 + phase)
+        with trio.move_on_after(600):  # as the streams' side: a poller still waiting then has no final
+            async with trio.open_nursery() as nursery:
+                for f, phase in zip(followers, conf["phases"]):
+                    nursery.start_soon(poll_follower, setup, f, conf["every"], t0 + phase)
+        for f in followers:
+            if f.arrived is None and f.error is None:
+                f.error = "no final status within 600 s"
 
     trio.run(main)
-    print(json.dumps([[f.job_id, f.arrived, f.finished_at, f.polls, f.asked_per_s(), f.error] for f in followers]),
+    print(json.dumps([[f.job_id, f.arrived, f.finished_at, f.polls, f.asked_per_s(), f.error, f.reconnects]
+                      for f in followers]),
           flush=True)
 
 
@@ -249,9 +282,10 @@ def poll_in_processes(setup: Setup, pid: int, followers: list[Follower], every: 
     for p, share in workers:
         rows = json.loads(p.stdout.readline())
         p.wait(timeout=60)
-        for j, (job_id, arrived, finished_at, polls, rate, error) in zip(share, rows):
+        for j, (job_id, arrived, finished_at, polls, rate, error, reconnects) in zip(share, rows):
             f = followers[j]
             f.arrived, f.finished_at, f.polls, f.rate, f.error = arrived, finished_at, polls, rate, error
+            f.reconnects = reconnects
     return cpu_seconds(pid) - cpu0, time.monotonic() - t0
 
 
@@ -286,6 +320,7 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
         latencies = [f.arrived - f.finished_at for f in ok]
         out = {"n": n, "mode": mode, "procs": procs, "delivered": len(ok),
                "errors": sum(1 for f in followers if f.error),
+               "reconnects": sum(f.reconnects for f in followers),
                "final_p50_s": round(pct(latencies, 0.5), 4), "final_p99_s": round(pct(latencies, 0.99), 4),
                "node_cpu_s": round(cpu, 3), "window_s": round(wall, 1),
                "cpu_ms_per_final": round(cpu * 1000 / max(1, len(ok)), 3), **rate_check(followers, every),
