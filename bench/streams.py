@@ -191,7 +191,7 @@ async def _status_once(sock, request: bytes) -> tuple[bytes, bytes]:
     return head, body
 
 
-async def poll_follower(setup: Setup, f: Follower, every: float, first_at: float) -> None:
+async def poll_follower(setup: Setup, f: Follower, every: float, first_at: float, sock=None) -> None:
     """Asks at a fixed rate: request k is sent at `first_at + k * every` (trio clock), or at
     once when the previous answer came later than that, so a client that fell behind catches
     up instead of drifting to a lower rate (what `asked_per_s` then checks). A connection
@@ -200,7 +200,6 @@ async def poll_follower(setup: Setup, f: Follower, every: float, first_at: float
     await trio.sleep_until(first_at)
     request = (f"GET /v1/generation/requests/{f.job_id}/status HTTP/1.1\r\nHost: {setup.host}\r\n"
                f"Authorization: Bearer {setup.key}\r\n\r\n").encode()
-    sock = None
     try:
         while True:
             now = trio.current_time()
@@ -240,16 +239,29 @@ def poll_worker() -> None:
     conf = json.loads(sys.stdin.readline())
     setup = Setup(conf["url"], conf["key"])
     followers = [Follower(i) for i in conf["ids"]]
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
-        return
 
     async def main() -> None:
+        # connected before `go` (50 at a time across the processes, within the node's listen
+        # backlog), so the schedule is not spoiled by SYN retries of a full accept queue; the
+        # node's cost of accepting them falls outside the window (in polling's favour)
+        limiter = trio.CapacityLimiter(max(1, 50 // conf["procs"]))
+        socks: list = [None] * len(followers)
+
+        async def connect(i: int) -> None:
+            async with limiter:
+                socks[i] = await trio.open_tcp_stream(setup.host, setup.port)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(followers)):
+                nursery.start_soon(connect, i)
+        print("ready", flush=True)
+        if (await trio.to_thread.run_sync(sys.stdin.readline)).strip() != "go":
+            return
         t0 = trio.current_time()
         with trio.move_on_after(600):  # as the streams' side: a poller still waiting then has no final
             async with trio.open_nursery() as nursery:
-                for f, phase in zip(followers, conf["phases"]):
-                    nursery.start_soon(poll_follower, setup, f, conf["every"], t0 + phase)
+                for f, phase, sock in zip(followers, conf["phases"], socks):
+                    nursery.start_soon(poll_follower, setup, f, conf["every"], t0 + phase, sock)
         for f in followers:
             if f.arrived is None and f.error is None:
                 f.error = "no final status within 600 s"
@@ -273,7 +285,7 @@ def poll_in_processes(setup: Setup, pid: int, followers: list[Follower], every: 
             continue
         p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--poll-worker"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
-        p.stdin.write(json.dumps({"url": setup.url, "key": setup.key, "every": every,
+        p.stdin.write(json.dumps({"url": setup.url, "key": setup.key, "every": every, "procs": procs,
                                   "ids": [followers[j].job_id for j in share],
                                   "phases": [j / n * every for j in share]}) + "\n")
         p.stdin.flush()
