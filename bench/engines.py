@@ -62,9 +62,9 @@ HERE = Path(__file__).parent
 TESTS = HERE.parent / "tests"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(TESTS))
-import jobdriver  # noqa: E402
-from instant_engine import MODEL as INSTANT_MODEL  # noqa: E402
-from instant_engine import SLOTS, instant_node  # noqa: E402
+import jobdriver
+from instant_engine import MODEL as INSTANT_MODEL
+from instant_engine import SLOTS, instant_node
 from loadgen import run  # noqa: E402
 from server import create_org, start_server  # noqa: E402
 
@@ -332,7 +332,7 @@ def main() -> None:
 def instant_part(tmp: Path, jobs: int) -> dict:
     """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog."""
     tmp.mkdir(parents=True, exist_ok=True)
-    with instant_node(tmp) as (node, url, op, _data, _cog):
+    with instant_node(tmp) as (_node, url, op, _data, _cog):
         return trio.run(measure_instant, url, op, jobs, _data)
 
 
@@ -341,7 +341,9 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str) -> dict:
     await run(host, int(port), "/healthz", connections=16, total=500)  # warm-up
     hz = await run(host, int(port), "/healthz", connections=16, total=6000)
     key = (await trio.to_thread.run_sync(create_org, url, op, "bench-instant"))["api_key"]
-    body = lambda i: {"prompt": f"instant {i}", "seed": i}  # noqa: E731
+    def body(i: int) -> dict:
+        return {"prompt": f"instant {i}", "seed": i}
+
     warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS, body)
     res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
     statuses = warm["statuses"] + res["statuses"]

@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
-from engine_support import CogServer  # noqa: E402
+from engine_support import CogServer
 
 SLOTS = 64
 MODEL = "cog-instant"

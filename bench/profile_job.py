@@ -40,9 +40,9 @@ import trio
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import jobdriver  # noqa: E402
-from instant_engine import MODEL, SLOTS, instant_node  # noqa: E402
-from server import create_org  # noqa: E402
+import jobdriver
+from instant_engine import MODEL, SLOTS, instant_node
+from server import create_org
 
 # (area, test on (filename, function name)); first match wins; the rest is "other"
 AREAS: list[tuple[str, callable]] = [
