@@ -21,13 +21,22 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
 3. `text.llm` at 1 and 16 in flight (24-token replies).
 4. the speech built-in (eSpeak NG): jobs per second and the real-time factor, seconds of
    audio per second of CPU (the node process and its children, from /proc).
+5. the node's own bound (a node of its own, bench/instant_engine.py): `jobs_per_s_instant_64`,
+   jobs completed per second through the public API at 64 in flight against a real Cog
+   server whose instant async predictor takes 64 predictions at once (bench/cog_instant.py,
+   so the engine is not what bounds it), each job submitted and then followed on its event
+   stream as the project's client does (bench/jobdriver.py), after a warm-up of 64 jobs; and
+   `healthz_per_s` on the same node just before (16 connections, closed loop), and
+   `jobs_vs_healthz_instant_64`, their ratio: the node's work per job in units of its
+   cheapest request. `--quick` runs this part only.
 
 Every job runs in an organization of its own level; at the end each organization's
 holds and balance are checked: `lost` counts jobs not completed or holds not captured,
 `double_charged` holds captured for jobs that did not complete or a balance that is not
 200 minus the captured prices. The LAST line is one JSON object.
 
-    python bench/engines.py [--jobs 128] [--levels 1,16,64]
+    python bench/engines.py [--jobs 128] [--levels 1,16,64] [--instant-jobs 640]
+    python bench/engines.py --quick        # part 5 only, about a minute
 """
 
 from __future__ import annotations
@@ -53,6 +62,9 @@ HERE = Path(__file__).parent
 TESTS = HERE.parent / "tests"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(TESTS))
+import jobdriver
+from instant_engine import MODEL as INSTANT_MODEL
+from instant_engine import SLOTS, instant_node
 from loadgen import run  # noqa: E402
 from server import create_org, start_server  # noqa: E402
 
@@ -226,9 +238,23 @@ def cpu_s(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
-def ledger_check(url: str, key: str, statuses: list[dict]) -> tuple[int, int]:
+def ledger_check(url: str, key: str, statuses: list[dict], data_dir: str | None = None) -> tuple[int, int]:
+    """(lost, double_charged); the holds from the API (newest 500), or from the database
+    (read-only) when `data_dir` is given, for runs of more jobs than that."""
     h = {"Authorization": f"Bearer {key}"}
-    holds = httpx.get(f"{url}/v1/billing/holds?limit=500", headers=h, timeout=30).json()["data"]
+    if data_dir is None:
+        holds = httpx.get(f"{url}/v1/billing/holds?limit=500", headers=h, timeout=30).json()["data"]
+    else:
+        import sqlite3
+
+        db = sqlite3.connect(f"file:{data_dir}/genservice.db?mode=ro", uri=True)
+        try:
+            ids = [st["request_id"] for st in statuses]
+            rows = db.execute(f"SELECT job_id, status, captured_uc FROM credit_holds WHERE job_id IN "
+                              f"({','.join('?' * len(ids))})", ids).fetchall()
+        finally:
+            db.close()
+        holds = [{"job_id": j, "status": st, "amount": str(Decimal(c or 0) / 1_000_000)} for j, st, c in rows]
     by_job = {x["job_id"]: x for x in holds}
     lost = double = 0
     captured = Decimal(0)
@@ -250,9 +276,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=64, help="jobs per engine and level (at least 2 x the level)")
     ap.add_argument("--levels", default="1,16,64")
+    ap.add_argument("--instant-jobs", type=int, default=640, help="jobs of part 5 (after 64 of warm-up)")
+    ap.add_argument("--quick", action="store_true", help="part 5 only (jobs_per_s_instant_64, healthz_per_s)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-engines-"))
+    load_start = os.getloadavg()
+    if args.quick:
+        out = instant_part(tmp / "instant", args.instant_jobs)
+        out["machine"] = {"cpus": os.cpu_count(), "load_start": load_start, "load_end": os.getloadavg(),
+                          "python": platform.python_version()}
+        print(json.dumps(out))
+        return
     procs: list = []
     from engine_support import CogServer, LlamaServer
 
@@ -285,8 +320,52 @@ def main() -> None:
             (p.stop() if hasattr(p, "stop") else os.killpg(p.pid, 9))
         cog.stop()
     out["llm_engine"] = llm_kind
-    out["machine"] = {"cpus": os.cpu_count(), "load_end": os.getloadavg()[0], "python": platform.python_version()}
+    part5 = instant_part(tmp / "instant", args.instant_jobs)
+    out["lost"] += part5.pop("lost")
+    out["double_charged"] += part5.pop("double_charged")
+    out.update(part5)
+    out["machine"] = {"cpus": os.cpu_count(), "load_start": load_start, "load_end": os.getloadavg(),
+                      "python": platform.python_version()}
     print(json.dumps(out))
+
+
+def instant_part(tmp: Path, jobs: int) -> dict:
+    """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    with instant_node(tmp) as (_node, url, op, _data, _cog):
+        return trio.run(measure_instant, url, op, jobs, _data)
+
+
+async def measure_instant(url: str, op: str, jobs: int, data_dir: str) -> dict:
+    host, port = url.removeprefix("http://").split(":")
+    await run(host, int(port), "/healthz", connections=16, total=500)  # warm-up
+    hz = await run(host, int(port), "/healthz", connections=16, total=6000)
+    key = (await trio.to_thread.run_sync(create_org, url, op, "bench-instant"))["api_key"]
+    def body(i: int) -> dict:
+        return {"prompt": f"instant {i}", "seed": i}
+
+    warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS, body)
+    res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
+    statuses = warm["statuses"] + res["statuses"]
+    # a job's capture may commit just after its final status is out (they are separate writes
+    # today): read again until the holds settle, and say how many were behind at first
+    lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
+    behind = lost
+    for _ in range(20):
+        if not (lost or double):
+            break
+        await trio.sleep(0.5)
+        lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
+    completed = sum(1 for s in res["statuses"] if s["status"] == "completed")
+    jps = completed / res["wall"]
+    out = {"jobs_per_s_instant_64": round(jps, 1), "healthz_per_s": round(hz.rps, 1),
+           "jobs_vs_healthz_instant_64": round(jps / hz.rps, 4), "instant_jobs": jobs, "instant_completed": completed,
+           "instant_errors": len(warm["errors"]) + len(res["errors"]), "lost": lost + jobs + SLOTS - len(statuses),
+           "double_charged": double, "captures_behind_final_status": behind}
+    print(f"instant Cog (64 slots), 64 in flight: {out['jobs_per_s_instant_64']} jobs/s; /healthz "
+          f"{out['healthz_per_s']} req/s at 16 connections (p50 {hz.pct(0.5):.2f} ms); ratio "
+          f"{out['jobs_vs_healthz_instant_64']}")
+    return out
 
 
 async def measure(url, op, data_dir, node_pid, cog, comfy, oai, llm, llm_name, levels, jobs_n) -> dict:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Holds benchmark: the real BalanceActor + Store against a naive one-transaction-per-operation
-engine over the same schema. See bench/README.md.
+engine over the same schema, and against the raw limit of the storage for the same rows
+(holdbench/raw.py: `vs_raw_64`). See bench/README.md.
 
     python bench/holds.py --quick     # CI size, under 3 minutes on 2 cores
     python bench/holds.py --full      # longer, >= 1,000,000 operations

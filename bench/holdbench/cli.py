@@ -27,6 +27,7 @@ from pathlib import Path
 import trio
 
 from holdbench import limits as L
+from holdbench import raw as R
 from holdbench import workloads as W
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,8 +162,8 @@ def main(argv=None) -> int:
 
     table: dict[tuple, dict] = {}
 
-    def compare(name: str, n: int, fn_actor, fn_naive) -> None:
-        a_runs, n_runs, ratios, lat_ratios = [], [], [], []
+    def compare(name: str, n: int, fn_actor, fn_naive, fn_raw=None) -> None:
+        a_runs, n_runs, ratios, lat_ratios, r_runs, raw_ratios = [], [], [], [], [], []
         for r in range(rounds):
             seed = args.seed + r * 101 + n
             a = record(fn_actor(seed))
@@ -170,6 +171,10 @@ def main(argv=None) -> int:
             a_runs.append(a)
             n_runs.append(b)
             ratios.append(a["pairs_per_s"] / b["pairs_per_s"] if b["pairs_per_s"] else None)
+            if fn_raw is not None:  # A B R per round: the raw limit of the same rows (holdbench/raw.py)
+                x = record(fn_raw(seed))
+                r_runs.append(x)
+                raw_ratios.append(a["pairs_per_s"] / x["pairs_per_s"] if x["pairs_per_s"] else None)
         table[(name, n)] = {
             "actor_pairs_per_s": med([x["pairs_per_s"] for x in a_runs]),
             "naive_pairs_per_s": med([x["pairs_per_s"] for x in n_runs]),
@@ -184,11 +189,14 @@ def main(argv=None) -> int:
             "naive_topups": med([x.get("topups") for x in n_runs]),
             "extra_actor": {k: v for k, v in a_runs[-1].items() if k.endswith("org_p99_ms") or k == "hot_p99_ms"},
             "extra_naive": {k: v for k, v in n_runs[-1].items() if k.endswith("org_p99_ms") or k == "hot_p99_ms"},
+            "raw_pairs_per_s": med([x["pairs_per_s"] for x in r_runs]),
+            "vs_raw": med(raw_ratios), "raw_ratios": [round(x, 3) for x in raw_ratios if x is not None],
         }
 
     if "W1" in only:
         for n in levels:
-            compare("W1", n, lambda s, n=n: W.w1(base, "actor", n, dur, s), lambda s, n=n: W.w1(base, "naive", n, dur, s))
+            compare("W1", n, lambda s, n=n: W.w1(base, "actor", n, dur, s), lambda s, n=n: W.w1(base, "naive", n, dur, s),
+                    (lambda s: R.raw(base, dur, s)) if n == R.BATCH else None)
     if "W2" in only:
         compare("W2", 16, lambda s: W.w2(base, "actor", 16, dur, s), lambda s: W.w2(base, "naive", 16, dur, s))
     if "W4" in only:
@@ -232,6 +240,10 @@ def main(argv=None) -> int:
         print(f"| {name} | {s['requesters']} | {s['pairs_per_s']:,.0f} | - | - | {s['p50_ms']} / {s['p99_ms']} / "
               f"{s['max_ms']} | - |")
     for (name, n), t in table.items():
+        if t["vs_raw"] is not None:
+            print(f"{name} n={n} against the raw limit (same rows, executemany, one commit per {R.BATCH} pairs): "
+                  f"raw {t['raw_pairs_per_s']:,.0f} pairs/s, actor {t['actor_pairs_per_s']:,.0f}, "
+                  f"vs_raw {t['vs_raw']} {t['raw_ratios']}")
         if name == "W2":
             print(f"W2 402s per run: actor {t['actor_402']}, naive {t['naive_402']}; top-ups per run: actor "
                   f"{t['actor_topups']}, naive {t['naive_topups']}")
@@ -267,6 +279,7 @@ def main(argv=None) -> int:
         "naive_pairs_per_s_1": get("W1", 1, "naive_pairs_per_s"),
         "naive_pairs_per_s_64": get("W1", 64, "naive_pairs_per_s"),
         "naive_p99_ms_64": get("W1", 64, "naive_p99_ms"),
+        "raw_pairs_per_s_64": get("W1", 64, "raw_pairs_per_s"), "vs_raw_64": get("W1", 64, "vs_raw"),
         "w2_vs_naive": get("W2", 16, "ratio"), "w4_vs_naive": get("W4", 64, "ratio"),
         "w4_pairs_per_s": get("W4", 64, "actor_pairs_per_s"),
         "limit_overspend": wl.get("overspend"), "limits_vs_plain_64": wl.get("limits_vs_plain_64"),

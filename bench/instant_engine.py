@@ -1,0 +1,74 @@
+"""A real Cog server with the instant 64-slot predictor (bench/cog_instant.py), the catalog
+entry that lets the node give it 64 jobs at once, and a node in front of it.
+
+Used by bench/engines.py (`jobs_per_s_instant_64`) and bench/profile_job.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from engine_support import CogServer
+
+SLOTS = 64
+MODEL = "cog-instant"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class InstantCog(CogServer):
+    """`python -m cog.server.http` with bench/cog_instant.py and COG_MAX_CONCURRENCY=64."""
+
+    what = "instant Cog server"
+
+    def start(self, timeout: float = 60.0) -> InstantCog:
+        env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": "cog_instant.py:Predictor",
+               "COG_MAX_CONCURRENCY": str(SLOTS),
+               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
+                                         cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        return self._wait(timeout, self.log_path)
+
+
+def catalog_entry(url: str, price: str = "0.01") -> str:
+    return (f'[[models]]\nid = "{MODEL}"\ncapability = "image.generate"\nbackend = "cog"\nresolutions = ["1k"]\n'
+            f'concurrency = {SLOTS}\nprices = [{{ resolution = "1k", credits = "{price}" }}]\n'
+            f'[models.engine]\nurls = ["{url}"]\n[models.engine.bind]\nprompt = "prompt"\nseed = "seed"\n')
+
+
+@contextmanager
+def instant_node(tmp: Path, extra_env: dict | None = None):
+    """(node, url, operator_token, data_dir, cog) with only the instant Cog model."""
+    from server import start_server
+
+    cog = InstantCog(tmp / "cog-instant.log").start()
+    try:
+        (tmp / "catalog.toml").write_text(catalog_entry(cog.url))
+        port = free_port()
+        node, url, op, data = start_server({"GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml"),
+                                            "GENSERVICE_PORT": str(port),
+                                            "GENSERVICE_BASE_URL": f"http://127.0.0.1:{port}",
+                                            # 64 clients of one key each follow their job on a stream:
+                                            # past the default 20 a key (docs/streams.md)
+                                            "GENSERVICE_MAX_STREAMS_PER_KEY": "0", "GENSERVICE_MAX_STREAMS_PER_ORG": "0",
+                                            **(extra_env or {})})
+        try:
+            yield node, url, op, data, cog
+        finally:
+            node.stop()
+    finally:
+        cog.stop()

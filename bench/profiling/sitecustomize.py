@@ -1,0 +1,122 @@
+"""Measurement hooks inside a `genservice serve` started by bench/profile_job.py.
+
+Python imports `sitecustomize` at start-up from the path; profile_job.py puts this folder
+first on the node's PYTHONPATH and sets GENSERVICE_BENCH_PROFILE (`cpu` or `profile`), so
+the node runs unchanged (`python -m service serve`) with these hooks, and no other process
+is touched (without the variable this file does nothing).
+
+Both modes: every `Store` is remembered, so the commits (`Store.batches`) of a window can
+be read, and the writes they carried (`Store.writes`: each `Store.write` a job's path asks
+for; group commit puts many into one COMMIT). SIGUSR1 opens the window, SIGUSR2 closes it and writes `window.json` (commits,
+CPU of the main thread and of the other threads from /proc) in GENSERVICE_BENCH_PROFILE_DIR.
+
+Both modes run a trio Instrument that adds up the CPU of every task step by task name and
+counts steps over the window (two `thread_time` calls a step), so the trio thread's CPU
+splits into task steps and the run loop itself. `profile` also runs, over the window only,
+cProfile on the trio thread with a CPU-time clock (`time.thread_time`: waiting in epoll
+costs nothing, as it costs no CPU), written to `main.pstats`.
+"""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
+    import cProfile
+    import json
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    MODE = os.environ["GENSERVICE_BENCH_PROFILE"]
+    OUT = Path(os.environ["GENSERVICE_BENCH_PROFILE_DIR"])
+    TICKS = os.sysconf("SC_CLK_TCK")
+    STORES: list = []
+    MAIN_TID = threading.get_native_id()
+
+    def thread_cpu() -> dict[int, float]:
+        out = {}
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                f = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(task.name)] = (int(f[11]) + int(f[12])) / TICKS
+        return out
+
+    class StepClock:
+        """trio Instrument: CPU per task name over task steps, and the number of steps."""
+
+        def __init__(self) -> None:
+            self.on = False
+            self.cpu: dict[str, float] = {}
+            self.steps: dict[str, int] = {}
+            self._t = 0.0
+
+        def before_task_step(self, task) -> None:
+            self._t = time.thread_time()
+
+        def after_task_step(self, task) -> None:
+            if self.on:
+                dt = time.thread_time() - self._t
+                self.cpu[task.name] = self.cpu.get(task.name, 0.0) + dt
+                self.steps[task.name] = self.steps.get(task.name, 0) + 1
+
+    CLOCK = StepClock()
+    PROFILE = cProfile.Profile(time.thread_time) if MODE == "profile" else None
+    STATE: dict = {}
+
+    def _patch() -> None:
+        import trio
+
+        from service.storage import db
+
+        init = db.Store.__init__
+
+        def remembered_init(self, *a, **kw):
+            init(self, *a, **kw)
+            STORES.append(self)
+
+        db.Store.__init__ = remembered_init
+        run = trio.run
+
+        def run_with_instrument(*a, **kw):
+            kw["instruments"] = [*kw.get("instruments", ()), CLOCK]
+            return run(*a, **kw)
+
+        trio.run = run_with_instrument
+
+    def _open(signum, frame) -> None:
+        STATE.update(cpu=thread_cpu(), batches=sum(s.batches for s in STORES), writes=sum(s.writes for s in STORES),
+                     t=time.monotonic(),
+                     main_cpu=time.thread_time())
+        CLOCK.cpu.clear()
+        CLOCK.steps.clear()
+        CLOCK.on = True
+        if PROFILE is not None:
+            PROFILE.enable()
+
+    def _close(signum, frame) -> None:
+        if PROFILE is not None:
+            PROFILE.disable()
+        CLOCK.on = False
+        cpu = thread_cpu()
+        main = cpu.get(MAIN_TID, 0.0) - STATE["cpu"].get(MAIN_TID, 0.0)
+        others = sum(v - STATE["cpu"].get(tid, 0.0) for tid, v in cpu.items() if tid != MAIN_TID)
+        report = {"mode": MODE, "wall_s": time.monotonic() - STATE["t"], "commits": sum(s.batches for s in STORES)
+                  - STATE["batches"], "writes": sum(s.writes for s in STORES) - STATE["writes"],
+                  "stores": len(STORES), "main_thread_cpu_s": main, "other_threads_cpu_s": others,
+                  "threads": len(cpu), "main_thread_cpu_s_fine": time.thread_time() - STATE["main_cpu"],
+                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps}
+        if PROFILE is not None:
+            PROFILE.dump_stats(str(OUT / "main.pstats"))
+        (OUT / "window.json.tmp").write_text(json.dumps(report))
+        (OUT / "window.json.tmp").rename(OUT / "window.json")
+
+    signal.signal(signal.SIGUSR1, _open)
+    signal.signal(signal.SIGUSR2, _close)
+    try:
+        _patch()
+    except ImportError:  # not the service (some other interpreter on this path): leave it
+        pass
