@@ -7,13 +7,12 @@ offers the OpenAI SDK's chat call. Screenshots: docs/screenshots/studio-text-*.p
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from engine_support import LlamaServer
 from playwright.sync_api import expect
 
-from engine_support import LlamaServer
 from tests.browser.studio_shots import SIZES, doc_shot
 from tests.browser.support import check_page, login_new_org, start_node
 
