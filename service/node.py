@@ -31,9 +31,11 @@ from service.actors.accounts import AccountsActor
 from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
 from service.actors.billing_messages import Grant
 from service.actors.facades import Accounts, Balances, Sessions, Tickets, Webhooks
-from service.actors.generation import Generation
+from service.actors.jobs.actor import JobActor
+from service.actors.jobs.facade import Generation
 from service.actors.retention import RetentionActor
-from service.actors.products import Products
+from service.actors.runs.actor import RunActor
+from service.actors.runs.facade import Products
 from service.actors.runtime import Registry
 from service.actors.sessions import SessionsActor
 from service.actors.tickets import TicketsActor
@@ -84,9 +86,9 @@ class Node:
     accounts: Accounts
     balances: Balances
     generation: Generation
-    jobs: Registry
+    jobs: Registry[JobActor]
     products: Products
-    runs: Registry
+    runs: Registry[RunActor]
     topup_quote: Quote
     payments: PaymentProvider | None  # None: no payment provider configured
     topups: Registry
@@ -193,6 +195,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
                            load_secret(settings.data_dir, "engine-hook-secret"), node.generation.engine_progress)
     node.closers.append(node.engines.aclose)
     node.jobs = node._registry(node.generation.jobs)
+    node.registries.append(node.generation.webhooks)  # type: ignore[arg-type]  # the job-webhook outbox
     node._registry(node.generation.uploads)
     node.recoveries.append(node.generation.recover)
 

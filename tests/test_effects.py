@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from service.actors.effects import EffectHandlers, Step, effects_of
-from service.actors.job_effects import JOB_EFFECTS, SETTLE_EFFECT
-from service.actors.jobs import JobActor
-from service.actors.run_effects import RUN_EFFECTS, STEP_EFFECTS
-from service.actors.runs import RunActor
+from service.actors.jobs.effects import JOB_EFFECTS, SETTLE_EFFECT
+from service.actors.jobs.actor import JobActor
+from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS
+from service.actors.runs.actor import RunActor
 from service.machines import JOB, RUN, STEP
 
 

@@ -10,7 +10,7 @@ import trio
 
 from engine_support import engine_node, free_port
 from peers.comfyui import run_peer
-from service.actors.engine_queue import EngineQueues
+from service.actors.jobs.queues import EngineQueues
 from service.catalog.catalog import loads_catalog
 from service.engines.pool import Pool
 from test_engines_comfyui import PATH, catalog, graph, rendering_on_peer, req

@@ -13,7 +13,7 @@ import pytest
 import trio
 from PIL import Image
 
-from service.actors import runs as runs_mod
+from service.actors.runs import actor as runs_mod
 from service.actors.billing_messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_defs import TEXT_TO_CLIP

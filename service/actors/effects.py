@@ -35,6 +35,12 @@ class Step:
     facts: dict = field(default_factory=dict)  # handler -> actor notes (e.g. a webhook row's state)
 
 
+async def after(step: Step) -> None:
+    """The work the handlers left for after the step's commit, in order."""
+    for work in step.after:
+        await work()
+
+
 class EffectHandlers:
     """effect name -> name of the actor method handling it (`method(step)`, synchronous)."""
 

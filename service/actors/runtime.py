@@ -19,13 +19,20 @@ ActorGone, and the supervisor reloads the actor from SQLite (`load`). Past
 (HTTP 503) and the node keeps running.
 
 Asks flow one way (HTTP -> run -> job -> balance); a callee may `tell` a caller, never ask.
+
+One way to dispatch: a handler method is marked `@on(MessageType)`; `Actor.handle` (and
+`handler_for`, for actors that take a batch themselves) finds it by the message's type.
+
+What an actor owns in memory beyond its rows (a running render, watchers) survives a crash:
+the supervisor hands the crashed actor to its successor (`adopt`), and work started off the
+loop runs in `tasks`, a nursery of that actor's key that outlives its reloads.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Awaitable, Callable, Generic, TypeVar
+from typing import Any, Awaitable, Callable, ClassVar, Generic, TypeVar
 
 import outcome
 import trio
@@ -121,17 +128,53 @@ class _Failure:
         self.error = error
 
 
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def on(*types: type) -> Callable[[H], H]:
+    """Mark an actor method as the handler of messages of `types` (the one way to dispatch)."""
+
+    def mark(method: H) -> H:
+        method.__dict__["_handles"] = types
+        return method
+
+    return mark
+
+
 class Actor:
-    """Base class. Subclasses implement `load` and `handle` (or `handle_batch`)."""
+    """Base class. Subclasses implement `load` and mark handlers with `@on` (or override
+    `handle_batch`)."""
 
     key: Any = None  # the registry key it was made for (an id string for every actor here)
     done = False  # set True when the actor has nothing more to do; it stops when idle
+    tasks: trio.Nursery  # work off the loop; outlives the actor's reloads (set by the registry)
+    _dispatch: ClassVar[dict[type, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table = dict(cls._dispatch)
+        for name, value in vars(cls).items():
+            for t in getattr(value, "_handles", ()):
+                table[t] = name
+        cls._dispatch = table
+
+    def handler_for(self, msg: Any) -> Callable[[Any], Any]:
+        """The bound method marked `@on(type(msg))`; TypeError for a message it does not take."""
+        name = self._dispatch.get(type(msg))
+        if name is None:
+            raise TypeError(f"{type(self).__name__}: unknown message {type(msg).__name__}")
+        method: Callable[[Any], Any] = getattr(self, name)
+        return method
+
+    def adopt(self, previous: "Actor") -> None:
+        """Take over what the crashed `previous` instance owned in memory (called before
+        `load`); by default nothing: the rows are the whole state."""
 
     async def load(self) -> None:
         """Rebuild state from SQLite. Runs before the first message and after a crash."""
 
     async def handle(self, msg: Any) -> Any:
-        raise NotImplementedError
+        return await self.handler_for(msg)(msg)
 
     async def handle_batch(self, msgs: list[Any]) -> list[Any]:
         """Default: one at a time. A raised ServiceError becomes that ask's error."""
@@ -297,6 +340,7 @@ class Registry(Generic[A]):
         self.factory = factory
         self.clock = clock
         self._refs: dict[str, ActorRef] = {}
+        self._actors: dict[str, A] = {}
         self._nursery: trio.Nursery | None = None
         self._timeouts = _Timeouts()
         self.restarts = 0
@@ -319,6 +363,10 @@ class Registry(Generic[A]):
             self._nursery.start_soon(self._supervise, key, ref, recv)
         return ref
 
+    def peek(self, key: str) -> A | None:
+        """The live actor of `key`, for reading what it owns in memory (never to change it)."""
+        return self._actors.get(key)
+
     def keys(self) -> list[str]:
         return list(self._refs)
 
@@ -338,25 +386,35 @@ class Registry(Generic[A]):
 
     async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel) -> None:
         crashes: list[float] = []
+        previous: Actor | None = None
         try:
-            while True:
-                actor = self.factory(key)
-                actor.key = key
-                try:
-                    await actor.load()
-                    await self._loop(actor, recv, ref._send)
-                    return
-                except Exception:
-                    log.exception("actor %s/%s crashed", self.name, key)
-                    self.restarts += 1
-                    now = trio.current_time()
-                    crashes = [t for t in crashes if now - t < RESTART_WINDOW] + [now]
-                    if len(crashes) > MAX_RESTARTS:
-                        log.error("actor %s/%s past its restart limit; stays down", self.name, key)
-                        ref.gone = True
-                        self._drain_gone(recv)
+            async with trio.open_nursery() as tasks:
+                while True:
+                    actor = self.factory(key)
+                    actor.key = key
+                    actor.tasks = tasks
+                    if previous is not None:
+                        actor.adopt(previous)
+                    self._actors[key] = actor
+                    try:
+                        await actor.load()
+                        await self._loop(actor, recv, ref._send)
                         return
+                    except Exception:
+                        log.exception("actor %s/%s crashed", self.name, key)
+                        previous = actor
+                        self.restarts += 1
+                        now = trio.current_time()
+                        crashes = [t for t in crashes if now - t < RESTART_WINDOW] + [now]
+                        if len(crashes) > MAX_RESTARTS:
+                            log.error("actor %s/%s past its restart limit; stays down", self.name, key)
+                            ref.gone = True
+                            self._drain_gone(recv)
+                            tasks.cancel_scope.cancel()
+                            return
         finally:
+            if self._actors.get(key) is not None and self._refs.get(key) in (ref, None):
+                self._actors.pop(key, None)
             if self._refs.get(key) is ref and not ref.gone:
                 del self._refs[key]
             # An ask that reached the mailbox after the loop's last look would wait forever:

@@ -30,9 +30,10 @@ import uuid
 from typing import Any
 
 from service.actors.billing_messages import SpendCheck
-from service.actors.run_messages import CancelRun, Create, StepJobEnded
-from service.actors.run_ops import RunRegistry
-from service.actors.runs import RunActor
+from service.actors.runs.actor import RunActor
+from service.actors.runs.context import RunContext, run_view
+from service.actors.runs.messages import CancelRun, Create
+from service.actors.runtime import Registry
 from service.assets.signing import load_secret
 from service.catalog import products as catalog_products
 from service.errors import InsufficientCredits, NotFound, ServiceError
@@ -52,14 +53,17 @@ log = logging.getLogger(__name__)
 class Products:
     """The node's product part: the run registry and what the HTTP routes call."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node: Any) -> None:
         self.node = node
         self.store = node.store
         self.clock = node.clock
-        self.base_url = node.settings.public_base_url
-        self.runs = RunRegistry(lambda key: RunActor(self), node.clock)
+        self.base_url: str = node.settings.public_base_url
+        self.runs: Registry[RunActor] = Registry("runs", lambda key: RunActor(self.context), node.clock)
         self.cursor_key = cursor_key(load_secret(node.settings.data_dir))
         self.keys = Gate(node.store, node.clock, table="product_run_keys", id_field="run_id", detail="run_id")
+        self.context = RunContext(store=node.store, clock=node.clock, base_url=self.base_url, runs=self.runs,
+                                  jobs=node.generation, files=node.generation.files, streams=node.streams,
+                                  keys=self.keys)
 
     @property
     def generation(self):
@@ -73,25 +77,9 @@ class Products:
     def catalog(self):
         return self.node.catalog
 
-    def notifier(self, run_id: str, key: str, job_id: str):
-        runs = self.runs
-
-        def notify(status: dict) -> None:
-            runs.tell(run_id, StepJobEnded(key, job_id, status))
-
-        return notify
-
     # views ----------------------------------------------------------------------------------
-    def publish(self, run: dict, steps: dict[str, dict], view: dict | None = None) -> None:
-        """After a commit: the run object to the streams following it or its project (its
-        view, which reads the run's assets, is built only when one is open)."""
-        self.node.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
-                                  lambda: view or self.view_of(run, list(steps.values())), source="workflow")
-
-    def view_of(self, run: dict, steps: list[dict]) -> dict:
-        ids = run_views.asset_ids_of(run, steps)
-        assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}
-        return run_views.run_view(run, steps, assets, self.base_url)
+    def view_of(self, run: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+        return run_view(self.store, self.base_url, run, steps)
 
     def views_of(self, runs: list[dict]) -> list[dict]:
         """Many runs at once (three queries)."""
