@@ -16,7 +16,7 @@ from service.actors.account_messages import (  # noqa: F401 - re-exported: the r
     LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UnlinkIdentity, UpdateKey,
     UpdateProject,
 )
-from service.actors.runtime import Actor
+from service.actors.runtime import Actor, on
 from service.clock import Clock, iso
 from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
@@ -56,10 +56,8 @@ class AccountsActor(InvitationHandlers, Actor):
         self.mail = mail  # service.mail.outbox.MailOutbox: seals mail links, knows the base URL
         self.touched: dict[str, float] = {}
 
-    async def handle(self, msg: Any) -> Any:
-        return await getattr(self, "on_" + type(msg).__name__)(msg)
-
     # -- organizations and members ---------------------------------------------------------
+    @on(CreateOrg)
     async def on_CreateOrg(self, m: CreateOrg) -> dict:
         name = check_org_name(m.name)
         check_email(m.owner_email)
@@ -80,6 +78,7 @@ class AccountsActor(InvitationHandlers, Actor):
         return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
                 "default_project_id": project_id}
 
+    @on(ApproveOrg)
     async def on_ApproveOrg(self, m: ApproveOrg) -> dict:
         now = self.clock.iso_now()
 
@@ -98,6 +97,7 @@ class AccountsActor(InvitationHandlers, Actor):
         approved_at = await self.store.write(tx)
         return {"organization_id": m.org_id, "approved_at": approved_at}
 
+    @on(RenameOrg)
     async def on_RenameOrg(self, m: RenameOrg) -> dict:
         """The organization's name (the dashboard's Settings page): 1 to 200 characters."""
         name = check_org_name(m.name)
@@ -109,6 +109,7 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
         return {"organization_id": m.org_id, "name": name}
 
+    @on(AddMember)
     async def on_AddMember(self, m: AddMember) -> dict:
         check_role(m.role)
         check_email(m.email)
@@ -126,6 +127,7 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
         return {"user_id": user_id, "api_key": key}
 
+    @on(ChangeRole)
     async def on_ChangeRole(self, m: ChangeRole) -> dict:
         check_role(m.role)
         now = self.clock.iso_now()
@@ -145,6 +147,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
+    @on(RemoveMember)
     async def on_RemoveMember(self, m: RemoveMember) -> None:
         now = self.clock.iso_now()
 
@@ -172,6 +175,7 @@ class AccountsActor(InvitationHandlers, Actor):
         emit(conn, org_id, "api_key.created", key_event_data(row), now)
         return row
 
+    @on(CreateKey)
     async def on_CreateKey(self, m: CreateKey) -> dict:
         if m.role_id is not None:
             granted = ROLE_BY_ID.get(m.role_id)
@@ -192,6 +196,7 @@ class AccountsActor(InvitationHandlers, Actor):
         row = await self.store.write(tx)
         return row | {"key": key}
 
+    @on(UpdateKey)
     async def on_UpdateKey(self, m: UpdateKey) -> dict:
         def tx(conn):
             if sql.get_key(conn, m.org_id, m.key_id) is None:
@@ -202,6 +207,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
+    @on(RevokeKey)
     async def on_RevokeKey(self, m: RevokeKey) -> None:
         """Revoking twice is fine (204 again); an id never seen in the org is 404."""
         now = self.clock.iso_now()
@@ -216,6 +222,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         await self.store.write(tx)
 
+    @on(TouchKey)
     async def on_TouchKey(self, m: TouchKey) -> None:
         last = self.touched.get(m.key_id)
         if last is not None and m.at - last < TOUCH_EVERY:
@@ -224,6 +231,7 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(lambda conn: sql.touch_keys(conn, {m.key_id: iso(m.at)}))
 
     # -- projects ------------------------------------------------------------------------------
+    @on(CreateProject)
     async def on_CreateProject(self, m: CreateProject) -> dict:
         if not m.name or not m.name.strip():
             raise Unprocessable("name is required.", {"field": "name"})
@@ -247,6 +255,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
+    @on(UpdateProject)
     async def on_UpdateProject(self, m: UpdateProject) -> dict:
         fields = dict(m.fields)
         if "name" in fields and (fields["name"] is None or not str(fields["name"]).strip()):
@@ -267,6 +276,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
+    @on(ArchiveProject)
     async def on_ArchiveProject(self, m: ArchiveProject) -> dict:
         now = self.clock.iso_now()
 

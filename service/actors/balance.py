@@ -52,7 +52,7 @@ import trio
 
 from service.actors.billing_messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
                                             SpendCheck, Stop, Sync)
-from service.actors.runtime import Actor, Deferred, fail
+from service.actors.runtime import Actor, Deferred, fail, on
 from service.clock import iso, parse_iso
 from service.credits.book import CreditBook, Unread
 from service.credits.limits import month_of
@@ -287,15 +287,16 @@ class BalanceActor(Actor):
             self._slots.release()
 
     def _apply(self, m: Any) -> Any:
-        handler = HANDLERS.get(type(m))
-        if handler is None:
-            return fail(TypeError(f"balance actor: unknown message {type(m).__name__}"))
+        try:
+            handler = self.handler_for(m)
+        except TypeError as e:
+            return fail(e)
         try:
             try:
-                return handler(self, m)
+                return handler(m)
             except Unread as e:  # a hold id left unread is about to be refused: read it, decide again
                 self._lookup([e.hold_id])
-                return handler(self, m)
+                return handler(m)
         except ApiError as e:  # validation happens before any mutation
             return fail(e)
 
@@ -367,29 +368,37 @@ class BalanceActor(Actor):
         return w
 
     # -- the messages: the book decides, the actor answers ---------------------------------------
+    @on(PlaceHold)
     def _place(self, m: PlaceHold) -> Any:
         return self.book.place(m.hold_id, m.amount_uc, m.job_id, m.workflow_run_id, m.project_id, m.description,
                                m.api_key_id)
 
+    @on(LimitPut)
     def _limit(self, m: LimitPut) -> Any:
         return self.book.put_limit(m.scope, m.scope_id, m.limit_uc)
 
+    @on(SpendCheck)
     def _check(self, m: SpendCheck) -> Any:
         return self.book.check_spend(m.amount_uc, m.project_id, m.api_key_id)
 
+    @on(Capture)
     def _capture(self, m: Capture) -> Any:
         return self.book.capture(m.hold_id, m.amount_uc)
 
+    @on(Release)
     def _release(self, m: Release) -> Any:
         return self.book.release(m.hold_id)
 
+    @on(Grant)
     def _grant(self, m: Grant) -> Any:
         return self.book.grant(m.grant_id, m.source, m.amount_uc, m.expires_at, m.reason)
 
+    @on(SettingsPut)
     def _settings(self, m: SettingsPut) -> Any:
         self.book.put_settings(m.low_balance_threshold_uc)
         return sql.settings_view(self.book.threshold, self.book.notified_at)
 
+    @on(Snapshot)
     def _snapshot(self, m: Snapshot) -> dict:
         return self.state()
 
@@ -397,17 +406,11 @@ class BalanceActor(Actor):
         """Canonical memory state; a fresh actor loaded from the DB must give the same."""
         return self.book.state()
 
+    @on(Sync)
     def _sync(self, m: Sync) -> dict:
         return {"available_uc": self.book.available, "held_uc": self.book.held}
 
+    @on(Stop)
     def _stop(self, m: Stop) -> None:
         self.done = True
         return None
-
-
-HANDLERS: dict[type, Callable[[BalanceActor, Any], Any]] = {
-    PlaceHold: BalanceActor._place, Capture: BalanceActor._capture, Release: BalanceActor._release,
-    Grant: BalanceActor._grant, SettingsPut: BalanceActor._settings, Snapshot: BalanceActor._snapshot,
-    Sync: BalanceActor._sync, Stop: BalanceActor._stop, LimitPut: BalanceActor._limit,
-    SpendCheck: BalanceActor._check,
-}

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from service.actors.runtime import Actor, Registry, fail
+from service.actors.runtime import Actor, Registry, fail, on
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.storage import webhooks as sql
 
@@ -125,12 +125,13 @@ class DeliveryActor(Actor):
         replies: list[Any] = [None] * len(msgs)
         for i, m in enumerate(msgs):
             try:
-                replies[i] = await getattr(self, "on_" + type(m).__name__)(m)
+                replies[i] = await self.handler_for(m)(m)
             except ServiceError as e:
                 replies[i] = fail(e)
         return replies
 
     # -- webhooks -----------------------------------------------------------------------------------
+    @on(CreateWebhook)
     async def on_CreateWebhook(self, m: CreateWebhook) -> dict:
         events = check_events(m.events)
         check_url(m.url)
@@ -147,6 +148,7 @@ class DeliveryActor(Actor):
         out = await self.store.write(tx)
         return out | {"secret": secret}
 
+    @on(RotateNodeKey)
     async def on_RotateNodeKey(self, m: RotateNodeKey) -> dict:
         key = self.node.node_key
         new = key.begin_rotation()
@@ -154,6 +156,7 @@ class DeliveryActor(Actor):
         key.finish_rotation(new)
         return {"key_id": key.current_id, "resealed": resealed}
 
+    @on(UpdateWebhook)
     async def on_UpdateWebhook(self, m: UpdateWebhook) -> dict:
         fields = dict(m.fields)
         if "events" in fields:
@@ -173,6 +176,7 @@ class DeliveryActor(Actor):
 
         return await self.store.write(tx)
 
+    @on(DeleteWebhook)
     async def on_DeleteWebhook(self, m: DeleteWebhook) -> None:
         """Deleting twice answers 204 again; an id never seen in the organization is 404."""
         now = self.clock.iso_now()
@@ -184,6 +188,7 @@ class DeliveryActor(Actor):
 
         await self.store.write(tx)
 
+    @on(SendTest)
     async def on_SendTest(self, m: SendTest) -> dict:
         now = self.clock.iso_now()
         data = {"webhook_id": m.webhook_id, "message": TEST_MESSAGE, "sent_at": now,

@@ -41,9 +41,6 @@ class RetentionActor(Actor):
         self.next_sweep = self.clock.now() + min(SWEEP_EVERY_S, max(1.0, self.age_s / 4))
         await self.sweep()
 
-    async def handle(self, msg):  # pragma: no cover - it takes no messages
-        raise TypeError(f"retention actor: unknown message {type(msg).__name__}")
-
     async def sweep(self) -> None:
         now = self.clock.now()
         cutoffs: dict[str, Any] = {"age": iso(now - self.age_s), "day": now - DAY_S, "now": now}

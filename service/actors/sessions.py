@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.actors import credentials
-from service.actors.runtime import Actor
+from service.actors.runtime import Actor, on
 from service.clock import Clock, iso
 from service.storage import sessions as sql
 from service.storage.accounts import new_id
@@ -86,9 +86,7 @@ class SessionsActor(Actor):
         self.base_url = base_url  # for the links of the credential-change mail
         self.touched: dict[str, float] = {}
 
-    async def handle(self, msg: Any) -> Any:
-        return await getattr(self, "on_" + type(msg).__name__)(msg)
-
+    @on(StartSession)
     async def on_StartSession(self, m: StartSession) -> dict:
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
@@ -104,6 +102,7 @@ class SessionsActor(Actor):
         await self.store.write(tx)
         return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
 
+    @on(SetPassword)
     async def on_SetPassword(self, m: SetPassword) -> dict:
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
@@ -119,12 +118,15 @@ class SessionsActor(Actor):
         await self.store.write(tx)
         return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
 
+    @on(RehashPassword)
     async def on_RehashPassword(self, m: RehashPassword) -> None:
         await self.store.write(lambda conn: sql.rehash_password(conn, m.email, m.old_hash, m.new_hash))
 
+    @on(EndSession)
     async def on_EndSession(self, m: EndSession) -> None:
         await self.store.write(lambda conn: sql.delete_session(conn, sql.digest(m.token)))
 
+    @on(TouchSession)
     async def on_TouchSession(self, m: TouchSession) -> None:
         last = self.touched.get(m.session_id)
         if last is not None and m.at - last < TOUCH_EVERY:
@@ -134,6 +136,7 @@ class SessionsActor(Actor):
         self.touched[m.session_id] = m.at
         await self.store.write(lambda conn: sql.touch_session(conn, m.session_id, m.at))
 
+    @on(BeginFlow)
     async def on_BeginFlow(self, m: BeginFlow) -> dict:
         now = self.clock.now()
         state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
@@ -147,6 +150,7 @@ class SessionsActor(Actor):
         await self.store.write(tx)
         return {"state": state, "nonce": nonce}
 
+    @on(TakeFlow)
     async def on_TakeFlow(self, m: TakeFlow) -> dict | None:
         now = self.clock.now()
         return await self.store.write(lambda conn: sql.take_flow(conn, sql.digest(m.state), now))

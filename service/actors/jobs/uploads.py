@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from service.actors.runtime import Actor
+from service.actors.runtime import Actor, on
 from service.assets.files import StoreUnavailable
 from service.errors import Unavailable
 from service.storage import generation as sql
@@ -35,7 +35,8 @@ class UploadsActor(Actor):
         self.store = store
         self.files = files
 
-    async def handle(self, msg: CommitUpload) -> dict:
+    @on(CommitUpload)
+    async def _commit(self, msg: CommitUpload) -> dict:
         # Bytes first, then the row: an object store may be down, and no row may name
         # missing bytes. A stop between the two leaves stored bytes no row names; the sweep
         # at the next start (remove_unreferenced) deletes them.
