@@ -22,14 +22,13 @@ Who owns which state (one owner each; see docs/design.md):
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import trio
 
 from service.actors.accounts import AccountsActor
-from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
-from service.actors.billing_messages import Grant
+from service.actors.balance import BalanceActor
 from service.actors.facades import Accounts, Balances, Sessions, Tickets, Webhooks
 from service.actors.jobs.actor import JobActor
 from service.actors.jobs.facade import Generation
@@ -91,11 +90,11 @@ class Node:
     runs: Registry[RunActor]
     topup_quote: Quote
     payments: PaymentProvider | None  # None: no payment provider configured
-    topups: Registry
+    topups: Registry[Any]
     account_webhooks: AccountWebhooks  # the events outbox's dispatcher: fan-out, fair shares, signed POSTs
     webhook_delivery: Webhooks
     tickets: Tickets
-    retention: Registry  # one actor: deletes finished rows past their age, in small batches
+    retention: Registry[Any]  # one actor: deletes finished rows past their age, in small batches
     sessions: Sessions  # browser sessions and provider sign-in flows
     page_secret: bytes  # signs the pages' CSRF tokens, derives PKCE verifiers
     login_by_address: Throttle
@@ -127,13 +126,6 @@ class Node:
         """Whether a model can take jobs here now: a built-in whose backend is present, or an
         engine model whose pool is not all known down."""
         return self.engines.available(model) if model.engine is not None else builtin_runnable(model.backend)
-
-    async def on_approved(self, org_id: str) -> None:
-        """An organization was created approved or approved later: the 200-credit signup
-        lot, once per organization (idempotent on its grant id)."""
-        expires = self.clock.now() + SIGNUP_DAYS * 86400
-        await self.balances.ask(org_id, Grant(grant_id=f"signup:{org_id}", amount_uc=SIGNUP_UC,
-                                              source="signup", expires_at=expires, reason="Signup credit"))
 
     async def aclose(self) -> None:
         for close in self.closers:

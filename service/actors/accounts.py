@@ -45,7 +45,7 @@ def derive_slug(name: str) -> str:
     return slug or "project"
 
 
-def key_event_data(k: dict) -> dict:
+def key_event_data(k: dict[str, Any]) -> dict[str, Any]:
     return {f: k[f] for f in ("name", "key_prefix", "user_id", "role_id", "expires_at")} | {"key_id": k["id"]}
 
 
@@ -58,14 +58,14 @@ class AccountsActor(InvitationHandlers, Actor):
 
     # -- organizations and members ---------------------------------------------------------
     @on(CreateOrg)
-    async def on_CreateOrg(self, m: CreateOrg) -> dict:
+    async def on_CreateOrg(self, m: CreateOrg) -> dict[str, Any]:
         name = check_org_name(m.name)
         check_email(m.owner_email)
         now = self.clock.iso_now()
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.insert_org(conn, org_id, name, now, m.approved)
             sql.insert_user(conn, user_id, org_id, m.owner_email, "owner", now)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default",
@@ -79,10 +79,10 @@ class AccountsActor(InvitationHandlers, Actor):
                 "default_project_id": project_id}
 
     @on(ApproveOrg)
-    async def on_ApproveOrg(self, m: ApproveOrg) -> dict:
+    async def on_ApproveOrg(self, m: ApproveOrg) -> dict[str, Any]:
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             org = sql.get_org(conn, m.org_id)
             if org is None:
                 raise NotFound("Organization not found.")
@@ -98,11 +98,11 @@ class AccountsActor(InvitationHandlers, Actor):
         return {"organization_id": m.org_id, "approved_at": approved_at}
 
     @on(RenameOrg)
-    async def on_RenameOrg(self, m: RenameOrg) -> dict:
+    async def on_RenameOrg(self, m: RenameOrg) -> dict[str, Any]:
         """The organization's name (the dashboard's Settings page): 1 to 200 characters."""
         name = check_org_name(m.name)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if not sql.rename_org(conn, m.org_id, name):
                 raise NotFound("Organization not found.")
 
@@ -110,14 +110,14 @@ class AccountsActor(InvitationHandlers, Actor):
         return {"organization_id": m.org_id, "name": name}
 
     @on(AddMember)
-    async def on_AddMember(self, m: AddMember) -> dict:
+    async def on_AddMember(self, m: AddMember) -> dict[str, Any]:
         check_role(m.role)
         check_email(m.email)
         now = self.clock.iso_now()
         user_id = sql.new_id()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             require_org(conn, m.org_id)
             sql.insert_user(conn, user_id, m.org_id, m.email, m.role, now)
             self._insert_key(conn, m.org_id, user_id, key, "Default key", None, None, now)
@@ -128,11 +128,11 @@ class AccountsActor(InvitationHandlers, Actor):
         return {"user_id": user_id, "api_key": key}
 
     @on(ChangeRole)
-    async def on_ChangeRole(self, m: ChangeRole) -> dict:
+    async def on_ChangeRole(self, m: ChangeRole) -> dict[str, Any]:
         check_role(m.role)
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             user = sql.get_user(conn, m.org_id, m.user_id)
             if user is None or not user["is_active"]:
                 raise NotFound("Member not found.")
@@ -151,7 +151,7 @@ class AccountsActor(InvitationHandlers, Actor):
     async def on_RemoveMember(self, m: RemoveMember) -> None:
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             user = sql.get_user(conn, m.org_id, m.user_id)
             if user is None:
                 raise NotFound("Member not found.")
@@ -167,7 +167,7 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
 
     # -- API keys ----------------------------------------------------------------------------
-    def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
+    def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict[str, Any]:
         row = dict(id=sql.new_id(), organization_id=org_id, user_id=user_id, name=name,
                    key_prefix=key[:12], key_hash=sql.key_digest(key), role_id=role_id,
                    expires_at=expires_at, created_at=now)
@@ -176,7 +176,7 @@ class AccountsActor(InvitationHandlers, Actor):
         return row
 
     @on(CreateKey)
-    async def on_CreateKey(self, m: CreateKey) -> dict:
+    async def on_CreateKey(self, m: CreateKey) -> dict[str, Any]:
         if m.role_id is not None:
             granted = ROLE_BY_ID.get(m.role_id)
             if granted is None:
@@ -189,7 +189,7 @@ class AccountsActor(InvitationHandlers, Actor):
         now = self.clock.iso_now()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = self._insert_key(conn, m.org_id, m.user_id, key, m.name, m.role_id, m.expires_at, now)
             return sql.get_key(conn, m.org_id, row["id"])
 
@@ -197,8 +197,8 @@ class AccountsActor(InvitationHandlers, Actor):
         return row | {"key": key}
 
     @on(UpdateKey)
-    async def on_UpdateKey(self, m: UpdateKey) -> dict:
-        def tx(conn):
+    async def on_UpdateKey(self, m: UpdateKey) -> dict[str, Any]:
+        def tx(conn: Any) -> Any:
             if sql.get_key(conn, m.org_id, m.key_id) is None:
                 raise NotFound("API key not found.", code="api_key.not_found")
             if m.fields:
@@ -212,7 +212,7 @@ class AccountsActor(InvitationHandlers, Actor):
         """Revoking twice is fine (204 again); an id never seen in the org is 404."""
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = sql.key_row(conn, m.org_id, m.key_id)
             if row is None:
                 raise NotFound("API key not found.", code="api_key.not_found")
@@ -232,7 +232,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
     # -- projects ------------------------------------------------------------------------------
     @on(CreateProject)
-    async def on_CreateProject(self, m: CreateProject) -> dict:
+    async def on_CreateProject(self, m: CreateProject) -> dict[str, Any]:
         if not m.name or not m.name.strip():
             raise Unprocessable("name is required.", {"field": "name"})
         if m.slug is not None and not SLUG_RE.match(m.slug):
@@ -240,7 +240,7 @@ class AccountsActor(InvitationHandlers, Actor):
         now = self.clock.iso_now()
         project_id = sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             slug = m.slug
             if slug is None:  # derived slugs get a numeric suffix instead of a 409
                 base = derive_slug(m.name)
@@ -256,7 +256,7 @@ class AccountsActor(InvitationHandlers, Actor):
         return await self.store.write(tx)
 
     @on(UpdateProject)
-    async def on_UpdateProject(self, m: UpdateProject) -> dict:
+    async def on_UpdateProject(self, m: UpdateProject) -> dict[str, Any]:
         fields = dict(m.fields)
         if "name" in fields and (fields["name"] is None or not str(fields["name"]).strip()):
             raise Unprocessable("name is required.", {"field": "name"})
@@ -264,7 +264,7 @@ class AccountsActor(InvitationHandlers, Actor):
             raise Unprocessable(SLUG_MESSAGE, {"slug": fields["slug"]})
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             p = sql.get_project(conn, m.org_id, m.project_ref)
             if p is None:
                 raise NotFound("Project not found.")
@@ -277,10 +277,10 @@ class AccountsActor(InvitationHandlers, Actor):
         return await self.store.write(tx)
 
     @on(ArchiveProject)
-    async def on_ArchiveProject(self, m: ArchiveProject) -> dict:
+    async def on_ArchiveProject(self, m: ArchiveProject) -> dict[str, Any]:
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             p = sql.get_project(conn, m.org_id, m.project_ref)
             if p is None:
                 raise NotFound("Project not found.")

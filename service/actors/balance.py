@@ -105,7 +105,7 @@ def _expiry(expires_at: float) -> tuple[float, str]:
 
 
 class BalanceActor(Actor):
-    def __init__(self, node, org_id: str, *, trace: list | None = None) -> None:
+    def __init__(self, node, org_id: str, *, trace: list[Any] | None = None) -> None:
         self.store = node.store
         self.clock = node.clock
         self.org_id = org_id
@@ -120,7 +120,7 @@ class BalanceActor(Actor):
         self._iso_prefix = ""
 
     @property
-    def lots(self) -> dict:
+    def lots(self) -> dict[str, Any]:
         """The book's lots by id (read-only use: tests look up a granted lot's deadline)."""
         return self.book.lots
 
@@ -399,15 +399,15 @@ class BalanceActor(Actor):
         return sql.settings_view(self.book.threshold, self.book.notified_at)
 
     @on(Snapshot)
-    def _snapshot(self, m: Snapshot) -> dict:
+    def _snapshot(self, m: Snapshot) -> dict[str, Any]:
         return self.state()
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """Canonical memory state; a fresh actor loaded from the DB must give the same."""
         return self.book.state()
 
     @on(Sync)
-    def _sync(self, m: Sync) -> dict:
+    def _sync(self, m: Sync) -> dict[str, Any]:
         return {"available_uc": self.book.available, "held_uc": self.book.held}
 
     @on(Stop)

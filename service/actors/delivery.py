@@ -90,7 +90,7 @@ class CreateWebhook:
 class UpdateWebhook:
     org_id: str
     webhook_id: str
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -132,7 +132,7 @@ class DeliveryActor(Actor):
 
     # -- webhooks -----------------------------------------------------------------------------------
     @on(CreateWebhook)
-    async def on_CreateWebhook(self, m: CreateWebhook) -> dict:
+    async def on_CreateWebhook(self, m: CreateWebhook) -> dict[str, Any]:
         events = check_events(m.events)
         check_url(m.url)
         now = self.clock.iso_now()
@@ -141,7 +141,7 @@ class DeliveryActor(Actor):
                    description=m.description, secret=self.node.node_key.seal(secret), is_active=1,
                    created_at=now, updated_at=now)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.insert_webhook(conn, row)
             return sql.get_webhook(conn, m.org_id, row["id"])
 
@@ -149,7 +149,7 @@ class DeliveryActor(Actor):
         return out | {"secret": secret}
 
     @on(RotateNodeKey)
-    async def on_RotateNodeKey(self, m: RotateNodeKey) -> dict:
+    async def on_RotateNodeKey(self, m: RotateNodeKey) -> dict[str, Any]:
         key = self.node.node_key
         new = key.begin_rotation()
         resealed = await self.store.write(lambda conn: sql.reseal_secrets(conn, key.resealer(new)))
@@ -157,7 +157,7 @@ class DeliveryActor(Actor):
         return {"key_id": key.current_id, "resealed": resealed}
 
     @on(UpdateWebhook)
-    async def on_UpdateWebhook(self, m: UpdateWebhook) -> dict:
+    async def on_UpdateWebhook(self, m: UpdateWebhook) -> dict[str, Any]:
         fields = dict(m.fields)
         if "events" in fields:
             fields["events"] = check_events(fields["events"])
@@ -167,7 +167,7 @@ class DeliveryActor(Actor):
             fields["is_active"] = int(bool(fields["is_active"]))
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if sql.get_webhook(conn, m.org_id, m.webhook_id) is None:
                 raise _not_found()
             if fields:
@@ -181,7 +181,7 @@ class DeliveryActor(Actor):
         """Deleting twice answers 204 again; an id never seen in the organization is 404."""
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if sql.webhook_ever_existed(conn, m.org_id, m.webhook_id) is None:
                 raise _not_found()
             sql.delete_webhook(conn, m.webhook_id, now)
@@ -189,14 +189,14 @@ class DeliveryActor(Actor):
         await self.store.write(tx)
 
     @on(SendTest)
-    async def on_SendTest(self, m: SendTest) -> dict:
+    async def on_SendTest(self, m: SendTest) -> dict[str, Any]:
         now = self.clock.iso_now()
         data = {"webhook_id": m.webhook_id, "message": TEST_MESSAGE, "sent_at": now,
                 "organization_id": m.org_id}
         body = sql.body_text("webhook.test", json.dumps(data, separators=(",", ":")))
         delivery_id = sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             hook = sql.webhook_secret(conn, m.webhook_id)
             if hook is None or hook["organization_id"] != m.org_id or hook["deleted_at"] is not None:
                 raise _not_found()

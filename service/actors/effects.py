@@ -30,9 +30,9 @@ class Step:
     old: str | None
     new: str
     effects: tuple[str, ...]
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
     after: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
-    facts: dict = field(default_factory=dict)  # handler -> actor notes (e.g. a webhook row's state)
+    facts: dict[str, Any] = field(default_factory=dict)  # handler -> actor notes (e.g. a webhook row's state)
 
 
 async def after(step: Step) -> None:

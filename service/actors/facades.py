@@ -29,6 +29,7 @@ from service.actors.account_messages import (
     UpdateKey,
     UpdateProject,
 )
+from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
 from service.actors.billing_messages import Grant, LimitPut, SettingsPut, Sync
 from service.actors.delivery import (
     CreateWebhook,
@@ -151,7 +152,7 @@ class Accounts(Registry):
             timeout,
         )
 
-    async def update_key(self, org_id: str, key_id: str, fields: dict, timeout: float = ASK_TIMEOUT) -> Any:
+    async def update_key(self, org_id: str, key_id: str, fields: dict[str, Any], timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, UpdateKey(org_id, key_id, fields=fields), timeout)
 
     async def revoke_key(self, org_id: str, key_id: str, timeout: float = ASK_TIMEOUT) -> Any:
@@ -170,7 +171,7 @@ class Accounts(Registry):
             KEY_ACCOUNTS, CreateProject(org_id, user_id, name, slug=slug, description=description), timeout
         )
 
-    async def update_project(self, org_id: str, project_ref: str, fields: dict, timeout: float = ASK_TIMEOUT) -> Any:
+    async def update_project(self, org_id: str, project_ref: str, fields: dict[str, Any], timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, UpdateProject(org_id, project_ref, fields=fields), timeout)
 
     async def archive_project(self, org_id: str, project_ref: str, timeout: float = ASK_TIMEOUT) -> Any:
@@ -298,6 +299,12 @@ class Balances(Registry):
     async def sync(self, org_id: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(org_id, Sync(), timeout)
 
+    async def on_approved(self, org_id: str) -> None:
+        """An organization was created approved or approved later: the 200-credit signup
+        lot, once per organization (idempotent on its grant id)."""
+        await self.grant(org_id, f"signup:{org_id}", SIGNUP_UC, source="signup",
+                         expires_at=self.clock.now() + SIGNUP_DAYS * 86400, reason="Signup credit")
+
     async def limit_put(self, org_id: str, scope: str, scope_id: str, limit_uc: int | None,
                         timeout: float = ASK_TIMEOUT) -> Any:
         """A project's monthly or an API key's spend limit (service.credits.limits)."""
@@ -312,7 +319,7 @@ class Webhooks(DeliveryRegistry):
     ) -> Any:
         return await self.ask_actor(CreateWebhook(org_id, url, events, description=description), timeout)
 
-    async def update_webhook(self, org_id: str, webhook_id: str, fields: dict, timeout: float = ASK_TIMEOUT) -> Any:
+    async def update_webhook(self, org_id: str, webhook_id: str, fields: dict[str, Any], timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask_actor(UpdateWebhook(org_id, webhook_id, fields=fields), timeout)
 
     async def delete_webhook(self, org_id: str, webhook_id: str, timeout: float = ASK_TIMEOUT) -> Any:

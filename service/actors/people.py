@@ -28,6 +28,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from service.actors.runtime import on
 from service.actors import credentials
 from service.clock import Clock, iso
 from service.errors import NotFound
@@ -105,13 +106,14 @@ class PeopleHandlers:
         mail_sql.insert_token(conn, token, purpose, email, org_id, _at(now), _at(now + valid))
         return f"{self.base_url}{path}?token={token}"
 
+    @on(SignUp)
     async def on_SignUp(self, m: SignUp) -> str | None:
         """The new organization's id, or None when the address was known (mailed instead)."""
         now = self.clock.now()
         now_iso = iso(now)
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if identity_sql.has_confirmed_membership(conn, m.email):
                 self.queue_mail(conn, None, m.email, messages.signup_exists(self.base_url), now_iso)
                 return None
@@ -128,11 +130,12 @@ class PeopleHandlers:
 
         return await self.store.write(tx)
 
-    async def on_ConfirmEmail(self, m: ConfirmEmail) -> dict:
+    @on(ConfirmEmail)
+    async def on_ConfirmEmail(self, m: ConfirmEmail) -> dict[str, Any]:
         """{organization_id, name, already}: `already` when the link was used before."""
         now_iso = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = mail_sql.get_token(conn, mail_sql.digest(m.token), "confirm") if m.token else None
             if row is None or (row["used_at"] is None and row["expires_at"] <= now_iso):
                 raise NotFound(INVALID_CONFIRM)
@@ -151,11 +154,12 @@ class PeopleHandlers:
 
         return await self.store.write(tx)
 
+    @on(RequestReset)
     async def on_RequestReset(self, m: RequestReset) -> None:
         now = self.clock.now()
         now_iso = iso(now)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if not mail_sql.email_known(conn, m.email):
                 return
             member = mail_sql.first_membership(conn, m.email)
@@ -165,10 +169,11 @@ class PeopleHandlers:
 
         await self.store.write(tx)
 
-    async def on_OperatorReset(self, m: OperatorReset) -> dict:
+    @on(OperatorReset)
+    async def on_OperatorReset(self, m: OperatorReset) -> dict[str, Any]:
         now = self.clock.now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if not mail_sql.email_known(conn, m.email):
                 raise NotFound(UNKNOWN_EMAIL, {"email": m.email})
             member = mail_sql.first_membership(conn, m.email)
@@ -178,12 +183,13 @@ class PeopleHandlers:
         url = await self.store.write(tx)
         return {"email": m.email, "reset_url": url, "expires_at": iso(now + RESET_VALID)}
 
-    async def on_ResetPassword(self, m: ResetPassword) -> dict:
+    @on(ResetPassword)
+    async def on_ResetPassword(self, m: ResetPassword) -> dict[str, Any]:
         """{email, keys_revoked}. Every session of the person ends; with `revoke_keys`,
         every API key they created too (what someone who knew the old password minted)."""
         now_iso = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = mail_sql.get_token(conn, mail_sql.digest(m.token), "reset") if m.token else None
             if row is None or row["used_at"] is not None or row["expires_at"] <= now_iso:
                 raise NotFound(INVALID_RESET)

@@ -152,10 +152,11 @@ class Actor:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        table = dict(cls._dispatch)
-        for name, value in vars(cls).items():
-            for t in getattr(value, "_handles", ()):
-                table[t] = name
+        table: dict[type, str] = {}
+        for klass in reversed(cls.__mro__):  # handlers of mixins too; a subclass's win
+            for name, value in vars(klass).items():
+                for t in getattr(value, "_handles", ()):
+                    table[t] = name
         cls._dispatch = table
 
     def handler_for(self, msg: Any) -> Callable[[Any], Any]:
@@ -230,7 +231,7 @@ class _Alarm:
     when the deadline changes, so a message costs no timer work (a cancel scope around
     every receive cost a sixth of an idle balance actor's CPU per message)."""
 
-    def __init__(self, send: trio.MemorySendChannel, clock: Clock) -> None:
+    def __init__(self, send: trio.MemorySendChannel[Any], clock: Clock) -> None:
         self._send = send
         self._clock = clock
         self.at = math.inf      # trio time the alarm goes off
@@ -273,7 +274,7 @@ class _Alarm:
 
 
 class ActorRef:
-    def __init__(self, key: str, send: trio.MemorySendChannel, timeouts: _Timeouts) -> None:
+    def __init__(self, key: str, send: trio.MemorySendChannel[Any], timeouts: _Timeouts) -> None:
         self.key = key
         self._send = send
         self._timeouts = timeouts
@@ -384,7 +385,7 @@ class Registry(Generic[A]):
     def tell(self, key: str, msg: Any) -> None:
         self.get(key).tell(msg)
 
-    async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel) -> None:
+    async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel[Any]) -> None:
         crashes: list[float] = []
         previous: Actor | None = None
         try:
@@ -423,7 +424,7 @@ class Registry(Generic[A]):
             recv.close()
 
     @staticmethod
-    def _drain_gone(recv: trio.MemoryReceiveChannel) -> None:
+    def _drain_gone(recv: trio.MemoryReceiveChannel[Any]) -> None:
         while True:
             try:
                 env = recv.receive_nowait()
@@ -431,7 +432,7 @@ class Registry(Generic[A]):
                 return
             env.answer(_Failure(ActorGone("actor is down")))
 
-    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, send: trio.MemorySendChannel) -> None:
+    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]) -> None:
         alarm = _Alarm(send, self.clock)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
@@ -448,7 +449,7 @@ class Registry(Generic[A]):
             unwatch()
 
     @staticmethod
-    async def _answer_later(later: trio.MemoryReceiveChannel) -> None:
+    async def _answer_later(later: trio.MemoryReceiveChannel[Any]) -> None:
         """Answers deferred batches in the order they were handled (one task per actor)."""
         async with later:
             async for batch, deferred in later:
@@ -461,8 +462,8 @@ class Registry(Generic[A]):
                 for env, value in zip(batch, replies):
                     env.answer(value)
 
-    async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, clock: Clock,
-                        alarm: "_Alarm", later: trio.MemorySendChannel) -> None:
+    async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
+                        alarm: "_Alarm", later: trio.MemorySendChannel[Any]) -> None:
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:

@@ -87,13 +87,13 @@ class SessionsActor(Actor):
         self.touched: dict[str, float] = {}
 
     @on(StartSession)
-    async def on_StartSession(self, m: StartSession) -> dict:
+    async def on_StartSession(self, m: StartSession) -> dict[str, Any]:
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
         row = dict(id=new_id(), token_hash=sql.digest(token), user_id=m.user_id, organization_id=m.org_id,
                    created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE, org_chosen=int(m.chosen))
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if m.previous_token:
                 sql.delete_session(conn, sql.digest(m.previous_token))
             sql.delete_expired(conn, now, IDLE)
@@ -103,13 +103,13 @@ class SessionsActor(Actor):
         return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
 
     @on(SetPassword)
-    async def on_SetPassword(self, m: SetPassword) -> dict:
+    async def on_SetPassword(self, m: SetPassword) -> dict[str, Any]:
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
         row = dict(id=new_id(), token_hash=sql.digest(token), user_id=m.user_id, organization_id=m.org_id,
                    created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             credentials.set_password(conn, m.email, m.password_hash, iso(now),
                                      credentials.PASSWORD_CHANGED if m.had_password else credentials.PASSWORD_SET,
                                      self.base_url)
@@ -137,13 +137,13 @@ class SessionsActor(Actor):
         await self.store.write(lambda conn: sql.touch_session(conn, m.session_id, m.at))
 
     @on(BeginFlow)
-    async def on_BeginFlow(self, m: BeginFlow) -> dict:
+    async def on_BeginFlow(self, m: BeginFlow) -> dict[str, Any]:
         now = self.clock.now()
         state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         row = dict(state_hash=sql.digest(state), provider=m.provider, nonce_hash=sql.digest(nonce),
                    next_path=m.next_path, invitation_hash=m.invitation_hash, link_user_id=m.link_user_id,
                    created_at=now, expires_at=now + FLOW_TTL)
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.delete_expired_flows(conn, now)  # abandoned sign-ins
             sql.insert_flow(conn, row)
 
@@ -151,6 +151,6 @@ class SessionsActor(Actor):
         return {"state": state, "nonce": nonce}
 
     @on(TakeFlow)
-    async def on_TakeFlow(self, m: TakeFlow) -> dict | None:
+    async def on_TakeFlow(self, m: TakeFlow) -> dict[str, Any] | None:
         now = self.clock.now()
         return await self.store.write(lambda conn: sql.take_flow(conn, sql.digest(m.state), now))

@@ -82,17 +82,17 @@ def _not_found() -> NotFound:
     return NotFound("Ticket not found.")
 
 
-def _closed(ticket: dict) -> Conflict:
+def _closed(ticket: dict[str, Any]) -> Conflict:
     return Conflict("The ticket is closed.", {"ticket_id": ticket["id"], "state": ticket["state"]})
 
 
-def _state_changed(conn, t: dict, new: str, now: str) -> None:
+def _state_changed(conn, t: dict[str, Any], new: str, now: str) -> None:
     emit(conn, t["organization_id"], "support.ticket.state_changed",
          {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
           "state": new, "previous_state": t["state"]}, now)
 
 
-def _moved(conn: Any, org_id: str, ticket_id: str, event: str, **facts: Any) -> tuple[dict, Step]:
+def _moved(conn: Any, org_id: str, ticket_id: str, event: str, **facts: Any) -> tuple[dict[str, Any], Step]:
     """The ticket and its TICKET transition on `event` (effects not run yet): 404 for an
     unknown ticket, 409 for a move the table refuses (a closed ticket)."""
     t = sql.get_ticket(conn, org_id, ticket_id)
@@ -105,7 +105,7 @@ def _moved(conn: Any, org_id: str, ticket_id: str, event: str, **facts: Any) -> 
     return t, step
 
 
-def _add_reply(conn, t: dict, new: str, now: str, **reply) -> None:
+def _add_reply(conn, t: dict[str, Any], new: str, now: str, **reply) -> None:
     """Store a reply and move the ticket to `new` (or just mark it updated)."""
     sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], created_at=now, **reply))
     if new != t["state"]:
@@ -124,7 +124,7 @@ class TicketsActor(Actor):
         return await super().handle(msg)
 
     @on(OpenTicket)
-    async def on_OpenTicket(self, m: OpenTicket) -> dict:
+    async def on_OpenTicket(self, m: OpenTicket) -> dict[str, Any]:
         subject = _text(m.subject_line, "subject_line", MAX_SUBJECT)
         body = _text(m.body, "body", MAX_BODY)
         if m.type not in TYPES:
@@ -135,7 +135,7 @@ class TicketsActor(Actor):
         now = self.clock.iso_now()
         ticket_id = sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             user = accounts_sql.get_user(conn, m.org_id, m.user_id)
             if user is None:
                 raise NotFound("Member not found.")
@@ -152,11 +152,11 @@ class TicketsActor(Actor):
         return await self.store.write(tx)
 
     @on(CustomerReply)
-    async def on_CustomerReply(self, m: CustomerReply) -> dict:
+    async def on_CustomerReply(self, m: CustomerReply) -> dict[str, Any]:
         body = _text(m.body, "body", MAX_BODY)
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             t, step = _moved(conn, m.org_id, m.ticket_id, "customer_reply", now=now)
             user = accounts_sql.get_user(conn, m.org_id, m.user_id)
             _add_reply(conn, t, step.new, now, author_kind="customer", author=user["email"] if user else m.user_id,
@@ -167,12 +167,12 @@ class TicketsActor(Actor):
         return await self.store.write(tx)
 
     @on(SupportReply)
-    async def on_SupportReply(self, m: SupportReply) -> dict:
+    async def on_SupportReply(self, m: SupportReply) -> dict[str, Any]:
         body = _text(m.body, "body", MAX_BODY)
         author = _text(m.author, "author", MAX_SUBJECT)
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             t, step = _moved(conn, m.org_id, m.ticket_id, "support_reply", now=now, author=author, body=body)
             _add_reply(conn, t, step.new, now, author_kind="support", author=author, user_id=None, body=body)
             TICKET_EFFECTS.run(self, step)
@@ -181,13 +181,13 @@ class TicketsActor(Actor):
         return await self.store.write(tx)
 
     @on(SetState)
-    async def on_SetState(self, m: SetState) -> dict:
+    async def on_SetState(self, m: SetState) -> dict[str, Any]:
         if m.state not in STATES:
             raise Unprocessable(f"state must be one of {', '.join(STATES)}.",
                                 {"state": m.state, "allowed": list(STATES)})
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             t, step = _moved(conn, m.org_id, m.ticket_id, machines.SET_STATE + m.state, now=now)
             if step.new != t["state"]:
                 sql.set_state(conn, t["id"], step.new, now)
@@ -218,7 +218,7 @@ TICKET_EFFECTS = EffectHandlers(TICKET, TicketsActor, {"state_changed": "_on_sta
                                                       "replied": "_on_replied"})
 
 
-def _detail(conn, org_id: str, ticket_id: str) -> dict:
+def _detail(conn, org_id: str, ticket_id: str) -> dict[str, Any]:
     t = sql.get_ticket(conn, org_id, ticket_id)
     assert t is not None  # read in the transaction that found it
     return t | {"replies": sql.replies(conn, ticket_id)}

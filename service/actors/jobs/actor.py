@@ -200,7 +200,7 @@ class JobActor(JobEffects, Actor):
         def tx(conn: Any) -> None:
             sql.insert_job(conn, row)
             if idem is not None:
-                ctx.keys.put(conn, idem, row["id"], response, now_s)  # type: ignore[arg-type]
+                ctx.keys.put(conn, idem, row["id"], response, now_s)
 
         try:
             await ctx.store.write(tx)

@@ -41,6 +41,6 @@ class JobContext:
     render_limiter: trio.CapacityLimiter  # built-in renders in worker threads at once
     engine_render: Callable[[RenderRequest, Model], Awaitable[Completed | Failed]]
     model_for: Callable[[str, str], Model | None]  # (job id, model id): the model it was submitted under
-    unpin: Callable[[str], None]  # the job's render has ended: forget its pinned model
+    unpin: Callable[[str], object]  # the job's render has ended: forget its pinned model
     chat_for: Callable[[str], ChatTurn | None]  # the front-door chat of a job, if any
     can_render: Callable[[str, str], bool]  # (model id, backend): a job left open by a stop can run here

@@ -128,7 +128,7 @@ class Generation:
         if actor is not None and actor.render is not None:
             self.jobs.tell(req.job_id, Progress(value, maximum, step))
 
-    def balances(self) -> Registry:
+    def balances(self) -> Registry[Any]:
         return self.node.balances
 
     def runnable(self, model) -> bool:
@@ -148,14 +148,14 @@ class Generation:
         return m.concurrency * m.servers if m is not None else 1
 
     # reads ----------------------------------------------------------------------------------
-    def status(self, job_id: str, org_id: str | None = None) -> dict | None:
+    def status(self, job_id: str, org_id: str | None = None) -> dict[str, Any] | None:
         job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
         if job is None:
             return None
         actor = self.jobs.peek(job_id)
         return job_status(self.store, self.base_url, job, actor.progress if actor is not None else None)
 
-    def list_statuses(self, project_id: str, limit: int) -> list[dict]:
+    def list_statuses(self, project_id: str, limit: int) -> list[dict[str, Any]]:
         jobs = sql.list_jobs(self.store, project_id, limit)
         outputs = sql.assets_of_jobs(self.store, [j["id"] for j in jobs])
         return [views.status_object(j, outputs[j["id"]], self.base_url) for j in jobs]
@@ -167,10 +167,10 @@ class Generation:
                     for r in sql.assets_in_org(self.store, org_id, ids)}
         return resolve
 
-    def capabilities_view(self) -> list[dict]:
+    def capabilities_view(self) -> list[dict[str, Any]]:
         return self.catalog.capabilities_view(self.runnable)
 
-    def models_view(self) -> list[dict]:
+    def models_view(self) -> list[dict[str, Any]]:
         """The catalog's list; an engine model also carries `queue` (engine_queue.py)."""
         out = self.catalog.models_view(self.runnable)
         for item in out:
@@ -179,7 +179,7 @@ class Generation:
                 item["queue"] = queue
         return out
 
-    def estimate(self, body: dict) -> dict:
+    def estimate(self, body: dict[str, Any]) -> dict[str, Any]:
         """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
         `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
         out = estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
@@ -206,26 +206,26 @@ class Generation:
 
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
-             body: dict) -> Plan:
+             body: dict[str, Any]) -> Plan:
         return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=self.runnable,
                            resolve_inputs=self.resolve_inputs(org_id), project_id=project_id,
                            base_url=self.base_url)
 
     async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
                      webhook_url: str | None = None, workflow_run_id: str | None = None,
-                     notify: Notify | None = None, idempotency: dict | None = None,
-                     job_id: str | None = None, api_key_id: str | None = None) -> dict:
+                     notify: Notify | None = None, idempotency: dict[str, Any] | None = None,
+                     job_id: str | None = None, api_key_id: str | None = None) -> dict[str, Any]:
         job_id = job_id or str(uuid.uuid4())
         return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
                                                   webhook_url, notify, idempotency, api_key_id))
 
-    async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable) -> dict:
+    async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable[..., Any]) -> dict[str, Any]:
         """`await make(claim)` once per (organization, key) within 24 h: the one flow of
         service/idempotency.py (`Gate.once`), as run starts use it. The same key with the same
         request hash returns the first 202 body (no second job or hold); with another: 422."""
         return await self.keys.once(org_id, key, request_hash, make)
 
-    async def cancel(self, org_id: str, job_id: str) -> dict:
+    async def cancel(self, org_id: str, job_id: str) -> dict[str, Any]:
         job = sql.job_in_org(self.store, org_id, job_id)
         if job is None:
             raise NotFound("Generation request not found.")
@@ -236,7 +236,7 @@ class Generation:
     async def watch(self, job_id: str, notify: Notify) -> None:
         await self.jobs.ask(job_id, Watch(notify))
 
-    async def commit_upload(self, org_id: str, row: dict, temp: Path) -> dict:
+    async def commit_upload(self, org_id: str, row: dict[str, Any], temp: Path) -> dict[str, Any]:
         """Hand an uploaded file (complete in `temp`) and its asset row to the organization's
         uploads actor: from this call on it owns the temp file (service/actors/job_uploads.py)."""
         return await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)

@@ -10,6 +10,8 @@ no row names, removed by the sweep at the next start. So no row ever names missi
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,7 @@ STORE_DOWN = "The asset store is unavailable; try the upload again later."
 
 @dataclass(frozen=True)
 class CommitUpload:
-    row: dict
+    row: dict[str, Any]
     temp: Path
 
 
@@ -36,7 +38,7 @@ class UploadsActor(Actor):
         self.files = files
 
     @on(CommitUpload)
-    async def _commit(self, msg: CommitUpload) -> dict:
+    async def _commit(self, msg: CommitUpload) -> dict[str, Any]:
         # Bytes first, then the row: an object store may be down, and no row may name
         # missing bytes. A stop between the two leaves stored bytes no row names; the sweep
         # at the next start (remove_unreferenced) deletes them.

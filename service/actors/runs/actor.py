@@ -87,9 +87,9 @@ class RunActor(RunEffects, Actor):
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.run: dict[str, Any] | None = None
-        self.steps: dict[str, dict] = {}
+        self.steps: dict[str, dict[str, Any]] = {}
         self.product: Product | None = None
-        self.values: dict = {}
+        self.values: dict[str, Any] = {}
         self.resume_due = False
         self.ops: dict[str, OpHandle] = {}  # step key -> its running op, until its OpDone is taken
 
@@ -171,7 +171,7 @@ class RunActor(RunEffects, Actor):
 
     # messages -------------------------------------------------------------------------------
     @on(Create)
-    async def _create(self, msg: Create) -> dict:
+    async def _create(self, msg: Create) -> dict[str, Any]:
         if self.run is not None:  # the same run id twice: the run exists
             return self.ctx.view_of(self.run, list(self.steps.values()))
         run, steps = dict(msg.run), [dict(s) for s in msg.steps]
@@ -179,7 +179,7 @@ class RunActor(RunEffects, Actor):
         idem = msg.idempotency
         now = self.ctx.clock.now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.insert_run(conn, run, steps)
             if idem is not None:
                 self.ctx.keys.put(conn, idem, run["id"], view, now)
@@ -204,8 +204,8 @@ class RunActor(RunEffects, Actor):
         return {k: json.loads(s["outputs"]) if isinstance(s["outputs"], str) else list(s["outputs"])
                 for k, s in self.steps.items() if s["status"] == "completed"}
 
-    async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra=None) -> None:
-        def tx(conn):
+    async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra=None) -> None:
+        def tx(conn: Any) -> Any:
             if extra is not None:
                 extra(conn)
             for key, f in step_fields.items():
@@ -240,10 +240,10 @@ class RunActor(RunEffects, Actor):
         started = {k for k, s in self.steps.items() if s["status"] != "pending"}
         ready = [s.key for s in catalog_products.ready_steps(self.product, done, started)]
         now = self.ctx.clock.iso_now()
-        run_fields: dict = {}
+        run_fields: dict[str, Any] = {}
         if ready and self.run["status"] == "queued":
             run_fields = {"status": RUN_EFFECTS.apply(self, "queued", "start").new, "started_at": now}
-        step_fields: dict[str, dict] = dict(finished)
+        step_fields: dict[str, dict[str, Any]] = dict(finished)
         starts = [STEP_EFFECTS.apply(self, self.steps[key]["status"], "start", key=key) for key in ready]
         for st in starts:
             step_fields[st.facts["key"]] = {"status": st.new, "started_at": now, **st.fields}
@@ -368,7 +368,7 @@ class RunActor(RunEffects, Actor):
         self.steps[key].update(fields)
         await self._advance({key: fields}, extra)
 
-    async def _complete(self, finished: dict[str, dict] | None = None, extra=None) -> None:
+    async def _complete(self, finished: dict[str, dict[str, Any]] | None = None, extra=None) -> None:
         assert self.run is not None and self.product is not None
         rs = RUN_EFFECTS.apply(self, self.run["status"], "all_done")
         await self._write({"status": rs.new, **rs.fields, "actual_uc": self._spent(),
@@ -385,13 +385,13 @@ class RunActor(RunEffects, Actor):
         run = self.run
         assert run is not None
         now = self.ctx.clock.iso_now()
-        step_fields: dict[str, dict] = {}
+        step_fields: dict[str, dict[str, Any]] = {}
         failed = self.steps.get(failed_key) if failed_key is not None else None
         if failed is not None and failed["status"] not in STEP_FINAL:
             step_fields[failed_key] = {"status": STEP_EFFECTS.apply(self, failed["status"], "fail").new,  # type: ignore[index]
                                        "error": reason, "finished_at": now}
         rs = RUN_EFFECTS.apply(self, run["status"], event, failed_key=failed_key, now=now, step_fields=step_fields)
-        run_fields = {"status": rs.new, "finished_at": now}
+        run_fields: dict[str, Any] = {"status": rs.new, "finished_at": now}
         if failed_key is not None:
             run_fields["error"] = f"{failed_key}: {reason}"
         run_fields["actual_uc"] = self._spent()
@@ -399,7 +399,7 @@ class RunActor(RunEffects, Actor):
         await after(rs)
         self._maybe_done()
 
-    async def _cancel_job(self, job_id: str | None) -> dict | None:
+    async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None:
         if job_id is None or self.run is None:
             return None
         try:

@@ -16,7 +16,7 @@ from service.money import to_uc
 from service.storage import generation as gen_sql
 
 
-def actual_uc(status: dict) -> int:
+def actual_uc(status: dict[str, Any]) -> int:
     """What a step's job was charged, from its status object."""
     actual = (status.get("credits") or {}).get("actual")
     return to_uc(actual) if actual is not None else 0
@@ -35,8 +35,8 @@ class RunEffects:
     if TYPE_CHECKING:  # provided by RunActor
         @property
         def run_id(self) -> str: ...
-        async def _cancel_job(self, job_id: str | None) -> dict | None: ...
-        async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra: Any = None) -> None: ...
+        async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None: ...
+        async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra: Any = None) -> None: ...
         def _spent(self) -> int: ...
         def _outputs_by_step(self) -> dict[str, list[str]]: ...
         async def _submit(self, key: str) -> None: ...
@@ -57,7 +57,7 @@ class RunEffects:
         step.after.append(lambda: self._stop_in_flight(in_flight, now))
 
     async def _stop_in_flight(self, in_flight: list[str], now: str) -> None:
-        late: dict[str, dict] = {}
+        late: dict[str, dict[str, Any]] = {}
         for key in in_flight:
             s = self.steps[key]
             if s["capability"] is None:

@@ -81,7 +81,7 @@ class Products:
     def view_of(self, run: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
         return run_view(self.store, self.base_url, run, steps)
 
-    def views_of(self, runs: list[dict]) -> list[dict]:
+    def views_of(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Many runs at once (three queries)."""
         if not runs:
             return []
@@ -92,13 +92,13 @@ class Products:
         assets = {row["id"]: row for row in gen_sql.assets_by_ids(self.store, ids)}
         return [run_views.run_view(r, steps[r["id"]], assets, self.base_url) for r in runs]
 
-    def get(self, org_id: str, run_id: str) -> dict:
+    def get(self, org_id: str, run_id: str) -> dict[str, Any]:
         run = sql.run_in_org(self.store, org_id, run_id)
         if run is None:
             raise NotFound("Run not found.")
         return self.view_of(run, sql.steps_of(self.store, run_id))
 
-    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[dict]:
+    def list_runs(self, project_id: str, limit: int, product: str | None = None) -> list[dict[str, Any]]:
         return self.views_of(sql.list_runs(self.store, project_id, limit, product))
 
     # products -------------------------------------------------------------------------------
@@ -111,22 +111,22 @@ class Products:
             raise NotFound("Product not found.", {"product": slug})
         return p
 
-    def product_view(self, p, values=None) -> dict:
+    def product_view(self, p, values=None) -> dict[str, Any]:
         return catalog_products.product_view(p, self.catalog, self.runnable, values)
 
-    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict:
+    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
         return catalog_products.validate_run_inputs(
             p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
 
-    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict:
+    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project_id, inputs)
         return self.product_view(p, values)
 
     # runs -----------------------------------------------------------------------------------
-    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict,
+    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict[str, Any],
                     idempotency_key: str | None = None, request_hash: str | None = None,
-                    api_key_id: str | None = None) -> dict:
+                    api_key_id: str | None = None) -> dict[str, Any]:
         if idempotency_key is None:
             return await self._start(org_id, user_id, slug, inputs, project, None, api_key_id)
         if request_hash is None:
@@ -136,7 +136,7 @@ class Products:
                                                               api_key_id))
 
     async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None,
-                     api_key_id: str | None = None) -> dict:
+                     api_key_id: str | None = None) -> dict[str, Any]:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project["id"], inputs)
         estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
@@ -163,7 +163,7 @@ class Products:
         ]
         return await self.runs.ask(run_id, Create(run, steps, idempotency))
 
-    async def cancel(self, org_id: str, run_id: str) -> dict:
+    async def cancel(self, org_id: str, run_id: str) -> dict[str, Any]:
         run = sql.run_in_org(self.store, org_id, run_id)
         if run is None:
             raise NotFound("Run not found.")
