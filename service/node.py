@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 import httpx
 import trio
 
-from service.actors.accounts import AccountsActor
-from service.actors.balance import BalanceActor
+from service.actors.accounts.actor import AccountsActor
+from service.actors.balance.actor import BalanceActor
 from service.actors.facades import Accounts, Balances, Sessions, Tickets, Webhooks
 from service.actors.jobs.actor import JobActor
 from service.actors.jobs.facade import Generation

@@ -170,7 +170,7 @@ async def test_restart_with_a_backend_gone_fails_the_job_with_message_5(tmp_path
 
 
 async def test_restart_settles_a_hold_left_open_and_releases_an_orphan_hold(tmp_path):
-    from service.actors.billing_messages import PlaceHold
+    from service.actors.balance.messages import PlaceHold
     async with running_node(tmp_path, test_mode=True) as n1:
         org = await n1.create_org()
         key = org["api_key"]

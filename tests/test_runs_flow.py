@@ -14,7 +14,7 @@ import trio
 from PIL import Image
 
 from service.actors.runs import actor as runs_mod
-from service.actors.billing_messages import PlaceHold
+from service.actors.balance.messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_defs import TEXT_TO_CLIP
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step

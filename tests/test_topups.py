@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from conftest import OPERATOR, START, Node, run_parts
-from service.actors.billing_messages import Grant
+from service.actors.balance.messages import Grant
 from service.clock import Clock, iso, parse_iso
 from service.config import Settings
 from service.errors import ActorGone

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.actors.account_messages import (
+from service.actors.accounts.messages import (
     AcceptInvite,
     AddMember,
     ApproveOrg,
@@ -29,8 +29,8 @@ from service.actors.account_messages import (
     UpdateKey,
     UpdateProject,
 )
-from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
-from service.actors.billing_messages import Grant, LimitPut, SettingsPut, Sync
+from service.actors.balance.actor import SIGNUP_DAYS, SIGNUP_UC
+from service.actors.balance.messages import Grant, LimitPut, SettingsPut, Sync
 from service.actors.delivery import (
     CreateWebhook,
     DeleteWebhook,
@@ -39,8 +39,8 @@ from service.actors.delivery import (
     SendTest,
     UpdateWebhook,
 )
-from service.actors.member_rules import Identity
-from service.actors.people import (
+from service.actors.accounts.member_rules import Identity
+from service.actors.accounts.people import (
     ConfirmEmail,
     OperatorReset,
     RequestReset,

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from service.actors import credentials
+from service.actors.accounts import credentials
 from service.actors.runtime import Actor, on
 from service.clock import Clock, iso
 from service.storage import sessions as sql

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.actors.balance import MAX_UC
+from service.actors.balance.actor import MAX_UC
 from service.actors.delivery import EVENT_NAMES
 from service.views.run_feed import SOURCES
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES

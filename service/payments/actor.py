@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from service.actors.billing_messages import Grant
+from service.actors.balance.messages import Grant
 from service.actors.runtime import Actor, on
 from service.clock import parse_iso
 from service.crash import crashpoint

@@ -42,7 +42,7 @@ from typing import Any
 
 import trio
 
-from service.actors.billing_messages import PlaceHold, Release
+from service.actors.balance.messages import PlaceHold, Release
 from service.actors.effects import after
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.effects import JOB_EFFECTS, JobEffects

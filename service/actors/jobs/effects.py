@@ -8,7 +8,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from service.actors.billing_messages import Capture, Release
+from service.actors.balance.messages import Capture, Release
 from service.actors.effects import EffectHandlers, Step
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.messages import RenderHandle

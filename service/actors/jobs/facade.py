@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import trio
 
-from service.actors.billing_messages import Release
+from service.actors.balance.messages import Release
 from service.actors.jobs.actor import JobActor
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.messages import Cancel, Notify, Progress, SlotGranted, Submit, Watch

@@ -29,7 +29,7 @@ import logging
 import uuid
 from typing import Any
 
-from service.actors.billing_messages import SpendCheck
+from service.actors.balance.messages import SpendCheck
 from service.actors.runs.actor import RunActor
 from service.actors.runs.context import RunContext, run_view
 from service.actors.runs.messages import CancelRun, Create

@@ -1,4 +1,4 @@
-"""The accounts actor's messages (service/actors/accounts.py, which re-exports them for the
+"""The accounts actor's messages (service/actors/accounts/actor.py, which re-exports them for the
 routes that send them)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from dataclasses import dataclass, field
 
-from service.actors.member_rules import Identity
+from service.actors.accounts.member_rules import Identity
 
 
 @dataclass

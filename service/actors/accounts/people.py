@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.actors.runtime import on
-from service.actors import credentials
+from service.actors.accounts import credentials
 from service.clock import Clock, iso
 from service.errors import NotFound
 from service.mail import messages

@@ -9,9 +9,9 @@ control of the mailbox with a link sent only by mail, or who is signed in as tha
 
 from __future__ import annotations
 
-from service.actors.member_rules import Identity
+from service.actors.accounts.member_rules import Identity
 from service.errors import Conflict, NotFound
-from service.actors.member_rules import link_identity as link_on_subject
+from service.actors.accounts.member_rules import link_identity as link_on_subject
 from service.mail import messages
 from service.storage import accounts as accounts_sql
 from service.storage import identity as identity_sql

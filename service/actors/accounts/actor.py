@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
-from service.actors.account_messages import (  # noqa: F401 - re-exported: the routes send these
+from service.actors.balance.actor import SIGNUP_DAYS, SIGNUP_UC
+from service.actors.accounts.messages import (  # noqa: F401 - re-exported: the routes send these
     AcceptInvite, AddMember, ApproveOrg, ArchiveProject, ChangeRole, CreateKey, CreateOrg, CreateProject, Invite,
     LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UnlinkIdentity, UpdateKey,
     UpdateProject,
@@ -21,10 +21,10 @@ from service.clock import Clock, iso
 from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, within
-from service.actors import credentials
-from service.actors.member_rules import Identity, check_caller, not_last_owner  # noqa: F401
-from service.actors.org_rules import check_email, check_org_name
-from service.actors.invitations import (  # noqa: F401 - re-exported for the pages
+from service.actors.accounts import credentials
+from service.actors.accounts.member_rules import Identity, check_caller, not_last_owner  # noqa: F401
+from service.actors.accounts.org_rules import check_email, check_org_name
+from service.actors.accounts.invitations import (  # noqa: F401 - re-exported for the pages
     EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH, INVITE_VALID, NOT_LINKED, InvitationHandlers,
     check_role, new_key, require_org,
 )

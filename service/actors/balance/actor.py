@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 import trio
 
-from service.actors.billing_messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
+from service.actors.balance.messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
                                             SpendCheck, Stop, Sync)
 from service.actors.runtime import Actor, Deferred, fail, on
 from service.clock import iso, parse_iso

@@ -13,11 +13,11 @@ import secrets
 from typing import Any, Callable
 
 from service.actors.runtime import on
-from service.actors import credentials
-from service.actors.account_messages import AcceptInvite, Invite, LinkIdentity, ResendInvite, UnlinkIdentity
-from service.actors.member_rules import IDENTITY_TAKEN
-from service.actors.org_rules import check_email
-from service.actors.people import PeopleHandlers
+from service.actors.accounts import credentials
+from service.actors.accounts.messages import AcceptInvite, Invite, LinkIdentity, ResendInvite, UnlinkIdentity
+from service.actors.accounts.member_rules import IDENTITY_TAKEN
+from service.actors.accounts.org_rules import check_email
+from service.actors.accounts.people import PeopleHandlers
 from service.clock import iso
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.mail import messages
