@@ -66,7 +66,7 @@ from service.streams import Hub
 from service.throttle import Throttle
 
 
-R = TypeVar("R", bound=Registry)
+R = TypeVar("R", bound=Registry[Any])
 
 
 class Node:
@@ -107,7 +107,7 @@ class Node:
         self.settings = settings
         self.store = store
         self.clock = clock
-        self.registries: list[Registry] = []
+        self.registries: list[Registry[Any]] = []
         # steps run once every registry is up, before HTTP: resume work left by a restart
         self.recoveries: list[Callable[[], Awaitable[None]]] = []
         # run after HTTP has drained, before the actors stop
@@ -136,7 +136,7 @@ class Node:
         return registry
 
 
-def _start_retention(node: Node):
+def _start_retention(node: Node) -> Callable[[], Awaitable[None]]:
     async def start() -> None:
         node.retention.get("retention")  # its first sweep runs at once, then every hour
 

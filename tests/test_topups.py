@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from conftest import OPERATOR, START, Node, run_parts
+from service.actors.balance.actor import signup_grant
 from service.actors.balance.messages import Grant
 from service.clock import Clock, iso, parse_iso
 from service.config import Settings
@@ -55,6 +56,10 @@ class FakeBalances:
                    "expires_at": msg.expires_at, "reason": msg.reason}
             self.lots[(key, msg.grant_id)] = lot
         return lot
+
+    async def on_approved(self, org_id: str) -> None:
+        """As the facade's (service/actors/facades.py): the signup lot, through `ask`."""
+        await self.ask(org_id, signup_grant(org_id, 0.0))
 
     def grants(self) -> list[tuple[str, Grant]]:
         return list(self.calls)

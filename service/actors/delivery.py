@@ -227,10 +227,10 @@ def _answer(reply: Any, outcome: Any) -> None:
         pass
 
 
-class DeliveryRegistry(Registry):
+class DeliveryRegistry(Registry[DeliveryActor]):
     """The registry of the one delivery actor."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node: Any) -> None:
         self.node = node
         super().__init__("delivery", lambda key: DeliveryActor(self), node.clock)
 

@@ -29,7 +29,8 @@ from service.actors.accounts.messages import (
     UpdateKey,
     UpdateProject,
 )
-from service.actors.balance.actor import SIGNUP_DAYS, SIGNUP_UC
+from service.actors.accounts.actor import AccountsActor
+from service.actors.balance.actor import BalanceActor, signup_grant
 from service.actors.balance.messages import Grant, LimitPut, SettingsPut, Sync
 from service.actors.delivery import (
     CreateWebhook,
@@ -50,6 +51,7 @@ from service.actors.accounts.people import (
 from service.actors.runtime import ASK_TIMEOUT, Registry
 from service.actors.sessions import (
     BeginFlow,
+    SessionsActor,
     EndSession,
     RehashPassword,
     SetPassword,
@@ -57,13 +59,13 @@ from service.actors.sessions import (
     TakeFlow,
     TouchSession,
 )
-from service.actors.tickets import CustomerReply, OpenTicket, SetState, SupportReply
+from service.actors.tickets import TicketsActor, CustomerReply, OpenTicket, SetState, SupportReply
 
 KEY_ACCOUNTS = "accounts"
 KEY_SESSIONS = "sessions"
 
 
-class Accounts(Registry):
+class Accounts(Registry[AccountsActor]):
     """The one accounts actor: organizations, members, invitations, keys, projects, people."""
 
     def touch_key(self, key_id: str, at: float) -> None:
@@ -200,7 +202,7 @@ class Accounts(Registry):
         return await self.ask(KEY_ACCOUNTS, ResetPassword(token, password_hash, revoke_keys), timeout)
 
 
-class Sessions(Registry):
+class Sessions(Registry[SessionsActor]):
     """The one sessions actor: browser sessions, passwords and provider sign-in flows."""
 
     def touch_session(self, session_id: str, at: float) -> None:
@@ -245,7 +247,7 @@ class Sessions(Registry):
         return await self.ask(KEY_SESSIONS, TakeFlow(state), timeout)
 
 
-class Tickets(Registry):
+class Tickets(Registry[TicketsActor]):
     """One tickets actor per organization, keyed by the organization id."""
 
     async def open_ticket(
@@ -274,7 +276,7 @@ class Tickets(Registry):
         return await self.ask(org_id, SetState(org_id, ticket_id, state), timeout)
 
 
-class Balances(Registry):
+class Balances(Registry[BalanceActor]):
     """One balance actor per organization, keyed by the organization id."""
 
     async def grant(
@@ -302,8 +304,7 @@ class Balances(Registry):
     async def on_approved(self, org_id: str) -> None:
         """An organization was created approved or approved later: the 200-credit signup
         lot, once per organization (idempotent on its grant id)."""
-        await self.grant(org_id, f"signup:{org_id}", SIGNUP_UC, source="signup",
-                         expires_at=self.clock.now() + SIGNUP_DAYS * 86400, reason="Signup credit")
+        await self.ask(org_id, signup_grant(org_id, self.clock.now()))
 
     async def limit_put(self, org_id: str, scope: str, scope_id: str, limit_uc: int | None,
                         timeout: float = ASK_TIMEOUT) -> Any:

@@ -5,6 +5,8 @@ short; the actor answers nothing else, so nobody waits on it."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import logging
 from functools import partial
 from typing import Any
@@ -63,5 +65,5 @@ class RetentionActor(Actor):
             log.info("retention: deleted %s", ", ".join(f"{n} {t}" for t, n in swept.items()))
 
 
-def _delete_batch(conn, *, rule: sql.Rule, cutoff: str) -> int:
+def _delete_batch(conn: sqlite3.Connection, *, rule: sql.Rule, cutoff: str) -> int:
     return sql.delete_batch(conn, rule, cutoff)

@@ -299,7 +299,7 @@ class ActorRef:
                 slot.task = trio.lowlevel.current_task()
                 slot.deadline = deadline
 
-                def abort(_raise_cancel) -> trio.lowlevel.Abort:
+                def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
                     slot.state = _Slot.GONE
                     return trio.lowlevel.Abort.SUCCEEDED
 
@@ -346,7 +346,7 @@ class Registry(Generic[A]):
         self._timeouts = _Timeouts()
         self.restarts = 0
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timeouts.run)
             self._nursery = nursery

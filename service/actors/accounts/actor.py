@@ -7,6 +7,8 @@ touches are coalesced (at most one write per key per minute).
 
 from __future__ import annotations
 
+import sqlite3
+
 import re
 from typing import Any
 
@@ -50,7 +52,7 @@ def key_event_data(k: dict[str, Any]) -> dict[str, Any]:
 
 
 class AccountsActor(InvitationHandlers, Actor):
-    def __init__(self, store: Store, clock: Clock, mail=None) -> None:
+    def __init__(self, store: Store, clock: Clock, mail: Any = None) -> None:
         self.store = store
         self.clock = clock
         self.mail = mail  # service.mail.outbox.MailOutbox: seals mail links, knows the base URL
@@ -167,7 +169,8 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
 
     # -- API keys ----------------------------------------------------------------------------
-    def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict[str, Any]:
+    def _insert_key(self, conn: sqlite3.Connection, org_id: str, user_id: str, key: str, name: str | None,
+                    role_id: str | None, expires_at: str | None, now: str) -> dict[str, Any]:
         row = dict(id=sql.new_id(), organization_id=org_id, user_id=user_id, name=name,
                    key_prefix=key[:12], key_hash=sql.key_digest(key), role_id=role_id,
                    expires_at=expires_at, created_at=now)

@@ -8,6 +8,8 @@ inviter). Accepting never changes the credentials of a person who already exists
 
 from __future__ import annotations
 
+import sqlite3
+
 import hashlib
 import secrets
 from typing import Any, Callable
@@ -54,7 +56,7 @@ class InvitationHandlers(PeopleHandlers):
         token = "inv_" + secrets.token_hex(24)
         return token, hashlib.sha256(token.encode()).hexdigest(), iso(now + INVITE_VALID)
 
-    def _invitation_mail(self, conn, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
+    def _invitation_mail(self, conn: sqlite3.Connection, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
         """The invitation mail with its link (a resend mails the new link; the old one is dead)."""
         org = sql.get_org(conn, org_id)
         assert org is not None  # the caller's transaction has found the organization
@@ -173,6 +175,6 @@ class InvitationHandlers(PeopleHandlers):
         await self.store.write(tx)
 
 
-def require_org(conn, org_id: str) -> None:
+def require_org(conn: sqlite3.Connection, org_id: str) -> None:
     if sql.get_org(conn, org_id) is None:
         raise NotFound("Organization not found.")

@@ -24,6 +24,8 @@ token itself is kept only as a SHA-256 digest (`mail_tokens`).
 
 from __future__ import annotations
 
+import sqlite3
+
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +93,7 @@ class PeopleHandlers:
     clock: Clock
     mail: Any  # service.mail.outbox.MailOutbox, or None (mails then carry no link)
 
-    def queue_mail(self, conn, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
+    def queue_mail(self, conn: sqlite3.Connection, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
                    link: str | None = None) -> None:
         sealed = self.mail.seal(link) if link is not None and self.mail is not None else None
         mail_sql.enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso, sealed)
@@ -100,7 +102,7 @@ class PeopleHandlers:
     def base_url(self) -> str:
         return self.mail.base_url if self.mail is not None else ""
 
-    def _link(self, conn, purpose: str, email: str, org_id: str | None, now: float, valid: float,
+    def _link(self, conn: sqlite3.Connection, purpose: str, email: str, org_id: str | None, now: float, valid: float,
               path: str) -> str:
         token = secrets.token_urlsafe(32)
         mail_sql.insert_token(conn, token, purpose, email, org_id, _at(now), _at(now + valid))

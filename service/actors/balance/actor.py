@@ -62,12 +62,18 @@ from service.storage import billing as sql
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_UC", "SIGNUP_DAYS", "SIGNUP_UC", "BalanceActor"]
+__all__ = ["MAX_UC", "SIGNUP_DAYS", "SIGNUP_UC", "BalanceActor", "signup_grant"]
 
 RECENT = 4096      # committed settled holds kept in memory for idempotent repeats; older ones come
                    # from the DB (holds settled by a batch still in flight are kept apart until it commits)
 SIGNUP_UC = 200 * 1_000_000
 SIGNUP_DAYS = 30
+
+
+def signup_grant(org_id: str, now: float) -> Grant:
+    """The signup lot of an approved organization: once per organization (its grant id)."""
+    return Grant(grant_id=f"signup:{org_id}", amount_uc=SIGNUP_UC, source="signup",
+                 expires_at=now + SIGNUP_DAYS * 86400, reason="Signup credit")
 
 UNAVAILABLE = "The balance could not be updated; try again."
 IN_FLIGHT = 2      # batches decided but not yet committed: one committing, the next queued behind it
@@ -82,7 +88,7 @@ class ChainBroken(Exception):
 class _Batch:
     __slots__ = ("replies", "epoch", "prev", "trace", "settled", "item", "done", "ok")
 
-    def __init__(self, replies, epoch, prev, trace, settled) -> None:
+    def __init__(self, replies: list[Any], epoch: int, prev: Any, trace: Any, settled: Any) -> None:
         self.replies = replies
         self.settled = settled
         self.epoch = epoch
@@ -105,7 +111,7 @@ def _expiry(expires_at: float) -> tuple[float, str]:
 
 
 class BalanceActor(Actor):
-    def __init__(self, node, org_id: str, *, trace: list[Any] | None = None) -> None:
+    def __init__(self, node: Any, org_id: str, *, trace: list[Any] | None = None) -> None:
         self.store = node.store
         self.clock = node.clock
         self.org_id = org_id
@@ -223,7 +229,7 @@ class BalanceActor(Actor):
         if not w.empty():
             org_id, link = self.org_id, [self._last_write]
 
-            def write(conn):
+            def write(conn: Any) -> Any:
                 prev, link[0] = link[0], None  # drop the link: history must not stay reachable
                 if prev is not None and (prev.error is not None or not prev.result):
                     raise ChainBroken(f"balance {org_id}: the previous batch did not commit")

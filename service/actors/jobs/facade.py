@@ -128,11 +128,9 @@ class Generation:
         if actor is not None and actor.render is not None:
             self.jobs.tell(req.job_id, Progress(value, maximum, step))
 
-    def balances(self) -> Registry[Any]:
-        return self.node.balances
-
-    def runnable(self, model) -> bool:
-        return self.node.runnable(model)
+    def runnable(self, model: Model) -> bool:
+        ok: bool = self.node.runnable(model)
+        return ok
 
     def can_render(self, model_id: str, backend: str) -> bool:
         """Whether a job left queued or rendering by a restart can still run here."""
@@ -168,11 +166,12 @@ class Generation:
         return resolve
 
     def capabilities_view(self) -> list[dict[str, Any]]:
-        return self.catalog.capabilities_view(self.runnable)
+        view: list[dict[str, Any]] = self.catalog.capabilities_view(self.runnable)
+        return view
 
     def models_view(self) -> list[dict[str, Any]]:
         """The catalog's list; an engine model also carries `queue` (engine_queue.py)."""
-        out = self.catalog.models_view(self.runnable)
+        out: list[dict[str, Any]] = self.catalog.models_view(self.runnable)
         for item in out:
             queue = self.queues.view(item["id"])
             if queue is not None:
@@ -194,7 +193,7 @@ class Generation:
         if limit > 0:
             check_active_jobs(sql.active_jobs(self.store, org_id), limit)
 
-    async def inspect_upload(self, path, declared_type: str | None, org_id: str) -> MediaInfo:
+    async def inspect_upload(self, path: Path, declared_type: str | None, org_id: str) -> MediaInfo:
         """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
         is not accepted. An image, or a video frame, over LARGE_DECODE pixels (read from
         its header first) decodes only with a slot of the node's decode gate, shared by
@@ -216,8 +215,10 @@ class Generation:
                      notify: Notify | None = None, idempotency: dict[str, Any] | None = None,
                      job_id: str | None = None, api_key_id: str | None = None) -> dict[str, Any]:
         job_id = job_id or str(uuid.uuid4())
-        return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
-                                                  webhook_url, notify, idempotency, api_key_id))
+        accepted: dict[str, Any] = await self.jobs.ask(
+            job_id, Submit(org_id, project_id, plan, source, workflow_run_id, webhook_url, notify, idempotency,
+                           api_key_id))
+        return accepted
 
     async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable[..., Any]) -> dict[str, Any]:
         """`await make(claim)` once per (organization, key) within 24 h: the one flow of
@@ -231,7 +232,8 @@ class Generation:
             raise NotFound("Generation request not found.")
         if job["status"] in FINAL:
             return self.status(job_id)  # type: ignore[return-value]
-        return await self.jobs.ask(job_id, Cancel(org_id))
+        status: dict[str, Any] = await self.jobs.ask(job_id, Cancel(org_id))
+        return status
 
     async def watch(self, job_id: str, notify: Notify) -> None:
         await self.jobs.ask(job_id, Watch(notify))
@@ -239,7 +241,8 @@ class Generation:
     async def commit_upload(self, org_id: str, row: dict[str, Any], temp: Path) -> dict[str, Any]:
         """Hand an uploaded file (complete in `temp`) and its asset row to the organization's
         uploads actor: from this call on it owns the temp file (service/actors/job_uploads.py)."""
-        return await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
+        asset: dict[str, Any] = await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
+        return asset
 
     # start ----------------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -265,7 +268,7 @@ class Generation:
         for hold in sql.orphan_holds(self.store):
             log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])
             try:
-                await self.balances().ask(hold["organization_id"], Release(hold["id"]))
+                await self.node.balances.ask(hold["organization_id"], Release(hold["id"]))
             except ServiceError as e:
                 log.error("hold %s: release failed: %r", hold["id"], e)
         rows = sql.jobs_to_recover(self.store)

@@ -13,11 +13,13 @@ import statistics
 from collections import deque
 from typing import Any, Callable
 
+from service.actors.jobs.slots import ModelSlots
+
 START_WINDOW = 256
 
 
 class EngineQueues:
-    def __init__(self, catalog: Callable[[], Any], slots, pools: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, catalog: Callable[[], Any], slots: ModelSlots, pools: Callable[[], dict[str, Any]]) -> None:
         """`catalog` is read on every call: a catalog reload (service/reload.py) adds and
         removes engine models without a restart."""
         self._catalog = catalog

@@ -18,9 +18,10 @@ from pathlib import Path
 import trio
 
 from service.actors.runtime import Actor, on
-from service.assets.files import StoreUnavailable
+from service.assets.files import FileStore, StoreUnavailable
 from service.errors import Unavailable
 from service.storage import generation as sql
+from service.storage.db import Store
 
 
 STORE_DOWN = "The asset store is unavailable; try the upload again later."
@@ -33,7 +34,7 @@ class CommitUpload:
 
 
 class UploadsActor(Actor):
-    def __init__(self, store, files) -> None:
+    def __init__(self, store: Store, files: FileStore) -> None:
         self.store = store
         self.files = files
 

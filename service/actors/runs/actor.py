@@ -204,7 +204,7 @@ class RunActor(RunEffects, Actor):
         return {k: json.loads(s["outputs"]) if isinstance(s["outputs"], str) else list(s["outputs"])
                 for k, s in self.steps.items() if s["status"] == "completed"}
 
-    async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra=None) -> None:
+    async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra: Any = None) -> None:
         def tx(conn: Any) -> Any:
             if extra is not None:
                 extra(conn)
@@ -360,7 +360,7 @@ class RunActor(RunEffects, Actor):
         await self._step_completed(msg.key, [asset["id"]], 0,
                                    extra=lambda conn: gen_sql.insert_asset(conn, asset))
 
-    async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra=None) -> None:
+    async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra: Any = None) -> None:
         st = STEP_EFFECTS.apply(self, self.steps[key]["status"], "finish", outputs=outputs, cost_uc=cost_uc)
         fields = {"status": st.new, **st.fields, "finished_at": self.ctx.clock.iso_now()}
         # memory first, so the advance sees the step done; if the write fails the actor
@@ -368,7 +368,7 @@ class RunActor(RunEffects, Actor):
         self.steps[key].update(fields)
         await self._advance({key: fields}, extra)
 
-    async def _complete(self, finished: dict[str, dict[str, Any]] | None = None, extra=None) -> None:
+    async def _complete(self, finished: dict[str, dict[str, Any]] | None = None, extra: Any = None) -> None:
         assert self.run is not None and self.product is not None
         rs = RUN_EFFECTS.apply(self, self.run["status"], "all_done")
         await self._write({"status": rs.new, **rs.fields, "actual_uc": self._spent(),

@@ -36,6 +36,7 @@ from service.actors.runs.messages import CancelRun, Create
 from service.actors.runtime import Registry
 from service.assets.signing import load_secret
 from service.catalog import products as catalog_products
+from service.catalog.catalog import Model
 from service.errors import InsufficientCredits, NotFound, ServiceError
 from service.idempotency import Claim, Gate
 from service.idempotency import request_hash as idem_hash
@@ -66,15 +67,15 @@ class Products:
                                   keys=self.keys)
 
     @property
-    def generation(self):
+    def generation(self) -> Any:
         return self.node.generation
 
     @property
-    def files(self):
+    def files(self) -> Any:
         return self.node.generation.files
 
     @property
-    def catalog(self):
+    def catalog(self) -> Any:
         return self.node.catalog
 
     # views ----------------------------------------------------------------------------------
@@ -102,19 +103,20 @@ class Products:
         return self.views_of(sql.list_runs(self.store, project_id, limit, product))
 
     # products -------------------------------------------------------------------------------
-    def runnable(self, model) -> bool:
-        return self.node.runnable(model)
+    def runnable(self, model: Model) -> bool:
+        ok: bool = self.node.runnable(model)
+        return ok
 
-    def product_or_404(self, slug: str):
+    def product_or_404(self, slug: str) -> Any:
         p = catalog_products.product(slug)
         if p is None:
             raise NotFound("Product not found.", {"product": slug})
         return p
 
-    def product_view(self, p, values=None) -> dict[str, Any]:
+    def product_view(self, p: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
         return catalog_products.product_view(p, self.catalog, self.runnable, values)
 
-    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
+    def values_for(self, p: Any, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
         return catalog_products.validate_run_inputs(
             p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
 
@@ -135,7 +137,8 @@ class Products:
                                     lambda claim: self._start(org_id, user_id, slug, inputs, project, claim,
                                                               api_key_id))
 
-    async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None,
+    async def _start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict[str, Any],
+                     idempotency: dict[str, Any] | None,
                      api_key_id: str | None = None) -> dict[str, Any]:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project["id"], inputs)
@@ -161,7 +164,8 @@ class Products:
              "error": None, "started_at": None, "finished_at": None}
             for i, s in enumerate(p.steps)
         ]
-        return await self.runs.ask(run_id, Create(run, steps, idempotency))
+        view: dict[str, Any] = await self.runs.ask(run_id, Create(run, steps, idempotency))
+        return view
 
     async def cancel(self, org_id: str, run_id: str) -> dict[str, Any]:
         run = sql.run_in_org(self.store, org_id, run_id)
@@ -169,7 +173,8 @@ class Products:
             raise NotFound("Run not found.")
         if RUN.is_final(run["status"]):
             return self.view_of(run, sql.steps_of(self.store, run_id))
-        return await self.runs.ask(run_id, CancelRun())
+        view: dict[str, Any] = await self.runs.ask(run_id, CancelRun())
+        return view
 
     # start ----------------------------------------------------------------------------------
     async def recover(self) -> None:
