@@ -7,7 +7,7 @@ Starts `genservice serve` (test mode, temp data dir) and, for each resolution an
 - serial: the same four steps one after another, each waited for before the next: the
           still job, then the clip job (POST /v1/generation/capabilities/..., poll 10 ms),
           then the thumbnail and the cover with the op function the run uses
-          (`service.actors.run_ops.run_op`: the op, hashing and fsync'd placement of its
+          (`service.actors.runs.ops.run_op`: the op, hashing and fsync'd placement of its
           output), on the stored asset files, in this process.
 
 `run_vs_serial` = median run wall / median serial wall (below 1.0 when the run's parallel
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from server import create_org, running_server  # noqa: E402
 
-from service.actors.run_ops import run_op  # noqa: E402
+from service.actors.runs.ops import run_op  # noqa: E402
 from service.assets.files import FileStore  # noqa: E402
 
 POLL_S = 0.01

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from contextlib import asynccontextmanager
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 import trio
 
@@ -115,7 +115,7 @@ class Gate:
                     continue  # another task won the key: answer as it did
             raise Unprocessable("Idempotency-Key is in use; retry.", {"header": "Idempotency-Key"})
 
-    def put(self, conn, claim: Claim, resource_id: str, response: dict, now: float) -> None:
+    def put(self, conn, claim: Claim, resource_id: str, response: Mapping[str, Any], now: float) -> None:
         """Inside the resource's own transaction: the key's row (`now` in service seconds,
         read before the write: the writer thread has no clock)."""
         sql.put(conn, self.table, {**claim, self.id_field: resource_id, "response": json.dumps(response),

@@ -18,6 +18,9 @@ JOB      queued, rendering, completed*, failed*, nsfw*, canceled*
          rendering + cancel -> canceled (release, discard_render)   webhook comes later:
          canceled + render_ended -> canceled (webhook)              worker ended, output discarded
          final + cancel -> self; final + render_ended -> self (except canceled above)
+         rendering + resume -> self (render)                        after a stop: render again
+         completed + resume -> self (capture); other final + resume -> self (release)
+                                                                    a hold a stop left unsettled
          A worker that reports finish/fail/flag for a job already canceled must be
          turned into ``render_ended`` by the actor; finish on a final job is illegal.
 RUN      queued, running, completed*, failed*, canceled*
@@ -193,6 +196,10 @@ JOB = Machine(
         (["canceled"], "render_ended", "canceled", ("webhook",)),
         (_JOB_FINAL, "cancel", "=", ()),
         (["completed", "failed", "nsfw"], "render_ended", "=", ()),
+        # After a stop: a render it interrupted starts again; a hold it left unsettled settles.
+        (["rendering"], "resume", "=", ("render",)),
+        (["completed"], "resume", "=", ("capture",)),
+        (["failed", "nsfw", "canceled"], "resume", "=", ("release",)),
     ),
 )
 

@@ -22,18 +22,19 @@ Who owns which state (one owner each; see docs/design.md):
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import trio
 
-from service.actors.accounts import AccountsActor
-from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC, BalanceActor
-from service.actors.billing_messages import Grant
+from service.actors.accounts.actor import AccountsActor
+from service.actors.balance.actor import BalanceActor
 from service.actors.facades import Accounts, Balances, Sessions, Tickets, Webhooks
-from service.actors.generation import Generation
+from service.actors.jobs.actor import JobActor
+from service.actors.jobs.facade import Generation
 from service.actors.retention import RetentionActor
-from service.actors.products import Products
+from service.actors.runs.actor import RunActor
+from service.actors.runs.facade import Products
 from service.actors.runtime import Registry
 from service.actors.sessions import SessionsActor
 from service.actors.tickets import TicketsActor
@@ -67,7 +68,7 @@ from service.streams import Hub
 from service.throttle import Throttle
 
 
-R = TypeVar("R", bound=Registry)
+R = TypeVar("R", bound=Registry[Any])
 
 
 class Node:
@@ -86,16 +87,16 @@ class Node:
     accounts: Accounts
     balances: Balances
     generation: Generation
-    jobs: Registry
+    jobs: Registry[JobActor]
     products: Products
-    runs: Registry
+    runs: Registry[RunActor]
     topup_quote: Quote
     payments: PaymentProvider | None  # None: no payment provider configured
-    topups: Registry
+    topups: Registry[Any]
     account_webhooks: AccountWebhooks  # the events outbox's dispatcher: fan-out, fair shares, signed POSTs
     webhook_delivery: Webhooks
     tickets: Tickets
-    retention: Registry  # one actor: deletes finished rows past their age, in small batches
+    retention: Registry[Any]  # one actor: deletes finished rows past their age, in small batches
     sessions: Sessions  # browser sessions and provider sign-in flows
     page_secret: bytes  # signs the pages' CSRF tokens, derives PKCE verifiers
     login_by_address: Throttle
@@ -108,7 +109,7 @@ class Node:
         self.settings = settings
         self.store = store
         self.clock = clock
-        self.registries: list[Registry] = []
+        self.registries: list[Registry[Any]] = []
         # steps run once every registry is up, before HTTP: resume work left by a restart
         self.recoveries: list[Callable[[], Awaitable[None]]] = []
         # run after HTTP has drained, before the actors stop
@@ -128,13 +129,6 @@ class Node:
         engine model whose pool is not all known down."""
         return self.engines.available(model) if model.engine is not None else builtin_runnable(model.backend)
 
-    async def on_approved(self, org_id: str) -> None:
-        """An organization was created approved or approved later: the 200-credit signup
-        lot, once per organization (idempotent on its grant id)."""
-        expires = self.clock.now() + SIGNUP_DAYS * 86400
-        await self.balances.ask(org_id, Grant(grant_id=f"signup:{org_id}", amount_uc=SIGNUP_UC,
-                                              source="signup", expires_at=expires, reason="Signup credit"))
-
     async def aclose(self) -> None:
         for close in self.closers:
             await close()
@@ -144,7 +138,7 @@ class Node:
         return registry
 
 
-def _start_retention(node: Node):
+def _start_retention(node: Node) -> Callable[[], Awaitable[None]]:
     async def start() -> None:
         node.retention.get("retention")  # its first sweep runs at once, then every hour
 
@@ -201,6 +195,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
                            load_secret(settings.data_dir, "engine-hook-secret"), node.generation.engine_progress)
     node.closers.append(node.engines.aclose)
     node.jobs = node._registry(node.generation.jobs)
+    node.registries.append(node.generation.webhooks)  # type: ignore[arg-type]  # the job-webhook outbox
     node._registry(node.generation.uploads)
     node.recoveries.append(node.generation.recover)
 

@@ -14,9 +14,9 @@ import pytest
 import trio
 import trio.testing
 
-from service.actors import balance as balance_mod
-from service.actors.balance import BalanceActor
-from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, SettingsPut, Snapshot, Stop, Sync
+from service.actors.balance import actor as balance_mod
+from service.actors.balance.actor import BalanceActor
+from service.actors.balance.messages import Capture, Grant, PlaceHold, Release, SettingsPut, Snapshot, Stop, Sync
 from service.clock import iso, parse_iso
 from service.errors import Conflict, InsufficientCredits, NotFound, Unavailable, Unprocessable
 from service.money import UC

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from service.actors.balance import BalanceActor
-from service.actors.billing_messages import Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Sync
+from service.actors.balance.actor import BalanceActor
+from service.actors.balance.messages import Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Sync
 from service.actors.runtime import Deferred, _Failure
 from service.clock import iso
 from service.credits.limits import month_of

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from service.actors.billing_messages import Capture, Grant, PlaceHold, Release
+from service.actors.balance.messages import Capture, Grant, PlaceHold, Release
 from service.clock import iso
 from service.money import UC
 from tests.conftest import START, start_node

@@ -1,4 +1,4 @@
-"""Every effect in the JOB, RUN and STEP tables (service/machines.py) has a handler on the
+"""Every effect in the JOB, RUN, STEP and TICKET tables (service/machines.py) has a handler on the
 actor that owns the machine, and no handler names an effect the table does not have: the
 table drives what the actor does (service/actors/effects.py)."""
 
@@ -7,15 +7,17 @@ from __future__ import annotations
 import pytest
 
 from service.actors.effects import EffectHandlers, Step, effects_of
-from service.actors.job_effects import JOB_EFFECTS, SETTLE_EFFECT
-from service.actors.jobs import JobActor
-from service.actors.run_effects import RUN_EFFECTS, STEP_EFFECTS
-from service.actors.runs import RunActor
-from service.machines import JOB, RUN, STEP
+from service.actors.jobs.effects import JOB_EFFECTS, SETTLE_EFFECT
+from service.actors.jobs.actor import JobActor
+from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS
+from service.actors.runs.actor import RunActor
+from service.actors.tickets import TICKET_EFFECTS, TicketsActor
+from service.machines import JOB, RUN, STEP, TICKET
 
 
 @pytest.mark.parametrize("bound, machine, actor", [
     (JOB_EFFECTS, JOB, JobActor), (RUN_EFFECTS, RUN, RunActor), (STEP_EFFECTS, STEP, RunActor),
+    (TICKET_EFFECTS, TICKET, TicketsActor),
 ])
 def test_every_effect_has_a_handler(bound, machine, actor):
     assert bound.machine is machine and issubclass(actor, bound.actor_cls)

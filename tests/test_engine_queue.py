@@ -9,7 +9,7 @@ import json
 
 from engine_support import engine_node, free_port
 from peers.comfyui import run_peer
-from service.actors.engine_queue import EngineQueues
+from service.actors.jobs.queues import EngineQueues
 from service.catalog.catalog import loads_catalog
 from service.engines.table import tables
 from service.engines.pool import Pool

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.actors.people import RequestReset
+from service.actors.accounts.people import RequestReset
 from tests.conftest import until
 from tests.pages import csrf, page
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from service import passwords
-from service.actors.accounts import EXISTING_PERSON, INVITE_EMAIL_MISMATCH
-from service.actors.org_rules import INVALID_EMAIL
-from service.actors.people import INVALID_RESET
+from service.actors.accounts.actor import EXISTING_PERSON, INVITE_EMAIL_MISMATCH
+from service.actors.accounts.org_rules import INVALID_EMAIL
+from service.actors.accounts.people import INVALID_RESET
 from service.actors.sessions import SetPassword, StartSession
 from service.http.routes.invitation_page import NO_PASSWORD
 from service.http.routes.operator_people import MAILS_RESETS

@@ -4,7 +4,7 @@ joined member (member.joined) once."""
 
 import json
 
-from service.actors.accounts import INVALID_INVITE
+from service.actors.accounts.actor import INVALID_INVITE
 from conftest import j
 
 

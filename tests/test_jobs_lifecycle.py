@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import trio
 
-from service.actors.generation import Generation
-from service.actors.job_messages import RenderHandle
+from service.actors.jobs.facade import Generation
+from service.actors.jobs.messages import RenderHandle
 from service.backends import run as backends_run
 from service.clock import parse_iso
 from service.errors import ActorGone, NotFound
@@ -177,7 +177,7 @@ async def test_restart_with_a_backend_gone_fails_the_job_with_message_5(tmp_path
 
 
 async def test_restart_settles_a_hold_left_open_and_releases_an_orphan_hold(tmp_path):
-    from service.actors.billing_messages import PlaceHold
+    from service.actors.balance.messages import PlaceHold
     async with running_node(tmp_path, test_mode=True) as n1:
         org = await n1.create_org()
         key = org["api_key"]
@@ -243,7 +243,8 @@ async def test_workflow_watchers_hear_a_cancel_once(node, org):
     await wait_until(lambda: len(seen) == 2)
     await settle()  # and no third notice comes
     assert [s["status"] for s in seen] == ["canceled", "canceled"]
-    assert gen.jobs.renders == {}
+    actor = gen.jobs.peek(rid)
+    assert actor is None or actor.render is None
 
 
 async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch):
@@ -251,10 +252,10 @@ async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch)
     gen: Generation = node.parts.generation
     rid = (await submit(node, key, {"prompt": "adopt [[delay:0.3]]"}))["request_id"]
     await wait_status(node, key, rid, wanted=("rendering",))
-    handle = gen.jobs.renders[rid]
+    handle = gen.jobs.peek(rid).render
     assert isinstance(handle, RenderHandle)
     # an actor crash: the supervisor reloads it from SQLite; it must not start a second render
-    from service.actors import jobs as jobs_mod
+    from service.actors.jobs import actor as jobs_mod
 
     boom = {"armed": True}
     real = jobs_mod.JobActor._watch
@@ -268,7 +269,7 @@ async def test_a_crashed_actor_adopts_its_running_render(node, org, monkeypatch)
     with pytest.raises(ActorGone):  # the crashed actor answers its caller ActorGone
         await gen.watch(rid, lambda st: None)
     await settle()  # the supervisor has reloaded the actor from SQLite
-    assert gen.jobs.renders.get(rid) is handle
+    assert gen.jobs.peek(rid).render is handle  # the successor adopted the running render
     st = await wait_status(node, key, rid)
     assert st["status"] == "completed" and len(st["outputs"]) == 1
     assert (await hold_of(node, key, rid))["status"] == "captured"

@@ -48,6 +48,11 @@ JOB_ROWS = [
     ("completed", "render_ended", "completed", ()),
     ("failed", "render_ended", "failed", ()),
     ("nsfw", "render_ended", "nsfw", ()),
+    ("rendering", "resume", "rendering", ("render",)),
+    ("completed", "resume", "completed", ("capture",)),
+    ("failed", "resume", "failed", ("release",)),
+    ("nsfw", "resume", "nsfw", ("release",)),
+    ("canceled", "resume", "canceled", ("release",)),
 ]
 
 RUN_ROWS = [
@@ -141,7 +146,9 @@ STATES = {
 # (resolved -> open on a customer reply is not listed because resolved is not final.)
 REOPEN_ROWS: set[tuple[str, str, str]] = set()
 # Self-rows on a final state that still carry effects (documented in the module).
-FINAL_SELF_ROWS_WITH_EFFECTS = {("job", "canceled", "render_ended")}
+FINAL_SELF_ROWS_WITH_EFFECTS = {("job", "canceled", "render_ended"), ("job", "completed", "resume"),
+                                 ("job", "failed", "resume"), ("job", "nsfw", "resume"),
+                                 ("job", "canceled", "resume")}
 
 
 def _all_rows():

@@ -334,7 +334,7 @@ async def test_bad_email_shape_is_refused(oidc_node):
 async def test_invitation_never_links_a_provider_to_an_existing_person(oidc_node):
     """Issue 22, C1: an existing person (here operator-made, no password) accepts only as
     themselves; a provider account that claims their verified email is not linked."""
-    from service.actors.accounts import NOT_LINKED
+    from service.actors.accounts.actor import NOT_LINKED
 
     n = oidc_node
     await n.create_org(name="Victim", email="ceo@victim.test")
@@ -375,7 +375,7 @@ async def test_linked_provider_accepts_for_its_person_and_linking_mails(oidc_nod
 
 
 async def test_unlink_keeps_a_way_in_and_mails(oidc_node):
-    from service.actors.credentials import ONLY_WAY_IN
+    from service.actors.accounts.credentials import ONLY_WAY_IN
     from service.actors.sessions import StartSession
 
     n = oidc_node

@@ -8,7 +8,7 @@ import pytest
 
 from service import passwords
 from service.clock import iso
-from service.actors.people import INVALID_RESET, UNKNOWN_EMAIL
+from service.actors.accounts.people import INVALID_RESET, UNKNOWN_EMAIL
 from service.mail.addresses import BAD_ADDRESS
 from conftest import outboxes_settled
 from smtp_server import link_in, text_part

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from PIL import Image
 
-from service.actors.billing_messages import PlaceHold
+from service.actors.balance.messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_types import FromInput, Input, Product, Step
 from conftest import err, j

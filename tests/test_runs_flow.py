@@ -12,8 +12,8 @@ import av
 import pytest
 from PIL import Image
 
-from service.actors import runs as runs_mod
-from service.actors.billing_messages import PlaceHold
+from service.actors.runs import actor as runs_mod
+from service.actors.balance.messages import PlaceHold
 from service.catalog import products as P
 from service.catalog.product_defs import TEXT_TO_CLIP
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step

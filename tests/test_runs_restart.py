@@ -9,8 +9,8 @@ from pathlib import Path
 import trio
 
 from conftest import OPERATOR, START, Node
-from service.actors import products as products_mod
-from service.actors import runs as runs_mod
+from service.actors.runs import facade as products_mod
+from service.actors.runs import actor as runs_mod
 from service.clock import Clock
 from service.config import Settings
 from service.http.app import create_app
@@ -114,7 +114,7 @@ async def test_a_run_resumes_after_a_restart_mid_clip(nursery, tmp_path):
 async def test_a_step_job_that_finished_while_the_node_was_down(nursery, tmp_path, monkeypatch):
     # the run never hears that its still finished (as if the node stopped right after the job's
     # final commit); the next node picks the ending up from the job's stored status
-    monkeypatch.setattr(products_mod.Products, "notifier", lambda self, *a: (lambda status: None))
+    monkeypatch.setattr(runs_mod.RunActor, "notifier", lambda self, *a: (lambda status: None))
     a, key, run_id = await boot_and_start(nursery, tmp_path, "a harbour")
     mid = await wait_for_run(a.node, key, run_id, lambda r: step(r, "still")["request_id"] is not None)
     still_job = step(mid, "still")["request_id"]

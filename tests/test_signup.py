@@ -10,7 +10,7 @@ import re
 import pytest
 
 from service import passwords
-from service.actors.people import INVALID_CONFIRM
+from service.actors.accounts.people import INVALID_CONFIRM
 from service.mail.addresses import BAD_ADDRESS
 from conftest import outboxes_settled
 from smtp_server import html_part, link_in, text_part

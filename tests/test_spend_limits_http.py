@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from conftest import START, err, j, wait_for_run
-from service.actors.billing_messages import PlaceHold, Release, Snapshot, Stop
+from service.actors.balance.messages import PlaceHold, Release, Snapshot, Stop
 from service.errors import SpendLimitReached
 from service.money import CENT_UC as CENT
 from service.money import UC, fmt, to_uc

@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from conftest import OPERATOR, START, Node, run_parts
-from service.actors.billing_messages import Grant
+from service.actors.balance.actor import signup_grant
+from service.actors.balance.messages import Grant
 from service.clock import Clock, iso, parse_iso
 from service.config import Settings
 from service.errors import ActorGone
@@ -56,6 +57,10 @@ class FakeBalances:
                    "expires_at": msg.expires_at, "reason": msg.reason}
             self.lots[(key, msg.grant_id)] = lot
         return lot
+
+    async def on_approved(self, org_id: str) -> None:
+        """As the facade's (service/actors/facades.py): the signup lot, through `ask`."""
+        await self.ask(org_id, signup_grant(org_id, 0.0))
 
     def grants(self) -> list[tuple[str, Grant]]:
         return list(self.calls)

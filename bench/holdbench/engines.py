@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import trio
 
-from service.actors.balance import BalanceActor
-from service.actors.billing_messages import Capture, Grant, PlaceHold, Release, Snapshot, Stop, Sync
+from service.actors.balance.actor import BalanceActor
+from service.actors.balance.messages import Capture, Grant, PlaceHold, Release, Snapshot, Stop, Sync
 from service.actors.runtime import Registry
 from service.clock import Clock, iso
 from service.errors import InsufficientCredits, ServiceError, SpendLimitReached

@@ -22,7 +22,7 @@ import trio
 
 from holdbench.engines import ActorEngine
 from holdbench.workloads import HOT, UC, Result, amount, fresh_dir, run_actor, w1
-from service.actors.billing_messages import Capture, LimitPut, PlaceHold, Release
+from service.actors.balance.messages import Capture, LimitPut, PlaceHold, Release
 from service.errors import SpendLimitReached
 from service.money import MAX_UC
 from service.storage.db import dict_factory

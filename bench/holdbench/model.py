@@ -23,7 +23,7 @@ from collections import defaultdict
 
 
 class RefModel:
-    """Plain Python, independent of service.actors.balance: lots, holds, spend order."""
+    """Plain Python, independent of service.actors.balance.actor: lots, holds, spend order."""
 
     def __init__(self) -> None:
         self.lots: dict[str, dict] = {}

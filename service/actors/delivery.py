@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from service.actors.runtime import Actor, Registry, fail
+from service.actors.runtime import Actor, Registry, fail, on
 from service.errors import NotFound, ServiceError, Unprocessable
 from service.storage import webhooks as sql
 
@@ -90,7 +90,7 @@ class CreateWebhook:
 class UpdateWebhook:
     org_id: str
     webhook_id: str
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,13 +125,14 @@ class DeliveryActor(Actor):
         replies: list[Any] = [None] * len(msgs)
         for i, m in enumerate(msgs):
             try:
-                replies[i] = await getattr(self, "on_" + type(m).__name__)(m)
+                replies[i] = await self.handler_for(m)(m)
             except ServiceError as e:
                 replies[i] = fail(e)
         return replies
 
     # -- webhooks -----------------------------------------------------------------------------------
-    async def on_CreateWebhook(self, m: CreateWebhook) -> dict:
+    @on(CreateWebhook)
+    async def on_CreateWebhook(self, m: CreateWebhook) -> dict[str, Any]:
         events = check_events(m.events)
         check_url(m.url)
         now = self.clock.iso_now()
@@ -140,21 +141,23 @@ class DeliveryActor(Actor):
                    description=m.description, secret=self.node.node_key.seal(secret), is_active=1,
                    created_at=now, updated_at=now)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.insert_webhook(conn, row)
             return sql.get_webhook(conn, m.org_id, row["id"])
 
         out = await self.store.write(tx)
         return out | {"secret": secret}
 
-    async def on_RotateNodeKey(self, m: RotateNodeKey) -> dict:
+    @on(RotateNodeKey)
+    async def on_RotateNodeKey(self, m: RotateNodeKey) -> dict[str, Any]:
         key = self.node.node_key
         new = key.begin_rotation()
         resealed = await self.store.write(lambda conn: sql.reseal_secrets(conn, key.resealer(new)))
         key.finish_rotation(new)
         return {"key_id": key.current_id, "resealed": resealed}
 
-    async def on_UpdateWebhook(self, m: UpdateWebhook) -> dict:
+    @on(UpdateWebhook)
+    async def on_UpdateWebhook(self, m: UpdateWebhook) -> dict[str, Any]:
         fields = dict(m.fields)
         if "events" in fields:
             fields["events"] = check_events(fields["events"])
@@ -164,7 +167,7 @@ class DeliveryActor(Actor):
             fields["is_active"] = int(bool(fields["is_active"]))
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if sql.get_webhook(conn, m.org_id, m.webhook_id) is None:
                 raise _not_found()
             if fields:
@@ -173,25 +176,27 @@ class DeliveryActor(Actor):
 
         return await self.store.write(tx)
 
+    @on(DeleteWebhook)
     async def on_DeleteWebhook(self, m: DeleteWebhook) -> None:
         """Deleting twice answers 204 again; an id never seen in the organization is 404."""
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if sql.webhook_ever_existed(conn, m.org_id, m.webhook_id) is None:
                 raise _not_found()
             sql.delete_webhook(conn, m.webhook_id, now)
 
         await self.store.write(tx)
 
-    async def on_SendTest(self, m: SendTest) -> dict:
+    @on(SendTest)
+    async def on_SendTest(self, m: SendTest) -> dict[str, Any]:
         now = self.clock.iso_now()
         data = {"webhook_id": m.webhook_id, "message": TEST_MESSAGE, "sent_at": now,
                 "organization_id": m.org_id}
         body = sql.body_text("webhook.test", json.dumps(data, separators=(",", ":")))
         delivery_id = sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             hook = sql.webhook_secret(conn, m.webhook_id)
             if hook is None or hook["organization_id"] != m.org_id or hook["deleted_at"] is not None:
                 raise _not_found()
@@ -222,10 +227,10 @@ def _answer(reply: Any, outcome: Any) -> None:
         pass
 
 
-class DeliveryRegistry(Registry):
+class DeliveryRegistry(Registry[DeliveryActor]):
     """The registry of the one delivery actor."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node: Any) -> None:
         self.node = node
         super().__init__("delivery", lambda key: DeliveryActor(self), node.clock)
 

@@ -30,9 +30,15 @@ class Step:
     old: str | None
     new: str
     effects: tuple[str, ...]
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
     after: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
-    facts: dict = field(default_factory=dict)  # handler -> actor notes (e.g. a webhook row's state)
+    facts: dict[str, Any] = field(default_factory=dict)  # handler -> actor notes (e.g. a webhook row's state)
+
+
+async def after(step: Step) -> None:
+    """The work the handlers left for after the step's commit, in order."""
+    for work in step.after:
+        await work()
 
 
 class EffectHandlers:
@@ -51,10 +57,15 @@ class EffectHandlers:
 
     def apply(self, actor: Any, state: str | None, event: str, **facts: Any) -> Step:
         """Apply `event` and let each effect's handler fill the step (nothing is written)."""
-        new, effects = self.machine.apply(state, event)
-        step = Step(state, new, effects, facts=dict(facts))
+        step = self.step(state, event, **facts)
         self.run(actor, step)
         return step
+
+    def step(self, state: str | None, event: str, **facts: Any) -> Step:
+        """Only the transition (IllegalTransition when the table has no row); the handlers
+        run later with `run`, e.g. after the write they follow in the same transaction."""
+        new, effects = self.machine.apply(state, event)
+        return Step(state, new, effects, facts=dict(facts))
 
     def run(self, actor: Any, step: Step) -> None:
         for effect in step.effects:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.actors.account_messages import (
+from service.actors.accounts.messages import (
     AcceptInvite,
     AddMember,
     ApproveOrg,
@@ -29,7 +29,9 @@ from service.actors.account_messages import (
     UpdateKey,
     UpdateProject,
 )
-from service.actors.billing_messages import Grant, LimitPut, SettingsPut, Sync
+from service.actors.accounts.actor import AccountsActor
+from service.actors.balance.actor import BalanceActor, signup_grant
+from service.actors.balance.messages import Grant, LimitPut, SettingsPut, Sync
 from service.actors.delivery import (
     CreateWebhook,
     DeleteWebhook,
@@ -38,8 +40,8 @@ from service.actors.delivery import (
     SendTest,
     UpdateWebhook,
 )
-from service.actors.member_rules import Identity
-from service.actors.people import (
+from service.actors.accounts.member_rules import Identity
+from service.actors.accounts.people import (
     ConfirmEmail,
     OperatorReset,
     RequestReset,
@@ -49,6 +51,7 @@ from service.actors.people import (
 from service.actors.runtime import ASK_TIMEOUT, Registry
 from service.actors.sessions import (
     BeginFlow,
+    SessionsActor,
     EndSession,
     RehashPassword,
     SetPassword,
@@ -56,13 +59,13 @@ from service.actors.sessions import (
     TakeFlow,
     TouchSession,
 )
-from service.actors.tickets import CustomerReply, OpenTicket, SetState, SupportReply
+from service.actors.tickets import TicketsActor, CustomerReply, OpenTicket, SetState, SupportReply
 
 KEY_ACCOUNTS = "accounts"
 KEY_SESSIONS = "sessions"
 
 
-class Accounts(Registry):
+class Accounts(Registry[AccountsActor]):
     """The one accounts actor: organizations, members, invitations, keys, projects, people."""
 
     def touch_key(self, key_id: str, at: float) -> None:
@@ -151,7 +154,7 @@ class Accounts(Registry):
             timeout,
         )
 
-    async def update_key(self, org_id: str, key_id: str, fields: dict, timeout: float = ASK_TIMEOUT) -> Any:
+    async def update_key(self, org_id: str, key_id: str, fields: dict[str, Any], timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, UpdateKey(org_id, key_id, fields=fields), timeout)
 
     async def revoke_key(self, org_id: str, key_id: str, timeout: float = ASK_TIMEOUT) -> Any:
@@ -170,7 +173,7 @@ class Accounts(Registry):
             KEY_ACCOUNTS, CreateProject(org_id, user_id, name, slug=slug, description=description), timeout
         )
 
-    async def update_project(self, org_id: str, project_ref: str, fields: dict, timeout: float = ASK_TIMEOUT) -> Any:
+    async def update_project(self, org_id: str, project_ref: str, fields: dict[str, Any], timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(KEY_ACCOUNTS, UpdateProject(org_id, project_ref, fields=fields), timeout)
 
     async def archive_project(self, org_id: str, project_ref: str, timeout: float = ASK_TIMEOUT) -> Any:
@@ -199,7 +202,7 @@ class Accounts(Registry):
         return await self.ask(KEY_ACCOUNTS, ResetPassword(token, password_hash, revoke_keys), timeout)
 
 
-class Sessions(Registry):
+class Sessions(Registry[SessionsActor]):
     """The one sessions actor: browser sessions, passwords and provider sign-in flows."""
 
     def touch_session(self, session_id: str, at: float) -> None:
@@ -244,7 +247,7 @@ class Sessions(Registry):
         return await self.ask(KEY_SESSIONS, TakeFlow(state), timeout)
 
 
-class Tickets(Registry):
+class Tickets(Registry[TicketsActor]):
     """One tickets actor per organization, keyed by the organization id."""
 
     async def open_ticket(
@@ -273,7 +276,7 @@ class Tickets(Registry):
         return await self.ask(org_id, SetState(org_id, ticket_id, state), timeout)
 
 
-class Balances(Registry):
+class Balances(Registry[BalanceActor]):
     """One balance actor per organization, keyed by the organization id."""
 
     async def grant(
@@ -298,6 +301,11 @@ class Balances(Registry):
     async def sync(self, org_id: str, timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask(org_id, Sync(), timeout)
 
+    async def on_approved(self, org_id: str) -> None:
+        """An organization was created approved or approved later: the 200-credit signup
+        lot, once per organization (idempotent on its grant id)."""
+        await self.ask(org_id, signup_grant(org_id, self.clock.now()))
+
     async def limit_put(self, org_id: str, scope: str, scope_id: str, limit_uc: int | None,
                         timeout: float = ASK_TIMEOUT) -> Any:
         """A project's monthly or an API key's spend limit (service.credits.limits)."""
@@ -312,7 +320,7 @@ class Webhooks(DeliveryRegistry):
     ) -> Any:
         return await self.ask_actor(CreateWebhook(org_id, url, events, description=description), timeout)
 
-    async def update_webhook(self, org_id: str, webhook_id: str, fields: dict, timeout: float = ASK_TIMEOUT) -> Any:
+    async def update_webhook(self, org_id: str, webhook_id: str, fields: dict[str, Any], timeout: float = ASK_TIMEOUT) -> Any:
         return await self.ask_actor(UpdateWebhook(org_id, webhook_id, fields=fields), timeout)
 
     async def delete_webhook(self, org_id: str, webhook_id: str, timeout: float = ASK_TIMEOUT) -> Any:

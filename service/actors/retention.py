@@ -5,6 +5,8 @@ short; the actor answers nothing else, so nobody waits on it."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import logging
 from functools import partial
 from typing import Any
@@ -41,9 +43,6 @@ class RetentionActor(Actor):
         self.next_sweep = self.clock.now() + min(SWEEP_EVERY_S, max(1.0, self.age_s / 4))
         await self.sweep()
 
-    async def handle(self, msg):  # pragma: no cover - it takes no messages
-        raise TypeError(f"retention actor: unknown message {type(msg).__name__}")
-
     async def sweep(self) -> None:
         now = self.clock.now()
         cutoffs: dict[str, Any] = {"age": iso(now - self.age_s), "day": now - DAY_S, "now": now}
@@ -66,5 +65,5 @@ class RetentionActor(Actor):
             log.info("retention: deleted %s", ", ".join(f"{n} {t}" for t, n in swept.items()))
 
 
-def _delete_batch(conn, *, rule: sql.Rule, cutoff: str) -> int:
+def _delete_batch(conn: sqlite3.Connection, *, rule: sql.Rule, cutoff: str) -> int:
     return sql.delete_batch(conn, rule, cutoff)

@@ -19,13 +19,20 @@ ActorGone, and the supervisor reloads the actor from SQLite (`load`). Past
 (HTTP 503) and the node keeps running.
 
 Asks flow one way (HTTP -> run -> job -> balance); a callee may `tell` a caller, never ask.
+
+One way to dispatch: a handler method is marked `@on(MessageType)`; `Actor.handle` (and
+`handler_for`, for actors that take a batch themselves) finds it by the message's type.
+
+What an actor owns in memory beyond its rows (a running render, watchers) survives a crash:
+the supervisor hands the crashed actor to its successor (`adopt`), and work started off the
+loop runs in `tasks`, a nursery of that actor's key that outlives its reloads.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Awaitable, Callable, Generic, TypeVar
+from typing import Any, Awaitable, Callable, ClassVar, Generic, TypeVar
 
 import outcome
 import trio
@@ -121,17 +128,54 @@ class _Failure:
         self.error = error
 
 
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def on(*types: type) -> Callable[[H], H]:
+    """Mark an actor method as the handler of messages of `types` (the one way to dispatch)."""
+
+    def mark(method: H) -> H:
+        method.__dict__["_handles"] = types
+        return method
+
+    return mark
+
+
 class Actor:
-    """Base class. Subclasses implement `load` and `handle` (or `handle_batch`)."""
+    """Base class. Subclasses implement `load` and mark handlers with `@on` (or override
+    `handle_batch`)."""
 
     key: Any = None  # the registry key it was made for (an id string for every actor here)
     done = False  # set True when the actor has nothing more to do; it stops when idle
+    tasks: trio.Nursery  # work off the loop; outlives the actor's reloads (set by the registry)
+    _dispatch: ClassVar[dict[type, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[type, str] = {}
+        for klass in reversed(cls.__mro__):  # handlers of mixins too; a subclass's win
+            for name, value in vars(klass).items():
+                for t in getattr(value, "_handles", ()):
+                    table[t] = name
+        cls._dispatch = table
+
+    def handler_for(self, msg: Any) -> Callable[[Any], Any]:
+        """The bound method marked `@on(type(msg))`; TypeError for a message it does not take."""
+        name = self._dispatch.get(type(msg))
+        if name is None:
+            raise TypeError(f"{type(self).__name__}: unknown message {type(msg).__name__}")
+        method: Callable[[Any], Any] = getattr(self, name)
+        return method
+
+    def adopt(self, previous: "Actor") -> None:
+        """Take over what the crashed `previous` instance owned in memory (called before
+        `load`); by default nothing: the rows are the whole state."""
 
     async def load(self) -> None:
         """Rebuild state from SQLite. Runs before the first message and after a crash."""
 
     async def handle(self, msg: Any) -> Any:
-        raise NotImplementedError
+        return await self.handler_for(msg)(msg)
 
     async def handle_batch(self, msgs: list[Any]) -> list[Any]:
         """Default: one at a time. A raised ServiceError becomes that ask's error."""
@@ -187,7 +231,7 @@ class _Alarm:
     when the deadline changes, so a message costs no timer work (a cancel scope around
     every receive cost a sixth of an idle balance actor's CPU per message)."""
 
-    def __init__(self, send: trio.MemorySendChannel, clock: Clock) -> None:
+    def __init__(self, send: trio.MemorySendChannel[Any], clock: Clock) -> None:
         self._send = send
         self._clock = clock
         self.at = math.inf      # trio time the alarm goes off
@@ -230,7 +274,7 @@ class _Alarm:
 
 
 class ActorRef:
-    def __init__(self, key: str, send: trio.MemorySendChannel, timeouts: _Timeouts) -> None:
+    def __init__(self, key: str, send: trio.MemorySendChannel[Any], timeouts: _Timeouts) -> None:
         self.key = key
         self._send = send
         self._timeouts = timeouts
@@ -255,7 +299,7 @@ class ActorRef:
                 slot.task = trio.lowlevel.current_task()
                 slot.deadline = deadline
 
-                def abort(_raise_cancel) -> trio.lowlevel.Abort:
+                def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
                     slot.state = _Slot.GONE
                     return trio.lowlevel.Abort.SUCCEEDED
 
@@ -297,11 +341,12 @@ class Registry(Generic[A]):
         self.factory = factory
         self.clock = clock
         self._refs: dict[str, ActorRef] = {}
+        self._actors: dict[str, A] = {}
         self._nursery: trio.Nursery | None = None
         self._timeouts = _Timeouts()
         self.restarts = 0
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timeouts.run)
             self._nursery = nursery
@@ -318,6 +363,10 @@ class Registry(Generic[A]):
             self._refs[key] = ref
             self._nursery.start_soon(self._supervise, key, ref, recv)
         return ref
+
+    def peek(self, key: str) -> A | None:
+        """The live actor of `key`, for reading what it owns in memory (never to change it)."""
+        return self._actors.get(key)
 
     def keys(self) -> list[str]:
         return list(self._refs)
@@ -336,27 +385,37 @@ class Registry(Generic[A]):
     def tell(self, key: str, msg: Any) -> None:
         self.get(key).tell(msg)
 
-    async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel) -> None:
+    async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel[Any]) -> None:
         crashes: list[float] = []
+        previous: Actor | None = None
         try:
-            while True:
-                actor = self.factory(key)
-                actor.key = key
-                try:
-                    await actor.load()
-                    await self._loop(actor, recv, ref._send)
-                    return
-                except Exception:
-                    log.exception("actor %s/%s crashed", self.name, key)
-                    self.restarts += 1
-                    now = trio.current_time()
-                    crashes = [t for t in crashes if now - t < RESTART_WINDOW] + [now]
-                    if len(crashes) > MAX_RESTARTS:
-                        log.error("actor %s/%s past its restart limit; stays down", self.name, key)
-                        ref.gone = True
-                        self._drain_gone(recv)
+            async with trio.open_nursery() as tasks:
+                while True:
+                    actor = self.factory(key)
+                    actor.key = key
+                    actor.tasks = tasks
+                    if previous is not None:
+                        actor.adopt(previous)
+                    self._actors[key] = actor
+                    try:
+                        await actor.load()
+                        await self._loop(actor, recv, ref._send)
                         return
+                    except Exception:
+                        log.exception("actor %s/%s crashed", self.name, key)
+                        previous = actor
+                        self.restarts += 1
+                        now = trio.current_time()
+                        crashes = [t for t in crashes if now - t < RESTART_WINDOW] + [now]
+                        if len(crashes) > MAX_RESTARTS:
+                            log.error("actor %s/%s past its restart limit; stays down", self.name, key)
+                            ref.gone = True
+                            self._drain_gone(recv)
+                            tasks.cancel_scope.cancel()
+                            return
         finally:
+            if self._actors.get(key) is not None and self._refs.get(key) in (ref, None):
+                self._actors.pop(key, None)
             if self._refs.get(key) is ref and not ref.gone:
                 del self._refs[key]
             # An ask that reached the mailbox after the loop's last look would wait forever:
@@ -365,7 +424,7 @@ class Registry(Generic[A]):
             recv.close()
 
     @staticmethod
-    def _drain_gone(recv: trio.MemoryReceiveChannel) -> None:
+    def _drain_gone(recv: trio.MemoryReceiveChannel[Any]) -> None:
         while True:
             try:
                 env = recv.receive_nowait()
@@ -373,7 +432,7 @@ class Registry(Generic[A]):
                 return
             env.answer(_Failure(ActorGone("actor is down")))
 
-    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, send: trio.MemorySendChannel) -> None:
+    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]) -> None:
         alarm = _Alarm(send, self.clock)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
@@ -390,7 +449,7 @@ class Registry(Generic[A]):
             unwatch()
 
     @staticmethod
-    async def _answer_later(later: trio.MemoryReceiveChannel) -> None:
+    async def _answer_later(later: trio.MemoryReceiveChannel[Any]) -> None:
         """Answers deferred batches in the order they were handled (one task per actor)."""
         async with later:
             async for batch, deferred in later:
@@ -403,8 +462,8 @@ class Registry(Generic[A]):
                 for env, value in zip(batch, replies):
                     env.answer(value)
 
-    async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel, clock: Clock,
-                        alarm: "_Alarm", later: trio.MemorySendChannel) -> None:
+    async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
+                        alarm: "_Alarm", later: trio.MemorySendChannel[Any]) -> None:
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:

@@ -16,8 +16,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from service.actors import credentials
-from service.actors.runtime import Actor
+from service.actors.accounts import credentials
+from service.actors.runtime import Actor, on
 from service.clock import TOUCH_EVERY, Clock, iso
 from service.storage import sessions as sql
 from service.storage.accounts import new_id
@@ -85,16 +85,14 @@ class SessionsActor(Actor):
         self.base_url = base_url  # for the links of the credential-change mail
         self.touched: dict[str, float] = {}
 
-    async def handle(self, msg: Any) -> Any:
-        return await getattr(self, "on_" + type(msg).__name__)(msg)
-
-    async def on_StartSession(self, m: StartSession) -> dict:
+    @on(StartSession)
+    async def on_StartSession(self, m: StartSession) -> dict[str, Any]:
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
         row = dict(id=new_id(), token_hash=sql.digest(token), user_id=m.user_id, organization_id=m.org_id,
                    created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE, org_chosen=int(m.chosen))
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if m.previous_token:
                 sql.delete_session(conn, sql.digest(m.previous_token))
             sql.delete_expired(conn, now, IDLE)
@@ -103,13 +101,14 @@ class SessionsActor(Actor):
         await self.store.write(tx)
         return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
 
-    async def on_SetPassword(self, m: SetPassword) -> dict:
+    @on(SetPassword)
+    async def on_SetPassword(self, m: SetPassword) -> dict[str, Any]:
         now = self.clock.now()
         token = secrets.token_urlsafe(32)
         row = dict(id=new_id(), token_hash=sql.digest(token), user_id=m.user_id, organization_id=m.org_id,
                    created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             credentials.set_password(conn, m.email, m.password_hash, iso(now),
                                      credentials.PASSWORD_CHANGED if m.had_password else credentials.PASSWORD_SET,
                                      self.base_url)
@@ -118,12 +117,15 @@ class SessionsActor(Actor):
         await self.store.write(tx)
         return {"token": token, "session_id": row["id"], "expires_at": row["expires_at"]}
 
+    @on(RehashPassword)
     async def on_RehashPassword(self, m: RehashPassword) -> None:
         await self.store.write(lambda conn: sql.rehash_password(conn, m.email, m.old_hash, m.new_hash))
 
+    @on(EndSession)
     async def on_EndSession(self, m: EndSession) -> None:
         await self.store.write(lambda conn: sql.delete_session(conn, sql.digest(m.token)))
 
+    @on(TouchSession)
     async def on_TouchSession(self, m: TouchSession) -> None:
         last = self.touched.get(m.session_id)
         if last is not None and m.at - last < TOUCH_EVERY:
@@ -133,19 +135,21 @@ class SessionsActor(Actor):
         self.touched[m.session_id] = m.at
         await self.store.write(lambda conn: sql.touch_session(conn, m.session_id, m.at))
 
-    async def on_BeginFlow(self, m: BeginFlow) -> dict:
+    @on(BeginFlow)
+    async def on_BeginFlow(self, m: BeginFlow) -> dict[str, Any]:
         now = self.clock.now()
         state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         row = dict(state_hash=sql.digest(state), provider=m.provider, nonce_hash=sql.digest(nonce),
                    next_path=m.next_path, invitation_hash=m.invitation_hash, link_user_id=m.link_user_id,
                    created_at=now, expires_at=now + FLOW_TTL)
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.delete_expired_flows(conn, now)  # abandoned sign-ins
             sql.insert_flow(conn, row)
 
         await self.store.write(tx)
         return {"state": state, "nonce": nonce}
 
-    async def on_TakeFlow(self, m: TakeFlow) -> dict | None:
+    @on(TakeFlow)
+    async def on_TakeFlow(self, m: TakeFlow) -> dict[str, Any] | None:
         now = self.clock.now()
         return await self.store.write(lambda conn: sql.take_flow(conn, sql.digest(m.state), now))

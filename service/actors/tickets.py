@@ -13,11 +13,14 @@ The actor stops when its mailbox is empty (`done`); the registry spawns it again
 
 from __future__ import annotations
 
+import sqlite3
+
 from dataclasses import dataclass
 from typing import Any
 
 from service import machines
-from service.actors.runtime import Actor
+from service.actors.effects import EffectHandlers, Step
+from service.actors.runtime import Actor, on
 from service.clock import Clock
 from service.errors import Conflict, NotFound, Unprocessable
 from service.machines import TICKET, IllegalTransition
@@ -81,30 +84,30 @@ def _not_found() -> NotFound:
     return NotFound("Ticket not found.")
 
 
-def _closed(ticket: dict) -> Conflict:
+def _closed(ticket: dict[str, Any]) -> Conflict:
     return Conflict("The ticket is closed.", {"ticket_id": ticket["id"], "state": ticket["state"]})
 
 
-def _state_changed(conn, t: dict, new: str, now: str) -> None:
+def _state_changed(conn: sqlite3.Connection, t: dict[str, Any], new: str, now: str) -> None:
     emit(conn, t["organization_id"], "support.ticket.state_changed",
          {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
           "state": new, "previous_state": t["state"]}, now)
 
 
-def _moved(conn, org_id: str, ticket_id: str, move) -> tuple[dict, str, tuple]:
-    """The ticket and the outcome of `move(state)` (a TICKET transition): 404 for an unknown
-    ticket, 409 for a move the table refuses (a closed ticket)."""
+def _moved(conn: Any, org_id: str, ticket_id: str, event: str, **facts: Any) -> tuple[dict[str, Any], Step]:
+    """The ticket and its TICKET transition on `event` (effects not run yet): 404 for an
+    unknown ticket, 409 for a move the table refuses (a closed ticket)."""
     t = sql.get_ticket(conn, org_id, ticket_id)
     if t is None:
         raise _not_found()
     try:
-        new, effects = move(t["state"])
+        step = TICKET_EFFECTS.step(t["state"], event, conn=conn, ticket=t, **facts)
     except IllegalTransition:
         raise _closed(t) from None
-    return t, new, effects
+    return t, step
 
 
-def _add_reply(conn, t: dict, new: str, now: str, **reply) -> None:
+def _add_reply(conn: sqlite3.Connection, t: dict[str, Any], new: str, now: str, **reply: Any) -> None:
     """Store a reply and move the ticket to `new` (or just mark it updated)."""
     sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], created_at=now, **reply))
     if new != t["state"]:
@@ -120,9 +123,10 @@ class TicketsActor(Actor):
 
     async def handle(self, msg: Any) -> Any:
         self.done = True  # nothing kept in memory: stop once the mailbox is empty
-        return await getattr(self, "on_" + type(msg).__name__)(msg)
+        return await super().handle(msg)
 
-    async def on_OpenTicket(self, m: OpenTicket) -> dict:
+    @on(OpenTicket)
+    async def on_OpenTicket(self, m: OpenTicket) -> dict[str, Any]:
         subject = _text(m.subject_line, "subject_line", MAX_SUBJECT)
         body = _text(m.body, "body", MAX_BODY)
         if m.type not in TYPES:
@@ -133,7 +137,7 @@ class TicketsActor(Actor):
         now = self.clock.iso_now()
         ticket_id = sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             user = accounts_sql.get_user(conn, m.org_id, m.user_id)
             if user is None:
                 raise NotFound("Member not found.")
@@ -149,61 +153,74 @@ class TicketsActor(Actor):
 
         return await self.store.write(tx)
 
-    async def on_CustomerReply(self, m: CustomerReply) -> dict:
+    @on(CustomerReply)
+    async def on_CustomerReply(self, m: CustomerReply) -> dict[str, Any]:
         body = _text(m.body, "body", MAX_BODY)
         now = self.clock.iso_now()
 
-        def tx(conn):
-            t, new, effects = _moved(conn, m.org_id, m.ticket_id, lambda st: TICKET.apply(st, "customer_reply"))
+        def tx(conn: Any) -> Any:
+            t, step = _moved(conn, m.org_id, m.ticket_id, "customer_reply", now=now)
             user = accounts_sql.get_user(conn, m.org_id, m.user_id)
-            _add_reply(conn, t, new, now, author_kind="customer", author=user["email"] if user else m.user_id,
+            _add_reply(conn, t, step.new, now, author_kind="customer", author=user["email"] if user else m.user_id,
                        user_id=m.user_id, body=body)
-            if "state_changed" in effects:
-                _state_changed(conn, t, new, now)
+            TICKET_EFFECTS.run(self, step)
             return _detail(conn, m.org_id, t["id"])
 
         return await self.store.write(tx)
 
-    async def on_SupportReply(self, m: SupportReply) -> dict:
+    @on(SupportReply)
+    async def on_SupportReply(self, m: SupportReply) -> dict[str, Any]:
         body = _text(m.body, "body", MAX_BODY)
         author = _text(m.author, "author", MAX_SUBJECT)
         now = self.clock.iso_now()
 
-        def tx(conn):
-            t, new, effects = _moved(conn, m.org_id, m.ticket_id, lambda st: TICKET.apply(st, "support_reply"))
-            _add_reply(conn, t, new, now, author_kind="support", author=author, user_id=None, body=body)
-            for effect in effects:
-                if effect == "replied":
-                    emit(conn, m.org_id, "support.ticket.replied",
-                         {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
-                          "author": author, "body": body, "recipient_email": t["opened_by_email"]}, now)
-                    mail = messages.support_reply(t["number"], t["subject_line"], author, body)
-                    mail_sql.enqueue(conn, m.org_id, t["opened_by_email"], mail.kind, mail.subject, mail.text,
-                                     mail.html, now)
-                elif effect == "state_changed":
-                    _state_changed(conn, t, new, now)
+        def tx(conn: Any) -> Any:
+            t, step = _moved(conn, m.org_id, m.ticket_id, "support_reply", now=now, author=author, body=body)
+            _add_reply(conn, t, step.new, now, author_kind="support", author=author, user_id=None, body=body)
+            TICKET_EFFECTS.run(self, step)
             return _detail(conn, m.org_id, t["id"])
 
         return await self.store.write(tx)
 
-    async def on_SetState(self, m: SetState) -> dict:
+    @on(SetState)
+    async def on_SetState(self, m: SetState) -> dict[str, Any]:
         if m.state not in STATES:
             raise Unprocessable(f"state must be one of {', '.join(STATES)}.",
                                 {"state": m.state, "allowed": list(STATES)})
         now = self.clock.iso_now()
 
-        def tx(conn):
-            t, new, effects = _moved(conn, m.org_id, m.ticket_id, lambda st: TICKET.transition_to(st, m.state))
-            if new != t["state"]:
-                sql.set_state(conn, t["id"], new, now)
-            if "state_changed" in effects:
-                _state_changed(conn, t, new, now)
+        def tx(conn: Any) -> Any:
+            t, step = _moved(conn, m.org_id, m.ticket_id, machines.SET_STATE + m.state, now=now)
+            if step.new != t["state"]:
+                sql.set_state(conn, t["id"], step.new, now)
+            TICKET_EFFECTS.run(self, step)
             return _detail(conn, m.org_id, t["id"])
 
         return await self.store.write(tx)
 
 
-def _detail(conn, org_id: str, ticket_id: str) -> dict:
+    # effects of machines.TICKET, run inside the transaction that moves the ticket -----------
+    def _on_state_changed(self, step: Step) -> None:
+        f = step.facts
+        _state_changed(f["conn"], f["ticket"], step.new, f["now"])
+
+    def _on_replied(self, step: Step) -> None:
+        """The customer hears of a support reply: an event and a mail, with the reply."""
+        f = step.facts
+        conn, t, now, author, body = f["conn"], f["ticket"], f["now"], f["author"], f["body"]
+        emit(conn, t["organization_id"], "support.ticket.replied",
+             {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
+              "author": author, "body": body, "recipient_email": t["opened_by_email"]}, now)
+        mail = messages.support_reply(t["number"], t["subject_line"], author, body)
+        mail_sql.enqueue(conn, t["organization_id"], t["opened_by_email"], mail.kind, mail.subject, mail.text,
+                         mail.html, now)
+
+
+TICKET_EFFECTS = EffectHandlers(TICKET, TicketsActor, {"state_changed": "_on_state_changed",
+                                                      "replied": "_on_replied"})
+
+
+def _detail(conn: sqlite3.Connection, org_id: str, ticket_id: str) -> dict[str, Any]:
     t = sql.get_ticket(conn, org_id, ticket_id)
     assert t is not None  # read in the transaction that found it
     return t | {"replies": sql.replies(conn, ticket_id)}

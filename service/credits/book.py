@@ -1,7 +1,7 @@
 """One organization's credits in memory and the rules that move them (pure: no trio, no SQL).
 
 `CreditBook` places, captures and releases holds, grants and expires lots and keeps the
-low-balance warning; the rules are those of `service.actors.balance`'s docstring. What a
+low-balance warning; the rules are those of `service.actors.balance.actor`'s docstring. What a
 transition does is read from the HOLD and LOW_BALANCE tables (`service.machines`): each
 effect named there has a handler in `HOLD_EFFECTS` / `LOW_BALANCE_EFFECTS`, so the book
 never decides a transition beside the table.

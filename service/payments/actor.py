@@ -27,8 +27,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from service.actors.billing_messages import Grant
-from service.actors.runtime import Actor
+from service.actors.balance.messages import Grant
+from service.actors.runtime import Actor, on
 from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import Conflict, NotFound, ServiceError
@@ -98,10 +98,8 @@ class TopupActor(Actor):
         self.retry_at = None
         self.backoff = RETRY_FIRST
 
-    async def handle(self, msg: Any) -> Any:
-        return await getattr(self, "on_" + type(msg).__name__)(msg)
-
     # -- messages ------------------------------------------------------------------------
+    @on(RecordCheckout)
     async def on_RecordCheckout(self, m: RecordCheckout) -> dict:
         status, _ = TOPUP.apply(NEW, "checkout_started" if m.checkout else "checkout_failed")
         d = m.draft
@@ -125,6 +123,7 @@ class TopupActor(Actor):
         assert row is not None, topup_id
         return row
 
+    @on(Confirm)
     async def on_Confirm(self, m: Confirm) -> dict:
         row = self._row(m.topup_id, m.provider_ref)
         try:
@@ -146,6 +145,7 @@ class TopupActor(Actor):
             row = self._reread(row["id"])
         return row
 
+    @on(Expire)
     async def on_Expire(self, m: Expire) -> dict:
         row = self._row(m.topup_id, m.provider_ref)
         if not TOPUP.can(row["status"], "expire"):

@@ -1,6 +1,6 @@
 """SQL of credits: lots, holds, the ledger and billing settings (tables in `schema_billing`).
 
-The balance actor (`service.actors.balance`) is the only writer of these tables; it stages
+The balance actor (`service.actors.balance.actor`) is the only writer of these tables; it stages
 one batch of row changes (`Writes`) and `persist` applies it inside one `Store.write`.
 Read functions take the Store and compute from the DB at read time.
 

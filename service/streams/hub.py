@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import trio
@@ -121,7 +121,7 @@ class Hub:
         return self.event_id(self.seq)
 
     # publish --------------------------------------------------------------------------------
-    def publish(self, keys: tuple[str, ...], name: str, data: Callable[[], dict], *,
+    def publish(self, keys: tuple[str, ...], name: str, data: Callable[[], Mapping[str, object]], *,
                 source: str | None = None) -> None:
         """Append one event to each topic of `keys` that exists and hand it to its streams.
 
@@ -142,7 +142,7 @@ class Hub:
             for sub in list(topic.subscribers):
                 sub.offer(event)
 
-    def progress(self, job_id: str, keys: tuple[str, ...], data: Callable[[], dict], *,
+    def progress(self, job_id: str, keys: tuple[str, ...], data: Callable[[], Mapping[str, object]], *,
                  source: str | None = None) -> None:
         """A progress report, passed on at most every PROGRESS_EVERY_S per job; the latest
         report in between is kept and sent by `flush_progress`."""

@@ -27,8 +27,8 @@ from typing import NoReturn
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts import Identity
-from service.actors.org_rules import has_control
+from service.actors.accounts.actor import Identity
+from service.actors.accounts.org_rules import has_control
 from service.actors.sessions import FLOW_TTL
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.http.auth import node

@@ -63,7 +63,7 @@ class AcceptBody(Body):
 async def create_org(data: OrgCreate):
     out = await node().accounts.create_org(data.name, data.owner_email, data.approved)
     if data.approved:
-        await node().on_approved(out["organization_id"])
+        await node().balances.on_approved(out["organization_id"])
     return {"data": out}, 201
 
 
@@ -71,7 +71,7 @@ async def create_org(data: OrgCreate):
 @operator
 async def approve_org(org_id: str):
     out = await node().accounts.approve_org(org_id)
-    await node().on_approved(org_id)
+    await node().balances.on_approved(org_id)
     return {"data": out}
 
 

@@ -97,7 +97,7 @@ async def approve(org_id: str):
     org = _org(org_id)
     if org["approved_at"] is None:
         await node().accounts.approve_org(org_id)
-        await node().on_approved(org_id)
+        await node().balances.on_approved(org_id)
         await audit("organization.approve", org_id, org["name"])
     back = "/operator/organizations/" + org_id if (await request.form).get("from") == "detail" else \
         "/operator/organizations"

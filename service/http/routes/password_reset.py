@@ -15,7 +15,7 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.people import INVALID_RESET
+from service.actors.accounts.people import INVALID_RESET
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.browser import HOME, csrf_protected, throttle

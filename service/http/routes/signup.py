@@ -4,7 +4,7 @@
 A sign-up is throttled per client address and per email (the 429 page), checked (address
 shape, password strength, organization name), and hashed off the event loop whether or not
 the address is known; the accounts actor then creates the unconfirmed organization, or mails
-the known address instead (service/actors/people.py). The answer page is the same in both
+the known address instead (service/actors/accounts/people.py). The answer page is the same in both
 cases. `GENSERVICE_SIGNUP=closed`: both forms answer 403 (invitations only).
 
 `GET /confirm` confirms on the GET itself (the spec's link): it is single-use and idempotent,
@@ -17,7 +17,7 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.org_rules import has_control
+from service.actors.accounts.org_rules import has_control
 from service.errors import NotFound
 from service.http.auth import node
 from service.http.browser import csrf_protected, throttle

@@ -13,11 +13,13 @@ import statistics
 from collections import deque
 from typing import Any, Callable
 
+from service.actors.jobs.slots import ModelSlots
+
 START_WINDOW = 256
 
 
 class EngineQueues:
-    def __init__(self, catalog: Callable[[], Any], slots, pools: Callable[[], dict]) -> None:
+    def __init__(self, catalog: Callable[[], Any], slots: ModelSlots, pools: Callable[[], dict[str, Any]]) -> None:
         """`catalog` is read on every call: a catalog reload (service/reload.py) adds and
         removes engine models without a restart."""
         self._catalog = catalog
@@ -33,7 +35,7 @@ class EngineQueues:
         """A job of the model went from `queued` to `rendering` after `waited_s`."""
         self._starts.setdefault(model_id, deque(maxlen=START_WINDOW)).append(max(0.0, waited_s))
 
-    def view(self, model_id: str) -> dict | None:
+    def view(self, model_id: str) -> dict[str, Any] | None:
         """`{queued, running, servers_up, servers_down, time_to_start_p50_s}` of an engine
         model; None for a built-in one."""
         if model_id not in self._models:
@@ -51,5 +53,5 @@ class EngineQueues:
                 "servers_down": down,
                 "time_to_start_p50_s": round(statistics.median(starts), 3) if starts else None}
 
-    def all(self) -> dict[str, dict]:
+    def all(self) -> dict[str, dict[str, Any]]:
         return {m: v for m in self._models if (v := self.view(m)) is not None}

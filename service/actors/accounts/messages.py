@@ -1,11 +1,13 @@
-"""The accounts actor's messages (service/actors/accounts.py, which re-exports them for the
+"""The accounts actor's messages (service/actors/accounts/actor.py, which re-exports them for the
 routes that send them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
-from service.actors.member_rules import Identity
+from service.actors.accounts.member_rules import Identity
 
 
 @dataclass
@@ -101,7 +103,7 @@ class CreateKey:
 class UpdateKey:
     org_id: str
     key_id: str
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -129,7 +131,7 @@ class CreateProject:
 class UpdateProject:
     org_id: str
     project_ref: str
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

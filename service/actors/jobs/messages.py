@@ -1,4 +1,4 @@
-"""The job actor's messages (service/actors/jobs.py); the facade and the registry send them."""
+"""The job actor's messages (actor.py); the facade, the render task and the slot line send them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio
 from service.backends import Completed, Failed, Flagged
 from service.catalog.rules import Plan
 
-Notify = Callable[[dict], None]
+Notify = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Submit:
     workflow_run_id: str | None = None
     webhook_url: str | None = None
     notify: Notify | None = None
-    idempotency: dict | None = None  # {organization_id, key, request_hash}
+    idempotency: dict[str, Any] | None = None  # {organization_id, key, request_hash}
     api_key_id: str | None = None  # the key it was submitted with: its spend limit counts the hold
 
 
@@ -47,10 +47,19 @@ class SlotGranted:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """An engine's progress on the job's render."""
+
+    value: float
+    maximum: float
+    step: str | None
+
+
+@dataclass(frozen=True)
 class RenderDone:
     token: Any
     outcome: Completed | Failed | Flagged | None  # None: the render was cancelled
-    hashed: list = field(default_factory=list)  # [(Output, sha256, size)] for Completed
+    hashed: list[Any] = field(default_factory=list)  # [(Output, sha256, size)] for Completed
 
 
 class RenderHandle:

@@ -10,15 +10,18 @@ no row names, removed by the sweep at the next start. So no row ever names missi
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
-from service.actors.runtime import Actor
-from service.assets.files import StoreUnavailable
+from service.actors.runtime import Actor, on
+from service.assets.files import FileStore, StoreUnavailable
 from service.errors import Unavailable
 from service.storage import generation as sql
+from service.storage.db import Store
 
 
 STORE_DOWN = "The asset store is unavailable; try the upload again later."
@@ -26,16 +29,17 @@ STORE_DOWN = "The asset store is unavailable; try the upload again later."
 
 @dataclass(frozen=True)
 class CommitUpload:
-    row: dict
+    row: dict[str, Any]
     temp: Path
 
 
 class UploadsActor(Actor):
-    def __init__(self, store, files) -> None:
+    def __init__(self, store: Store, files: FileStore) -> None:
         self.store = store
         self.files = files
 
-    async def handle(self, msg: CommitUpload) -> dict:
+    @on(CommitUpload)
+    async def _commit(self, msg: CommitUpload) -> dict[str, Any]:
         # Bytes first, then the row: an object store may be down, and no row may name
         # missing bytes. A stop between the two leaves stored bytes no row names; the sweep
         # at the next start (remove_unreferenced) deletes them.

@@ -24,11 +24,14 @@ token itself is kept only as a SHA-256 digest (`mail_tokens`).
 
 from __future__ import annotations
 
+import sqlite3
+
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from service.actors import credentials
+from service.actors.runtime import on
+from service.actors.accounts import credentials
 from service.clock import Clock, iso
 from service.errors import NotFound
 from service.mail import messages
@@ -90,7 +93,7 @@ class PeopleHandlers:
     clock: Clock
     mail: Any  # service.mail.outbox.MailOutbox, or None (mails then carry no link)
 
-    def queue_mail(self, conn, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
+    def queue_mail(self, conn: sqlite3.Connection, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
                    link: str | None = None) -> None:
         sealed = self.mail.seal(link) if link is not None and self.mail is not None else None
         mail_sql.enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso, sealed)
@@ -99,19 +102,20 @@ class PeopleHandlers:
     def base_url(self) -> str:
         return self.mail.base_url if self.mail is not None else ""
 
-    def _link(self, conn, purpose: str, email: str, org_id: str | None, now: float, valid: float,
+    def _link(self, conn: sqlite3.Connection, purpose: str, email: str, org_id: str | None, now: float, valid: float,
               path: str) -> str:
         token = secrets.token_urlsafe(32)
         mail_sql.insert_token(conn, token, purpose, email, org_id, _at(now), _at(now + valid))
         return f"{self.base_url}{path}?token={token}"
 
+    @on(SignUp)
     async def on_SignUp(self, m: SignUp) -> str | None:
         """The new organization's id, or None when the address was known (mailed instead)."""
         now = self.clock.now()
         now_iso = iso(now)
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if identity_sql.has_confirmed_membership(conn, m.email):
                 self.queue_mail(conn, None, m.email, messages.signup_exists(self.base_url), now_iso)
                 return None
@@ -128,11 +132,12 @@ class PeopleHandlers:
 
         return await self.store.write(tx)
 
-    async def on_ConfirmEmail(self, m: ConfirmEmail) -> dict:
+    @on(ConfirmEmail)
+    async def on_ConfirmEmail(self, m: ConfirmEmail) -> dict[str, Any]:
         """{organization_id, name, already}: `already` when the link was used before."""
         now_iso = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = mail_sql.get_token(conn, mail_sql.digest(m.token), "confirm") if m.token else None
             if row is None or (row["used_at"] is None and row["expires_at"] <= now_iso):
                 raise NotFound(INVALID_CONFIRM)
@@ -151,11 +156,12 @@ class PeopleHandlers:
 
         return await self.store.write(tx)
 
+    @on(RequestReset)
     async def on_RequestReset(self, m: RequestReset) -> None:
         now = self.clock.now()
         now_iso = iso(now)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if not mail_sql.email_known(conn, m.email):
                 return
             member = mail_sql.first_membership(conn, m.email)
@@ -165,10 +171,11 @@ class PeopleHandlers:
 
         await self.store.write(tx)
 
-    async def on_OperatorReset(self, m: OperatorReset) -> dict:
+    @on(OperatorReset)
+    async def on_OperatorReset(self, m: OperatorReset) -> dict[str, Any]:
         now = self.clock.now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if not mail_sql.email_known(conn, m.email):
                 raise NotFound(UNKNOWN_EMAIL, {"email": m.email})
             member = mail_sql.first_membership(conn, m.email)
@@ -178,12 +185,13 @@ class PeopleHandlers:
         url = await self.store.write(tx)
         return {"email": m.email, "reset_url": url, "expires_at": iso(now + RESET_VALID)}
 
-    async def on_ResetPassword(self, m: ResetPassword) -> dict:
+    @on(ResetPassword)
+    async def on_ResetPassword(self, m: ResetPassword) -> dict[str, Any]:
         """{email, keys_revoked}. Every session of the person ends; with `revoke_keys`,
         every API key they created too (what someone who knew the old password minted)."""
         now_iso = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = mail_sql.get_token(conn, mail_sql.digest(m.token), "reset") if m.token else None
             if row is None or row["used_at"] is not None or row["expires_at"] <= now_iso:
                 raise NotFound(INVALID_RESET)

@@ -1,5 +1,5 @@
 """What the run actor does for each effect of machines.RUN and machines.STEP: the handlers
-(`RunEffects`, mixed into `RunActor` of service/actors/runs.py) and their binding to the
+(`RunEffects`, mixed into `RunActor` of actor.py) and their binding to the
 tables (`RUN_EFFECTS`, `STEP_EFFECTS`; tests/test_effects.py checks every effect is bound)."""
 
 from __future__ import annotations
@@ -8,38 +8,35 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from service.actors.effects import EffectHandlers, Step
+from service.actors.runs.context import RunContext
+from service.actors.runs.messages import OpHandle
 from service.catalog import products as catalog_products
 from service.machines import RUN, STEP
 from service.money import to_uc
 from service.storage import generation as gen_sql
 
 
-def actual_uc(status: dict) -> int:
+def actual_uc(status: dict[str, Any]) -> int:
     """What a step's job was charged, from its status object."""
     actual = (status.get("credits") or {}).get("actual")
     return to_uc(actual) if actual is not None else 0
 
 
-async def after(step: Step) -> None:
-    """The work the handlers left for after the step's commit, in order."""
-    for work in step.after:
-        await work()
-
-
 class RunEffects:
     """Handlers of the RUN and STEP effects; `RunActor` provides the state (`run`, `steps`,
-    `product`, `p`) and the plumbing (`_write`, `_submit`, `_start_op`, `_cancel_job`)."""
+    `product`, `ctx`, `ops`) and the plumbing (`_write`, `_submit`, `_start_op`, `_cancel_job`)."""
 
     run: Any
-    steps: dict[str, dict]
+    steps: dict[str, dict[str, Any]]
     product: Any
-    p: Any
+    ctx: RunContext
+    ops: dict[str, OpHandle]
 
     if TYPE_CHECKING:  # provided by RunActor
         @property
         def run_id(self) -> str: ...
-        async def _cancel_job(self, job_id: str | None) -> dict | None: ...
-        async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra: Any = None) -> None: ...
+        async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None: ...
+        async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra: Any = None) -> None: ...
         def _spent(self) -> int: ...
         def _outputs_by_step(self) -> dict[str, list[str]]: ...
         async def _submit(self, key: str) -> None: ...
@@ -60,11 +57,11 @@ class RunEffects:
         step.after.append(lambda: self._stop_in_flight(in_flight, now))
 
     async def _stop_in_flight(self, in_flight: list[str], now: str) -> None:
-        late: dict[str, dict] = {}
+        late: dict[str, dict[str, Any]] = {}
         for key in in_flight:
             s = self.steps[key]
             if s["capability"] is None:
-                handle = self.p.runs.ops.get((self.run_id, key))
+                handle = self.ops.get(key)
                 if handle is not None:
                     handle.scope.cancel()
                 continue
@@ -84,7 +81,7 @@ class RunEffects:
             step.after.append(lambda: self._cancel_job_if_open(s["request_id"]))
 
     async def _cancel_job_if_open(self, job_id: str) -> None:
-        job = gen_sql.get_job(self.p.store, job_id)
+        job = gen_sql.get_job(self.ctx.store, job_id)
         if job is not None and job["status"] in ("queued", "rendering"):
             await self._cancel_job(job_id)
 

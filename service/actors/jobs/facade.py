@@ -30,8 +30,8 @@ For a product step (products engineer), submit with `source="workflow"`,
 once per registration, synchronously inside the job actor, with the final status object
 (completed, failed, nsfw or canceled) right after that status is committed; it must not
 block: make it `lambda st: node.runs.tell(run_id, StepJobEnded(key, st))` (asks flow
-run -> job -> balance; a job only ever *tells* the run). Watchers are kept on the registry
-(`node.jobs.watchers`): they survive a job actor's crash and reload, not a node
+run -> job -> balance; a job only ever *tells* the run). Watchers are kept by the job's
+actor: they pass to its successor after a crash (`JobActor.adopt`), not across a node
 restart; after a restart the run actor re-registers with `await gen.watch(job_id, notify)`, which calls
 `notify` at once when the job is already final, so no ending is missed. To stop a step,
 `await gen.cancel(org_id, job_id)` (the hold is released; a render already running ends
@@ -43,17 +43,18 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import trio
 
-from service.actors.billing_messages import Release
-from service.actors.engine_queue import EngineQueues
-from service.actors.job_messages import Cancel, Notify, SlotGranted, Submit, Watch
-from service.actors.job_render import JobRegistry
-from service.actors.job_slots import ModelSlots
-from service.actors.job_uploads import CommitUpload, UploadsActor
-from service.actors.jobs import FINAL, JobActor
+from service.actors.balance.messages import Release
+from service.actors.jobs.actor import JobActor
+from service.actors.jobs.context import JobContext
+from service.actors.jobs.messages import Cancel, Notify, Progress, SlotGranted, Submit, Watch
+from service.actors.jobs.queues import EngineQueues
+from service.actors.jobs.record import job_status
+from service.actors.jobs.slots import ModelSlots
+from service.actors.jobs.uploads import CommitUpload, UploadsActor
 from service.actors.runtime import Registry
 from service.assets import StoreUnavailable, open_store
 from service.assets.signing import UrlSigner, load_secret
@@ -71,35 +72,35 @@ from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
 from service.storage import retention as retention_sql
 from service.views import jobs as views
-from service.views.shapes import JobStatus, Progress
+from service.views.shapes import JobStatus
 
 log = logging.getLogger(__name__)
+
+FINAL = views.FINAL
 
 
 class Generation:
     """The node's generation part: catalog, job registry, slots, files, signer, webhooks,
-    and the uploads registry (service.actors.job_uploads)."""
+    and the uploads registry (uploads.py). It reads rows and sends the job actors
+    messages; what a job owns lives in its actor."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node: Any) -> None:
         self.node = node
         self.settings = node.settings
         self.store = node.store
         self.clock = node.clock
         self.catalog = node.catalog
-        self.base_url = node.settings.public_base_url
+        self.base_url: str = node.settings.public_base_url
         self.files = open_store(node.settings)
         self.signer = UrlSigner(load_secret(node.settings.data_dir), self.base_url, node.clock)
-        self.jobs = JobRegistry(lambda key: JobActor(self), node.clock)
-        self.uploads = Registry("uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
+        self.jobs: Registry[JobActor] = Registry("jobs", lambda key: JobActor(self.context), node.clock)
+        self.uploads: Registry[UploadsActor] = Registry(
+            "uploads", lambda key: UploadsActor(self.store, self.files), node.clock)
         self.slots = ModelSlots(self._capacity, lambda job_id: self.jobs.tell(job_id, SlotGranted()))
         self.streams = node.streams
         self.decodes = DecodeGate()  # large decodes: one at a time, organizations in turn
         self.webhooks = JobWebhooks(node.store, node.clock, lambda: node.sender)
-        self.jobs.side_tasks.append(self.webhooks.run)
         self.keys = Gate(node.store, node.clock, table="idempotency_keys", id_field="job_id", detail="request_id")
-        # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
-        self.render_limiter = render_limiter()
-        self.progress_now: dict[str, Progress] = {}  # job id -> the engine's last progress, while rendering
         # engine models' waits and servers (the model list's `queue`, /metrics); pools are
         # read from node.engines, built after this part
         self.queues = EngineQueues(lambda: self.catalog, self.slots, lambda: node.engines.pools)
@@ -107,48 +108,36 @@ class Generation:
         # catalog reload (service/reload.py); every other job reads the catalog
         self.pinned: dict[str, Model] = {}
         self.chat_turns: dict[str, ChatTurn] = {}  # job id -> its front-door chat (service/http/openai_chat.py)
+        self.context = JobContext(
+            store=node.store, clock=node.clock, base_url=self.base_url, test_mode=node.settings.test_mode,
+            balances=node.balances, jobs=self.jobs, slots=self.slots, queues=self.queues, files=self.files,
+            streams=node.streams, metrics=node.metrics, keys=self.keys,
+            # CPU-bound render threads at once, per node (a limiter belongs to one trio run)
+            render_limiter=render_limiter(),
+            engine_render=lambda req, model: node.engines.render(req, model),  # engines: built after this part
+            model_for=self.model_for, unpin=lambda job_id: self.pinned.pop(job_id, None),
+            chat_for=lambda job_id: self.chat_turns.get(job_id), can_render=self.can_render)
 
     def model_for(self, job_id: str, model_id: str) -> Model | None:
         """The model definition a job runs with: the one it was submitted under."""
         pinned = self.pinned.get(job_id)
         return pinned if pinned is not None else self.catalog.model(model_id)
 
-    def publish(self, job: dict, status: dict | None = None) -> None:
-        """After a commit: the job's status object to the streams following it or its
-        project (service/streams; built only when one is open)."""
-        self.streams.publish((f"job:{job['id']}", f"project:{job['project_id']}"), "status",
-                             lambda: status or views.status_object(job, [], self.base_url), source=job["source"])
-        if job["status"] in FINAL:
-            self.streams.job_ended(job["id"])
-
-    def progress(self, job: dict, value: float, maximum: float, step: str | None = None) -> None:
-        """A render's progress (an engine's steps, or a built-in's own) to the streams
-        following the job, at most about 4 per second per job."""
-        data = {"request_id": job["id"], "value": value, "max": maximum, "step": step}
-        self.streams.progress(job["id"], (f"job:{job['id']}", f"project:{job['project_id']}"), lambda: data,
-                              source=job["source"])
-
     def engine_progress(self, req: RenderRequest, value: float, maximum: float, step: str | None) -> None:
-        """An engine's progress message: kept for the job's status (`progress`) and sent to
-        the streams following it."""
-        if req.job_id not in self.jobs.renders:
-            return
-        self.progress_now[req.job_id] = {"value": value, "max": maximum, "step": step}
-        job = sql.get_job(self.store, req.job_id)
-        if job is not None:
-            self.progress(job, value, maximum, step)
+        """An engine's progress message, to the job's actor (it keeps it while rendering)."""
+        actor = self.jobs.peek(req.job_id)
+        if actor is not None and actor.render is not None:
+            self.jobs.tell(req.job_id, Progress(value, maximum, step))
 
-    def balances(self) -> Registry:
-        return self.node.balances
+    def runnable(self, model: Model) -> bool:
+        ok: bool = self.node.runnable(model)
+        return ok
 
-    def runnable(self, model) -> bool:
-        return self.node.runnable(model)
-
-    def can_render(self, job: dict) -> bool:
+    def can_render(self, model_id: str, backend: str) -> bool:
         """Whether a job left queued or rendering by a restart can still run here."""
-        m = self.catalog.model(job["model"])
-        if m is None or m.backend != job["backend"]:
-            return runnable(job["backend"])  # a built-in the catalog no longer lists still runs
+        m = self.catalog.model(model_id)
+        if m is None or m.backend != backend:
+            return runnable(backend)  # a built-in the catalog no longer lists still runs
         return m.engine is not None or runnable(m.backend)
 
     def _capacity(self, model_id: str) -> int:
@@ -162,12 +151,8 @@ class Generation:
         job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
         if job is None:
             return None
-        outputs = sql.assets_of_jobs(self.store, [job_id])[job_id]
-        status = views.status_object(job, outputs, self.base_url)
-        progress = self.progress_now.get(job_id)
-        if progress is not None and job["status"] == "rendering":
-            status["progress"] = progress
-        return status
+        actor = self.jobs.peek(job_id)
+        return job_status(self.store, self.base_url, job, actor.progress if actor is not None else None)
 
     def list_statuses(self, project_id: str, limit: int) -> list[JobStatus]:
         jobs = sql.list_jobs(self.store, project_id, limit)
@@ -181,19 +166,20 @@ class Generation:
                     for r in sql.assets_in_org(self.store, org_id, ids)}
         return resolve
 
-    def capabilities_view(self) -> list[dict]:
-        return self.catalog.capabilities_view(self.runnable)
+    def capabilities_view(self) -> list[dict[str, Any]]:
+        view: list[dict[str, Any]] = self.catalog.capabilities_view(self.runnable)
+        return view
 
-    def models_view(self) -> list[dict]:
+    def models_view(self) -> list[dict[str, Any]]:
         """The catalog's list; an engine model also carries `queue` (engine_queue.py)."""
-        out = self.catalog.models_view(self.runnable)
+        out: list[dict[str, Any]] = self.catalog.models_view(self.runnable)
         for item in out:
             queue = self.queues.view(item["id"])
             if queue is not None:
                 item["queue"] = queue
         return out
 
-    def estimate(self, body: dict) -> dict:
+    def estimate(self, body: dict[str, Any]) -> dict[str, Any]:
         """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
         `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
         out = estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
@@ -208,7 +194,7 @@ class Generation:
         if limit > 0:
             check_active_jobs(sql.active_jobs(self.store, org_id), limit)
 
-    async def inspect_upload(self, path, declared_type: str | None, org_id: str) -> MediaInfo:
+    async def inspect_upload(self, path: Path, declared_type: str | None, org_id: str) -> MediaInfo:
         """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
         is not accepted. An image, or a video frame, over LARGE_DECODE pixels (read from
         its header first) decodes only with a slot of the node's decode gate, shared by
@@ -220,40 +206,44 @@ class Generation:
 
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
-             body: dict) -> Plan:
+             body: dict[str, Any]) -> Plan:
         return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=self.runnable,
                            resolve_inputs=self.resolve_inputs(org_id), project_id=project_id,
                            base_url=self.base_url)
 
     async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
                      webhook_url: str | None = None, workflow_run_id: str | None = None,
-                     notify: Notify | None = None, idempotency: dict | None = None,
-                     job_id: str | None = None, api_key_id: str | None = None) -> dict:
+                     notify: Notify | None = None, idempotency: dict[str, Any] | None = None,
+                     job_id: str | None = None, api_key_id: str | None = None) -> dict[str, Any]:
         job_id = job_id or str(uuid.uuid4())
-        return await self.jobs.ask(job_id, Submit(org_id, project_id, plan, source, workflow_run_id,
-                                                  webhook_url, notify, idempotency, api_key_id))
+        accepted: dict[str, Any] = await self.jobs.ask(
+            job_id, Submit(org_id, project_id, plan, source, workflow_run_id, webhook_url, notify, idempotency,
+                           api_key_id))
+        return accepted
 
-    async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable) -> dict:
+    async def idempotent(self, org_id: str, key: str | None, request_hash: str | None, make: Callable[..., Any]) -> dict[str, Any]:
         """`await make(claim)` once per (organization, key) within 24 h: the one flow of
         service/idempotency.py (`Gate.once`), as run starts use it. The same key with the same
         request hash returns the first 202 body (no second job or hold); with another: 422."""
         return await self.keys.once(org_id, key, request_hash, make)
 
-    async def cancel(self, org_id: str, job_id: str) -> dict:
+    async def cancel(self, org_id: str, job_id: str) -> dict[str, Any]:
         job = sql.job_in_org(self.store, org_id, job_id)
         if job is None:
             raise NotFound("Generation request not found.")
         if job["status"] in FINAL:
             return self.status(job_id)  # type: ignore[return-value]
-        return await self.jobs.ask(job_id, Cancel(org_id))
+        status: dict[str, Any] = await self.jobs.ask(job_id, Cancel(org_id))
+        return status
 
     async def watch(self, job_id: str, notify: Notify) -> None:
         await self.jobs.ask(job_id, Watch(notify))
 
-    async def commit_upload(self, org_id: str, row: dict, temp: Path) -> dict:
+    async def commit_upload(self, org_id: str, row: dict[str, Any], temp: Path) -> dict[str, Any]:
         """Hand an uploaded file (complete in `temp`) and its asset row to the organization's
         uploads actor: from this call on it owns the temp file (service/actors/job_uploads.py)."""
-        return await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
+        asset: dict[str, Any] = await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
+        return asset
 
     # start ----------------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -279,7 +269,7 @@ class Generation:
         for hold in sql.orphan_holds(self.store):
             log.info("hold %s has no job (stopped while submitting); releasing it", hold["id"])
             try:
-                await self.balances().ask(hold["organization_id"], Release(hold["id"]))
+                await self.node.balances.ask(hold["organization_id"], Release(hold["id"]))
             except ServiceError as e:
                 log.error("hold %s: release failed: %r", hold["id"], e)
         rows = sql.jobs_to_recover(self.store)
@@ -287,6 +277,6 @@ class Generation:
             if job["status"] in ("queued", "rendering"):
                 self.slots.acquire(job["model"], job["id"])  # the line keeps this order
         for job in rows:
-            self.jobs.get(job["id"])  # the actor loads and resumes itself
+            self.jobs.get(job["id"])  # the actor loads and resumes itself (its Resume message)
         if rows:
             log.info("generation: %d jobs resumed or settled after a stop", len(rows))

@@ -1,5 +1,5 @@
-"""Op steps off the actor loop: the run registry's background nursery and the op task (free
-local media work in a worker thread), which only reports `OpDone` to its run actor."""
+"""Op steps off the actor loop: the op task (free local media work in a worker thread), run in
+its run actor's `tasks` nursery; it only reports `OpDone` to the actor."""
 
 from __future__ import annotations
 
@@ -7,41 +7,23 @@ import logging
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import trio
 
-from service.actors.run_messages import OpDone, OpHandle
-from service.actors.runtime import Registry
+from service.actors.runs.context import RunContext
+from service.actors.runs.messages import OpDone, OpHandle
 from service.backends import MSG_INTERNAL
 
-if TYPE_CHECKING:
-    from service.actors.products import Products
-
 log = logging.getLogger(__name__)
-
-
-class RunRegistry(Registry):
-    """The run actors plus a background nursery for op tasks. `ops[(run_id, key)]` is a
-    running op until its actor has taken the `OpDone`."""
-
-    def __init__(self, factory, clock) -> None:
-        super().__init__("runs", factory, clock)
-        self.ops: dict[tuple[str, str], OpHandle] = {}
-        self.background: trio.Nursery | None = None
-
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as bg:
-            self.background = bg
-            await bg.start(Registry.run, self)
-            task_status.started()
 
 
 # -- op steps (worker thread) -------------------------------------------------------------------
 AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
 
 
-def run_op(files, work: Path, op: str, args: dict, sha256: str, duration_s: float | None) -> dict:
+def run_op(files: Any, work: Path, op: str, args: dict[str, Any], sha256: str,
+           duration_s: float | None) -> dict[str, Any]:
     """Run one op on the input whose digest is `sha256` (a video's `duration_s`); place the PNG it makes
     in `files`; answer the new asset's fields.
 
@@ -71,13 +53,14 @@ def run_op(files, work: Path, op: str, args: dict, sha256: str, duration_s: floa
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def op_task(products: Products, run: dict, key: str, handle: OpHandle, op: str, args: dict,
-                   src: dict) -> None:
-    asset = error = None
-    work = products.files.work / f"run-{run['id']}-{key}"
+async def op_task(ctx: RunContext, run: dict[str, Any], key: str, handle: OpHandle, op: str,
+                  args: dict[str, Any], src: dict[str, Any]) -> None:
+    asset: dict[str, Any] | None = None
+    error: str | None = None
+    work = ctx.files.work / f"run-{run['id']}-{key}"
     try:
         with handle.scope:
-            fields = await trio.to_thread.run_sync(run_op, products.files, work, op, args,
+            fields = await trio.to_thread.run_sync(run_op, ctx.files, work, op, args,
                                                    src["sha256"], src["duration_s"],
                                                    abandon_on_cancel=True)
             asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
@@ -88,4 +71,4 @@ async def op_task(products: Products, run: dict, key: str, handle: OpHandle, op:
         asset, error = None, MSG_INTERNAL
     if handle.scope.cancelled_caught:
         asset, error = None, None
-    products.runs.tell(run["id"], OpDone(key, handle, asset, error))
+    ctx.runs.tell(run["id"], OpDone(key, handle, asset, error))

@@ -29,12 +29,14 @@ import logging
 import uuid
 from typing import Any
 
-from service.actors.billing_messages import SpendCheck
-from service.actors.run_messages import CancelRun, Create, StepJobEnded
-from service.actors.run_ops import RunRegistry
-from service.actors.runs import RunActor
+from service.actors.balance.messages import SpendCheck
+from service.actors.runs.actor import RunActor
+from service.actors.runs.context import RunContext, run_view
+from service.actors.runs.messages import CancelRun, Create
+from service.actors.runtime import Registry
 from service.assets.signing import load_secret
 from service.catalog import products as catalog_products
+from service.catalog.catalog import Model
 from service.errors import InsufficientCredits, NotFound, ServiceError
 from service.idempotency import Claim, Gate
 from service.idempotency import request_hash as idem_hash
@@ -53,48 +55,35 @@ log = logging.getLogger(__name__)
 class Products:
     """The node's product part: the run registry and what the HTTP routes call."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node: Any) -> None:
         self.node = node
         self.store = node.store
         self.clock = node.clock
-        self.base_url = node.settings.public_base_url
-        self.runs = RunRegistry(lambda key: RunActor(self), node.clock)
+        self.base_url: str = node.settings.public_base_url
+        self.runs: Registry[RunActor] = Registry("runs", lambda key: RunActor(self.context), node.clock)
         self.cursor_key = cursor_key(load_secret(node.settings.data_dir))
         self.keys = Gate(node.store, node.clock, table="product_run_keys", id_field="run_id", detail="run_id")
+        self.context = RunContext(store=node.store, clock=node.clock, base_url=self.base_url, runs=self.runs,
+                                  jobs=node.generation, files=node.generation.files, streams=node.streams,
+                                  keys=self.keys)
 
     @property
-    def generation(self):
+    def generation(self) -> Any:
         return self.node.generation
 
     @property
-    def files(self):
+    def files(self) -> Any:
         return self.node.generation.files
 
     @property
-    def catalog(self):
+    def catalog(self) -> Any:
         return self.node.catalog
 
-    def notifier(self, run_id: str, key: str, job_id: str):
-        runs = self.runs
-
-        def notify(status: dict) -> None:
-            runs.tell(run_id, StepJobEnded(key, job_id, status))
-
-        return notify
-
     # views ----------------------------------------------------------------------------------
-    def publish(self, run: dict, steps: dict[str, dict], view: dict | None = None) -> None:
-        """After a commit: the run object to the streams following it or its project (its
-        view, which reads the run's assets, is built only when one is open)."""
-        self.node.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
-                                  lambda: view or self.view_of(run, list(steps.values())), source="workflow")
+    def view_of(self, run: dict[str, Any], steps: list[dict[str, Any]]) -> ProductRun:
+        return run_view(self.store, self.base_url, run, steps)
 
-    def view_of(self, run: dict, steps: list[dict]) -> ProductRun:
-        ids = run_views.asset_ids_of(run, steps)
-        assets = {r["id"]: r for r in gen_sql.assets_in_org(self.store, run["organization_id"], ids)} if ids else {}
-        return run_views.run_view(run, steps, assets, self.base_url)
-
-    def views_of(self, runs: list[dict]) -> list[ProductRun]:
+    def views_of(self, runs: list[dict[str, Any]]) -> list[ProductRun]:
         """Many runs at once (three queries)."""
         if not runs:
             return []
@@ -115,31 +104,32 @@ class Products:
         return self.views_of(sql.list_runs(self.store, project_id, limit, product))
 
     # products -------------------------------------------------------------------------------
-    def runnable(self, model) -> bool:
-        return self.node.runnable(model)
+    def runnable(self, model: Model) -> bool:
+        ok: bool = self.node.runnable(model)
+        return ok
 
-    def product_or_404(self, slug: str):
+    def product_or_404(self, slug: str) -> Any:
         p = catalog_products.product(slug)
         if p is None:
             raise NotFound("Product not found.", {"product": slug})
         return p
 
-    def product_view(self, p, values=None) -> dict:
+    def product_view(self, p: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
         return catalog_products.product_view(p, self.catalog, self.runnable, values)
 
-    def values_for(self, p, org_id: str, project_id: str, inputs: Any) -> dict:
+    def values_for(self, p: Any, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
         return catalog_products.validate_run_inputs(
             p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
 
-    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict:
+    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project_id, inputs)
         return self.product_view(p, values)
 
     # runs -----------------------------------------------------------------------------------
-    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict,
+    async def start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict[str, Any],
                     idempotency_key: str | None = None, request_hash: str | None = None,
-                    api_key_id: str | None = None) -> dict:
+                    api_key_id: str | None = None) -> dict[str, Any]:
         if idempotency_key is None:
             return await self._start(org_id, user_id, slug, inputs, project, None, api_key_id)
         if request_hash is None:
@@ -148,8 +138,9 @@ class Products:
                                     lambda claim: self._start(org_id, user_id, slug, inputs, project, claim,
                                                               api_key_id))
 
-    async def _start(self, org_id, user_id, slug, inputs, project, idempotency: Claim | None,
-                     api_key_id: str | None = None) -> dict:
+    async def _start(self, org_id: str, user_id: str | None, slug: str, inputs: Any, project: dict[str, Any],
+                     idempotency: dict[str, Any] | None,
+                     api_key_id: str | None = None) -> dict[str, Any]:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project["id"], inputs)
         estimate_uc = catalog_products.require_available(p, self.catalog, self.runnable, values)
@@ -174,7 +165,8 @@ class Products:
              "error": None, "started_at": None, "finished_at": None}
             for i, s in enumerate(p.steps)
         ]
-        return await self.runs.ask(run_id, Create(run, steps, idempotency))
+        view: dict[str, Any] = await self.runs.ask(run_id, Create(run, steps, idempotency))
+        return view
 
     async def cancel(self, org_id: str, run_id: str) -> ProductRun:
         run = sql.run_in_org(self.store, org_id, run_id)
@@ -182,7 +174,8 @@ class Products:
             raise NotFound("Run not found.")
         if RUN.is_final(run["status"]):
             return self.view_of(run, sql.steps_of(self.store, run_id))
-        return await self.runs.ask(run_id, CancelRun())
+        view: ProductRun = await self.runs.ask(run_id, CancelRun())
+        return view
 
     # start ----------------------------------------------------------------------------------
     async def recover(self) -> None:

@@ -50,9 +50,9 @@ from typing import Any, Callable
 
 import trio
 
-from service.actors.billing_messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
+from service.actors.balance.messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
                                             SpendCheck, Stop, Sync)
-from service.actors.runtime import Actor, Deferred, fail
+from service.actors.runtime import Actor, Deferred, fail, on
 from service.clock import iso, parse_iso
 from service.credits.book import CreditBook, Unread
 from service.credits.limits import month_of
@@ -63,12 +63,18 @@ from service.storage import billing as sql
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_UC", "SIGNUP_DAYS", "SIGNUP_UC", "BalanceActor"]
+__all__ = ["MAX_UC", "SIGNUP_DAYS", "SIGNUP_UC", "BalanceActor", "signup_grant"]
 
 RECENT = 4096      # committed settled holds kept in memory for idempotent repeats; older ones come
                    # from the DB (holds settled by a batch still in flight are kept apart until it commits)
 SIGNUP_UC = 200 * 1_000_000
 SIGNUP_DAYS = 30
+
+
+def signup_grant(org_id: str, now: float) -> Grant:
+    """The signup lot of an approved organization: once per organization (its grant id)."""
+    return Grant(grant_id=f"signup:{org_id}", amount_uc=SIGNUP_UC, source="signup",
+                 expires_at=now + SIGNUP_DAYS * 86400, reason="Signup credit")
 
 UNAVAILABLE = "The balance could not be updated; try again."
 IN_FLIGHT = 2      # batches decided but not yet committed: one committing, the next queued behind it
@@ -83,7 +89,7 @@ class ChainBroken(Exception):
 class _Batch:
     __slots__ = ("replies", "epoch", "prev", "trace", "settled", "item", "done", "ok")
 
-    def __init__(self, replies, epoch, prev, trace, settled) -> None:
+    def __init__(self, replies: list[Any], epoch: int, prev: Any, trace: Any, settled: Any) -> None:
         self.replies = replies
         self.settled = settled
         self.epoch = epoch
@@ -106,7 +112,7 @@ def _expiry(expires_at: float) -> tuple[float, str]:
 
 
 class BalanceActor(Actor):
-    def __init__(self, node, org_id: str, *, trace: list | None = None) -> None:
+    def __init__(self, node: Any, org_id: str, *, trace: list[Any] | None = None) -> None:
         self.store = node.store
         self.clock = node.clock
         self.org_id = org_id
@@ -121,7 +127,7 @@ class BalanceActor(Actor):
         self._iso_prefix = ""
 
     @property
-    def lots(self) -> dict:
+    def lots(self) -> dict[str, Any]:
         """The book's lots by id (read-only use: tests look up a granted lot's deadline)."""
         return self.book.lots
 
@@ -224,7 +230,7 @@ class BalanceActor(Actor):
         if not w.empty():
             org_id, link = self.org_id, [self._last_write]
 
-            def write(conn):
+            def write(conn: Any) -> Any:
                 prev, link[0] = link[0], None  # drop the link: history must not stay reachable
                 if prev is not None and (prev.error is not None or not prev.result):
                     raise ChainBroken(f"balance {org_id}: the previous batch did not commit")
@@ -289,15 +295,16 @@ class BalanceActor(Actor):
             self._slots.release()
 
     def _apply(self, m: Any) -> Any:
-        handler = HANDLERS.get(type(m))
-        if handler is None:
-            return fail(TypeError(f"balance actor: unknown message {type(m).__name__}"))
+        try:
+            handler = self.handler_for(m)
+        except TypeError as e:
+            return fail(e)
         try:
             try:
-                return handler(self, m)
+                return handler(m)
             except Unread as e:  # a hold id left unread is about to be refused: read it, decide again
                 self._lookup([e.hold_id])
-                return handler(self, m)
+                return handler(m)
         except ApiError as e:  # validation happens before any mutation
             return fail(e)
 
@@ -369,47 +376,49 @@ class BalanceActor(Actor):
         return w
 
     # -- the messages: the book decides, the actor answers ---------------------------------------
+    @on(PlaceHold)
     def _place(self, m: PlaceHold) -> Any:
         return self.book.place(m.hold_id, m.amount_uc, m.job_id, m.workflow_run_id, m.project_id, m.description,
                                m.api_key_id)
 
+    @on(LimitPut)
     def _limit(self, m: LimitPut) -> Any:
         return self.book.put_limit(m.scope, m.scope_id, m.limit_uc)
 
+    @on(SpendCheck)
     def _check(self, m: SpendCheck) -> Any:
         return self.book.check_spend(m.amount_uc, m.project_id, m.api_key_id)
 
+    @on(Capture)
     def _capture(self, m: Capture) -> Any:
         return self.book.capture(m.hold_id, m.amount_uc)
 
+    @on(Release)
     def _release(self, m: Release) -> Any:
         return self.book.release(m.hold_id)
 
+    @on(Grant)
     def _grant(self, m: Grant) -> Any:
         return self.book.grant(m.grant_id, m.source, m.amount_uc, m.expires_at, m.reason)
 
+    @on(SettingsPut)
     def _settings(self, m: SettingsPut) -> Any:
         self.book.put_settings(m.low_balance_threshold_uc)
         return sql.settings_view(self.book.threshold, self.book.notified_at)
 
-    def _snapshot(self, m: Snapshot) -> dict:
+    @on(Snapshot)
+    def _snapshot(self, m: Snapshot) -> dict[str, Any]:
         return self.state()
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """Canonical memory state; a fresh actor loaded from the DB must give the same."""
         return self.book.state()
 
-    def _sync(self, m: Sync) -> dict:
+    @on(Sync)
+    def _sync(self, m: Sync) -> dict[str, Any]:
         return {"available_uc": self.book.available, "held_uc": self.book.held}
 
+    @on(Stop)
     def _stop(self, m: Stop) -> None:
         self.done = True
         return None
-
-
-HANDLERS: dict[type, Callable[[BalanceActor, Any], Any]] = {
-    PlaceHold: BalanceActor._place, Capture: BalanceActor._capture, Release: BalanceActor._release,
-    Grant: BalanceActor._grant, SettingsPut: BalanceActor._settings, Snapshot: BalanceActor._snapshot,
-    Sync: BalanceActor._sync, Stop: BalanceActor._stop, LimitPut: BalanceActor._limit,
-    SpendCheck: BalanceActor._check,
-}

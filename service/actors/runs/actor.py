@@ -1,7 +1,7 @@
-"""Product runs: one actor per run (machines.RUN / machines.STEP; registry `node.runs`, key =
-run id). The facade routes call is `Products` (service/actors/products.py); the messages are in
-service/actors/run_messages.py, op steps in service/actors/run_ops.py, effects in
-service/actors/run_effects.py; what is left here is the run's own state machine.
+"""The run actor: the one owner of a product run (machines.RUN / machines.STEP; registry
+`node.runs`, key = run id). It holds the run, its steps and its running op tasks (in its
+`tasks` nursery); the facade (facade.py) only reads rows and sends it messages
+(messages.py); op steps are in ops.py, effects in effects.py.
 
 The run (machines.RUN / machines.STEP)
 ======================================
@@ -15,7 +15,7 @@ The run (machines.RUN / machines.STEP)
     request_id>)`; the job's submit places its hold. A refusal at that moment (402 when the
     balance was used up meanwhile, or a 422/503 of the submit rules) fails the step and the
     run. The job tells the run when it ends (`StepJobEnded`).
-  - an op step (free local processing) runs in a worker thread in the registry's background
+  - an op step (free local processing) runs in a worker thread in the actor's `tasks`
     nursery and reports `OpDone`; its output is stored as an asset of the run's project
     (`source` `workflow`, no job) in the same transaction as the step's completion.
 - A step's `outputs` are committed as soon as it completes. When every step is completed
@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
-from service.actors.run_messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
-from service.actors.run_ops import op_task
-from service.actors.run_effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, actual_uc, after
-from service.actors.runtime import Actor
+from service.actors.effects import after
+from service.actors.runs.context import RunContext
+from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, actual_uc
+from service.actors.runs.messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
+from service.actors.runs.ops import op_task
+from service.actors.runtime import Actor, on
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
 from service.catalog.product_types import Product
@@ -59,9 +61,7 @@ from service.idempotency import KeyTaken, key_taken
 from service.machines import RUN
 from service.storage import generation as gen_sql
 from service.storage import products as sql
-
-if TYPE_CHECKING:
-    from service.actors.products import Products
+from service.views.shapes import ProductRun
 
 log = logging.getLogger(__name__)
 
@@ -85,32 +85,55 @@ def limit_message(e: SpendLimitReached) -> str:
 
 # -- the actor --------------------------------------------------------------------------------
 class RunActor(RunEffects, Actor):
-    def __init__(self, products: Products) -> None:
-        self.p = products
-        self.run: dict | None = None
-        self.steps: dict[str, dict] = {}
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.run: dict[str, Any] | None = None
+        self.steps: dict[str, dict[str, Any]] = {}
         self.product: Product | None = None
-        self.values: dict = {}
+        self.values: dict[str, Any] = {}
         self.resume_due = False
+        self.ops: dict[str, OpHandle] = {}  # step key -> its running op, until its OpDone is taken
+
+    def adopt(self, previous: Actor) -> None:
+        if isinstance(previous, RunActor):
+            self.ops = previous.ops
 
     @property
     def run_id(self) -> str:
-        return self.key
+        key: str = self.key
+        return key
+
+    def notifier(self, key: str, job_id: str) -> Callable[[dict[str, Any]], None]:
+        """A step job's watcher: its ending comes back to this run as a message."""
+        runs, run_id = self.ctx.runs, self.run_id
+
+        def notify(status: dict[str, Any]) -> None:
+            runs.tell(run_id, StepJobEnded(key, job_id, status))
+
+        return notify
+
+    def _publish(self, view: ProductRun | None = None) -> None:
+        """After a commit: the run object to the streams following it or its project (its
+        view, which reads the run's assets, is built only when one is open)."""
+        run, steps = self.run, list(self.steps.values())
+        assert run is not None
+        self.ctx.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
+                                 lambda: view or self.ctx.view_of(run, steps), source="workflow")
 
     def _final(self) -> bool:
         return self.run is not None and RUN.is_final(self.run["status"])
 
     def _maybe_done(self) -> None:
-        if self.run is None or (self._final() and not any(k[0] == self.run_id for k in self.p.runs.ops)):
+        if self.run is None or (self._final() and not self.ops):
             self.done = True
 
     # loading and resuming -------------------------------------------------------------------
     async def load(self) -> None:
-        run = sql.get_run(self.p.store, self.run_id)
+        run = sql.get_run(self.ctx.store, self.run_id)
         self.run = run
         if run is None:
             return
-        self.steps = {s["key"]: s for s in sql.steps_of(self.p.store, self.run_id)}
+        self.steps = {s["key"]: s for s in sql.steps_of(self.ctx.store, self.run_id)}
         self.values = json.loads(run["run_values"])
         self.product = catalog_products.product_by_version(run["product"], run["product_version"])
         if self._final():
@@ -139,46 +162,31 @@ class RunActor(RunEffects, Actor):
             if step["status"] != "running":
                 continue
             if step["capability"] is not None:
-                if gen_sql.get_job(self.p.store, step["request_id"]) is None:
+                if gen_sql.get_job(self.ctx.store, step["request_id"]) is None:
                     await self._submit(key)  # stopped between the step's commit and its job's
                 else:
                     await self._watch(key)
-            elif (self.run_id, key) not in self.p.runs.ops:
+            elif key not in self.ops:
                 self._start_op(key)
         await self._advance()
 
     # messages -------------------------------------------------------------------------------
-    async def handle(self, msg: Any) -> Any:
-        if isinstance(msg, StepJobEnded):
-            await self._job_ended(msg)
-            return None
-        if isinstance(msg, OpDone):
-            await self._op_done(msg)
-            return None
-        if isinstance(msg, Advance):
-            await self._advance()
-            return None
-        if isinstance(msg, CancelRun):
-            return await self._cancel()
-        if isinstance(msg, Create):
-            return await self._create(msg)
-        raise TypeError(f"run actor: unknown message {type(msg).__name__}")
-
-    async def _create(self, msg: Create) -> dict:
+    @on(Create)
+    async def _create(self, msg: Create) -> ProductRun:
         if self.run is not None:  # the same run id twice: the run exists
-            return self.p.view_of(self.run, list(self.steps.values()))
+            return self.ctx.view_of(self.run, list(self.steps.values()))
         run, steps = dict(msg.run), [dict(s) for s in msg.steps]
-        view = self.p.view_of(run, steps)
+        view = self.ctx.view_of(run, steps)
         idem = msg.idempotency
-        now = self.p.clock.now()
+        now = self.ctx.clock.now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.insert_run(conn, run, steps)
             if idem is not None:
-                self.p.keys.put(conn, idem, run["id"], view, now)
+                self.ctx.keys.put(conn, idem, run["id"], view, now)
 
         try:
-            await self.p.store.write(tx)
+            await self.ctx.store.write(tx)
         except Exception as e:
             self.done = True
             if idem is not None and key_taken(e):
@@ -188,8 +196,8 @@ class RunActor(RunEffects, Actor):
         self.steps = {s["key"]: s for s in steps}
         self.values = json.loads(run["run_values"])
         self.product = catalog_products.product_by_version(run["product"], run["product_version"])
-        self.p.publish(run, self.steps, view)
-        self.p.runs.tell(self.run_id, Advance())
+        self._publish(view)
+        self.ctx.runs.tell(self.run_id, Advance())
         return view
 
     # advancing ------------------------------------------------------------------------------
@@ -197,8 +205,8 @@ class RunActor(RunEffects, Actor):
         return {k: json.loads(s["outputs"]) if isinstance(s["outputs"], str) else list(s["outputs"])
                 for k, s in self.steps.items() if s["status"] == "completed"}
 
-    async def _write(self, run_fields: dict, step_fields: dict[str, dict], extra=None) -> None:
-        def tx(conn):
+    async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra: Any = None) -> None:
+        def tx(conn: Any) -> Any:
             if extra is not None:
                 extra(conn)
             for key, f in step_fields.items():
@@ -206,13 +214,17 @@ class RunActor(RunEffects, Actor):
             if run_fields:
                 sql.update_run(conn, self.run_id, run_fields)
 
-        await self.p.store.write(tx)
+        await self.ctx.store.write(tx)
         for key, f in step_fields.items():
             self.steps[key].update(f)
         self.run.update(run_fields)  # type: ignore[union-attr]
-        self.p.publish(self.run, self.steps)
+        self._publish()
 
-    async def _advance(self, finished: dict[str, dict] | None = None, extra=None) -> None:
+    @on(Advance)
+    async def _advance_msg(self, msg: Advance) -> None:
+        await self._advance()
+
+    async def _advance(self, finished: dict[str, dict[str, Any]] | None = None, extra: Any = None) -> None:
         """Start the steps that are ready (or complete the run). `finished` are step fields of
         a step that just completed (already applied in memory) and `extra` a write of its
         asset: they commit in the same transaction as the starts, one commit per move."""
@@ -228,11 +240,11 @@ class RunActor(RunEffects, Actor):
         done = {k for k, s in self.steps.items() if s["status"] == "completed"}
         started = {k for k, s in self.steps.items() if s["status"] != "pending"}
         ready = [s.key for s in catalog_products.ready_steps(self.product, done, started)]
-        now = self.p.clock.iso_now()
-        run_fields: dict = {}
+        now = self.ctx.clock.iso_now()
+        run_fields: dict[str, Any] = {}
         if ready and self.run["status"] == "queued":
             run_fields = {"status": RUN_EFFECTS.apply(self, "queued", "start").new, "started_at": now}
-        step_fields: dict[str, dict] = dict(finished)
+        step_fields: dict[str, dict[str, Any]] = dict(finished)
         starts = [STEP_EFFECTS.apply(self, self.steps[key]["status"], "start", key=key) for key in ready]
         for st in starts:
             step_fields[st.facts["key"]] = {"status": st.new, "started_at": now, **st.fields}
@@ -249,10 +261,10 @@ class RunActor(RunEffects, Actor):
         step = self.steps[key]
         run = self.run
         assert run is not None and self.product is not None
-        gen = self.p.generation
+        gen = self.ctx.jobs
         job_id = step["request_id"]
         definition = self.product.step(key)
-        notify = self.p.notifier(self.run_id, key, job_id)
+        notify = self.notifier(key, job_id)
         try:
             body = catalog_products.step_body(definition, self.values, self._outputs_by_step())
             plan = gen.plan(run["organization_id"], run["project_id"], capability=definition.capability,
@@ -291,7 +303,7 @@ class RunActor(RunEffects, Actor):
     async def _watch(self, key: str) -> None:
         job_id = self.steps[key]["request_id"]
         try:
-            await self.p.generation.watch(job_id, self.p.notifier(self.run_id, key, job_id))
+            await self.ctx.jobs.watch(job_id, self.notifier(key, job_id))
         except NotFound:
             await self._fail(key, MSG_INTERNAL)
 
@@ -300,21 +312,22 @@ class RunActor(RunEffects, Actor):
         assert run is not None and self.product is not None
         definition = self.product.step(key)
         handle = OpHandle()
-        self.p.runs.ops[(self.run_id, key)] = handle
+        self.ops[key] = handle
         try:
             args = catalog_products.step_body(definition, self.values, self._outputs_by_step())
             ids = args.get("video") or args.get("image") or []
-            src = gen_sql.get_asset(self.p.store, ids[0]) if ids else None
+            src = gen_sql.get_asset(self.ctx.store, ids[0]) if ids else None
         except Exception:  # noqa: BLE001 - reported as the step's failure
             log.exception("run %s: op step %s: bad arguments", self.run_id, key)
             src = None
         if src is None:
-            self.p.runs.tell(self.run_id, OpDone(key, handle, None, MSG_INTERNAL))
+            self.ctx.runs.tell(self.run_id, OpDone(key, handle, None, MSG_INTERNAL))
             return
-        assert self.p.runs.background is not None and definition.op is not None  # an op step names its op
-        self.p.runs.background.start_soon(op_task, self.p, run, key, handle, definition.op, args, src)
+        assert definition.op is not None  # an op step names its op
+        self.tasks.start_soon(op_task, self.ctx, run, key, handle, definition.op, args, src)
 
     # step endings ---------------------------------------------------------------------------
+    @on(StepJobEnded)
     async def _job_ended(self, msg: StepJobEnded) -> None:
         step = self.steps.get(msg.key)
         if (self.run is None or self._final() or step is None or step["status"] != "running"
@@ -332,11 +345,11 @@ class RunActor(RunEffects, Actor):
         elif status == "canceled":
             await self._fail(msg.key, MSG_JOB_CANCELED)
 
+    @on(OpDone)
     async def _op_done(self, msg: OpDone) -> None:
-        ops = self.p.runs.ops
-        if ops.get((self.run_id, msg.key)) is not msg.token:
+        if self.ops.get(msg.key) is not msg.token:
             return  # stale report
-        del ops[(self.run_id, msg.key)]
+        del self.ops[msg.key]
         step = self.steps.get(msg.key)
         if self.run is None or self._final() or step is None or step["status"] != "running":
             self._maybe_done()
@@ -344,23 +357,23 @@ class RunActor(RunEffects, Actor):
         if msg.error is not None or msg.asset is None:
             await self._fail(msg.key, msg.error or MSG_INTERNAL)
             return
-        asset = {**msg.asset, "created_at": self.p.clock.iso_now()}
+        asset = {**msg.asset, "created_at": self.ctx.clock.iso_now()}
         await self._step_completed(msg.key, [asset["id"]], 0,
                                    extra=lambda conn: gen_sql.insert_asset(conn, asset))
 
-    async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra=None) -> None:
+    async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra: Any = None) -> None:
         st = STEP_EFFECTS.apply(self, self.steps[key]["status"], "finish", outputs=outputs, cost_uc=cost_uc)
-        fields = {"status": st.new, **st.fields, "finished_at": self.p.clock.iso_now()}
+        fields = {"status": st.new, **st.fields, "finished_at": self.ctx.clock.iso_now()}
         # memory first, so the advance sees the step done; if the write fails the actor
         # crashes and reloads from SQLite, where the step is still running
         self.steps[key].update(fields)
         await self._advance({key: fields}, extra)
 
-    async def _complete(self, finished: dict[str, dict] | None = None, extra=None) -> None:
+    async def _complete(self, finished: dict[str, dict[str, Any]] | None = None, extra: Any = None) -> None:
         assert self.run is not None and self.product is not None
         rs = RUN_EFFECTS.apply(self, self.run["status"], "all_done")
         await self._write({"status": rs.new, **rs.fields, "actual_uc": self._spent(),
-                           "finished_at": self.p.clock.iso_now()}, dict(finished or {}), extra)
+                           "finished_at": self.ctx.clock.iso_now()}, dict(finished or {}), extra)
         self._maybe_done()
 
     def _spent(self) -> int:
@@ -372,14 +385,14 @@ class RunActor(RunEffects, Actor):
         the effects of the RUN row (cancel_unfinished, release_failed)."""
         run = self.run
         assert run is not None
-        now = self.p.clock.iso_now()
-        step_fields: dict[str, dict] = {}
+        now = self.ctx.clock.iso_now()
+        step_fields: dict[str, dict[str, Any]] = {}
         failed = self.steps.get(failed_key) if failed_key is not None else None
         if failed is not None and failed["status"] not in STEP_FINAL:
             step_fields[failed_key] = {"status": STEP_EFFECTS.apply(self, failed["status"], "fail").new,  # type: ignore[index]
                                        "error": reason, "finished_at": now}
         rs = RUN_EFFECTS.apply(self, run["status"], event, failed_key=failed_key, now=now, step_fields=step_fields)
-        run_fields = {"status": rs.new, "finished_at": now}
+        run_fields: dict[str, Any] = {"status": rs.new, "finished_at": now}
         if failed_key is not None:
             run_fields["error"] = f"{failed_key}: {reason}"
         run_fields["actual_uc"] = self._spent()
@@ -387,11 +400,11 @@ class RunActor(RunEffects, Actor):
         await after(rs)
         self._maybe_done()
 
-    async def _cancel_job(self, job_id: str | None) -> dict | None:
+    async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None:
         if job_id is None or self.run is None:
             return None
         try:
-            return await self.p.generation.cancel(self.run["organization_id"], job_id)
+            return await self.ctx.jobs.cancel(self.run["organization_id"], job_id)
         except NotFound:
             return None  # never created (a refused submit)
         except ServiceError as e:
@@ -403,10 +416,11 @@ class RunActor(RunEffects, Actor):
             return
         await self._end("step_failed", key, reason)
 
-    async def _cancel(self) -> dict:
+    @on(CancelRun)
+    async def _cancel(self, msg: CancelRun | None = None) -> ProductRun:
         if self.run is None:
             self.done = True
             raise NotFound("Run not found.")
         if not self._final():
             await self._end("cancel", None, None)
-        return self.p.view_of(self.run, list(self.steps.values()))
+        return self.ctx.view_of(self.run, list(self.steps.values()))

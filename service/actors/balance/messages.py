@@ -4,22 +4,22 @@ it, because an ask can time out after the actor committed. Amounts are integer
 micro-credits; times are service-time floats (seconds since the epoch).
 
 Replies:
-- PlaceHold -> dict hold row (id, job_id, workflow_run_id, project_id, status, amount_uc, ...);
+- PlaceHold -> dict[str, Any] hold row (id, job_id, workflow_run_id, project_id, status, amount_uc, ...);
   raises InsufficientCredits(details required/available as 2-place strings) and creates
   nothing when `amount_uc` > available. Repeating a hold_id returns the original hold.
-- Capture -> dict hold row, status captured. `amount_uc` None = the held amount; less than
+- Capture -> dict[str, Any] hold row, status captured. `amount_uc` None = the held amount; less than
   held returns the remainder; more than held is refused. Capturing twice charges once.
-- Release -> dict hold row, status released. Releasing twice settles once. Capture of a
+- Release -> dict[str, Any] hold row, status released. Releasing twice settles once. Capture of a
   released hold or release of a captured one raises Conflict.
-- Grant -> dict lot row (id, source, amount, remaining, expires_at, reason, created_at);
+- Grant -> dict[str, Any] lot row (id, source, amount, remaining, expires_at, reason, created_at);
   repeating a grant_id returns the original lot (a top-up paid twice adds one lot).
 - LimitPut -> {scope, id, limit, spent} (decimal strings; re-arms the limit's warning).
 - SpendCheck -> None when the balance, the key's and the project's limits all cover the
   amount; raises InsufficientCredits or SpendLimitReached (in that order) and holds nothing.
 - PlaceHold also refuses with SpendLimitReached (details scope, limit, spent, required)
   when the key's or the project's spend limit would be passed, after the balance.
-- SettingsPut -> dict settings (re-arms the low-balance warning and checks at once).
-- Snapshot -> dict of the actor's memory (tests and the benchmark compare it to the DB).
+- SettingsPut -> dict[str, Any] settings (re-arms the low-balance warning and checks at once).
+- Snapshot -> dict[str, Any] of the actor's memory (tests and the benchmark compare it to the DB).
 - Sync -> {available_uc, held_uc} once every message before it and every due lot expiry is
   committed (the ledger route and the test clock use it).
 - Stop -> None; the actor stops once its mailbox is empty and the next message spawns a
@@ -27,6 +27,8 @@ Replies:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from dataclasses import dataclass
 

@@ -1,14 +1,18 @@
 """What the job actor does for each effect of machines.JOB: the handlers (`JobEffects`, mixed
-into `JobActor` of service/actors/jobs.py), settling the hold, and their binding to the table
+into `JobActor` of actor.py), settling the hold, and their binding to the table
 (`JOB_EFFECTS`; tests/test_effects.py checks every effect is bound)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from service.actors.billing_messages import Capture, Release
+from service.actors.balance.messages import Capture, Release
 from service.actors.effects import EffectHandlers, Step
+from service.actors.jobs.context import JobContext
+from service.actors.jobs.messages import RenderHandle
+from service.actors.jobs.record import JobRecord
 from service.errors import ActorGone, AskTimeout, ServiceError
 from service.machines import JOB
 from service.storage import generation as sql
@@ -22,26 +26,25 @@ SETTLE_EFFECT = {dst: e for (_src, _ev), (dst, effects) in JOB.table.items() if 
                  for e in effects if e in ("capture", "release")}
 
 
-async def after(step: Step) -> None:
-    """The work the handlers left for after the step's commit, in order."""
-    for work in step.after:
-        await work()
-
-
 class JobEffects:
-    """Handlers of the JOB effects; `JobActor` provides the state (`job`, `gen`, `job_id`,
-    `retry_at`) and `_render`."""
+    """Handlers of the JOB effects; `JobActor` provides the state (`job`, `ctx`, `job_id`,
+    `retry_at`, `render`) and `_render`."""
 
-    job: dict | None
-    gen: Any
+    job: JobRecord | None
+    ctx: JobContext
     retry_at: float | None
-    job_id: Any
+    render: RenderHandle | None
 
     if TYPE_CHECKING:  # provided by JobActor
+        @property
+        def job_id(self) -> str: ...
+
         async def _render(self, *, resumed: bool) -> None: ...
 
     def _on_render(self, step: Step) -> None:
-        step.after.append(lambda: self._render(resumed=False))
+        """start, or resume of a render a stop interrupted (the engine is told it is resumed)."""
+        resumed = step.old == step.new
+        step.after.append(lambda: self._render(resumed=resumed))
 
     def _on_settle(self, step: Step) -> None:
         """capture / release: settle the hold once the final status is committed."""
@@ -57,37 +60,39 @@ class JobEffects:
         """Stop a running render (its RenderDone follows and frees the slot; the output is
         discarded) and keep the webhook row waiting until it has ended. With no render
         running (waiting for a slot after a restart) the render has "ended": the row goes now."""
-        handle = self.gen.jobs.renders.get(self.job_id)
+        handle = self.render
         if handle is not None:
             handle.scope.cancel()
         step.facts["hook_state"] = "waiting" if handle is not None else "pending"
 
     async def _release_waiting_webhook(self) -> None:
         """The row becomes `pending`; the store wakes the job-webhook dispatcher after the commit."""
-        await self.gen.store.write(lambda c: sql.release_waiting_webhook(c, self.job_id))
+        job_id = self.job_id
+        await self.ctx.store.write(lambda c: sql.release_waiting_webhook(c, job_id))
 
     async def _settle(self) -> None:
         """Capture (completed) or release (any other final status) the hold, once."""
-        gen, job = self.gen, self.job
+        ctx, job = self.ctx, self.job
         assert job is not None
-        if job["hold_settled"]:
+        if job.hold_settled:
             return
-        msg = Capture(job["hold_id"]) if SETTLE_EFFECT[job["status"]] == "capture" else Release(job["hold_id"])
+        msg = Capture(job.hold_id) if SETTLE_EFFECT[job.status] == "capture" else Release(job.hold_id)
         try:
-            await gen.balances().ask(job["organization_id"], msg)
+            await ctx.balances.ask(job.organization_id, msg)
         except (ActorGone, AskTimeout) as e:
-            log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job["hold_id"], e)
-            self.retry_at = gen.clock.now() + SETTLE_RETRY_S
+            log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job.hold_id, e)
+            self.retry_at = ctx.clock.now() + SETTLE_RETRY_S
             return
         except ServiceError as e:
-            log.error("job %s: hold %s refused %s: %r", self.job_id, job["hold_id"], type(msg).__name__, e)
+            log.error("job %s: hold %s refused %s: %r", self.job_id, job.hold_id, type(msg).__name__, e)
         except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
-            log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job["hold_id"])
-            self.retry_at = gen.clock.now() + SETTLE_RETRY_S
+            log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job.hold_id)
+            self.retry_at = ctx.clock.now() + SETTLE_RETRY_S
             return
-        await gen.store.write(lambda c: sql.update_job(c, self.job_id, {"hold_settled": 1}))
-        job["hold_settled"] = 1
-        gen.node.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
+        job_id = self.job_id
+        await ctx.store.write(lambda c: sql.update_job(c, job_id, {"hold_settled": 1}))
+        self.job = replace(self.job or job, hold_settled=1)
+        ctx.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
         self.retry_at = None
 
 

@@ -8,15 +8,18 @@ inviter). Accepting never changes the credentials of a person who already exists
 
 from __future__ import annotations
 
+import sqlite3
+
 import hashlib
 import secrets
-from typing import Callable
+from typing import Any, Callable
 
-from service.actors import credentials
-from service.actors.account_messages import AcceptInvite, Invite, LinkIdentity, ResendInvite, UnlinkIdentity
-from service.actors.member_rules import IDENTITY_TAKEN
-from service.actors.org_rules import check_email
-from service.actors.people import PeopleHandlers
+from service.actors.runtime import on
+from service.actors.accounts import credentials
+from service.actors.accounts.messages import AcceptInvite, Invite, LinkIdentity, ResendInvite, UnlinkIdentity
+from service.actors.accounts.member_rules import IDENTITY_TAKEN
+from service.actors.accounts.org_rules import check_email
+from service.actors.accounts.people import PeopleHandlers
 from service.clock import iso
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.mail import messages
@@ -46,21 +49,22 @@ def check_role(role: str) -> None:
 class InvitationHandlers(PeopleHandlers):
     """Mixed into the accounts actor (mail and base URL come from PeopleHandlers)."""
 
-    _insert_key: Callable[..., dict]  # the actor's: a key row and its `api_key.created` event
+    _insert_key: Callable[..., dict[str, Any]]  # the actor's: a key row and its `api_key.created` event
 
     # -- invitations ---------------------------------------------------------------------------
     def _new_link(self, now: float) -> tuple[str, str, str]:
         token = "inv_" + secrets.token_hex(24)
         return token, hashlib.sha256(token.encode()).hexdigest(), iso(now + INVITE_VALID)
 
-    def _invitation_mail(self, conn, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
+    def _invitation_mail(self, conn: sqlite3.Connection, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
         """The invitation mail with its link (a resend mails the new link; the old one is dead)."""
         org = sql.get_org(conn, org_id)
         assert org is not None  # the caller's transaction has found the organization
         self.queue_mail(conn, org_id, email, messages.invitation(org["name"], role, int(INVITE_VALID // 86400)), now_iso,
                         f"{self.base_url}/invitations/accept?token={token}")
 
-    async def on_Invite(self, m: Invite) -> dict:
+    @on(Invite)
+    async def on_Invite(self, m: Invite) -> dict[str, Any]:
         check_role(m.role)
         check_email(m.email)
         now = self.clock.now()
@@ -68,7 +72,7 @@ class InvitationHandlers(PeopleHandlers):
         invitation_id, member_id = sql.new_id(), sql.new_id()
         token, digest, expires = self._new_link(now)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             require_org(conn, m.org_id)
             sql.insert_invitation(conn, dict(id=invitation_id, organization_id=m.org_id, member_id=member_id,
                                              email=m.email, role=m.role, token_hash=digest, created_at=now_iso,
@@ -81,12 +85,13 @@ class InvitationHandlers(PeopleHandlers):
         return {"invitation_id": invitation_id, "member_id": member_id, "email": m.email, "role": m.role,
                 "expires_at": expires, "token": token}
 
-    async def on_ResendInvite(self, m: ResendInvite) -> dict:
+    @on(ResendInvite)
+    async def on_ResendInvite(self, m: ResendInvite) -> dict[str, Any]:
         now = self.clock.now()
         now_iso = iso(now)
         token, digest, expires = self._new_link(now)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             inv = sql.get_invitation(conn, m.org_id, m.invitation_id)
             if inv is None or inv["accepted_at"] is not None:
                 raise NotFound("Invitation not found.")
@@ -100,7 +105,8 @@ class InvitationHandlers(PeopleHandlers):
         return {"invitation_id": inv["id"], "member_id": inv["member_id"], "email": inv["email"],
                 "role": inv["role"], "expires_at": expires, "token": token}
 
-    async def on_AcceptInvite(self, m: AcceptInvite) -> dict:
+    @on(AcceptInvite)
+    async def on_AcceptInvite(self, m: AcceptInvite) -> dict[str, Any]:
         """Accept once. Who accepts decides what may happen to credentials: a person who
         already exists (a membership, a password) must be signed in as themselves
         (`signed_in_email`) or come through a provider account already linked to them, and
@@ -111,7 +117,7 @@ class InvitationHandlers(PeopleHandlers):
         digest = m.token_hash or hashlib.sha256((m.token or "").encode()).hexdigest()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             inv = sql.invitation_by_token(conn, digest)
             if inv is None or inv["accepted_at"] is not None or inv["expires_at"] <= now_iso:
                 raise NotFound(INVALID_INVITE)
@@ -145,11 +151,12 @@ class InvitationHandlers(PeopleHandlers):
         inv = await self.store.write(tx)
         return {"user_id": inv["member_id"], "organization_id": inv["organization_id"], "api_key": key}
 
+    @on(LinkIdentity)
     async def on_LinkIdentity(self, m: LinkIdentity) -> None:
         """Link a provider account to the person signed in as `user_id` (their session is the proof)."""
         now_iso = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             email = sql.user_email(conn, m.user_id)
             if email is None:
                 raise NotFound("Member not found.")
@@ -157,16 +164,17 @@ class InvitationHandlers(PeopleHandlers):
 
         await self.store.write(tx)
 
+    @on(UnlinkIdentity)
     async def on_UnlinkIdentity(self, m: UnlinkIdentity) -> None:
         """Unlink, unless it is the person's only way to sign in (no password, no other link)."""
         now_iso = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             credentials.unlink_identity(conn, m.email, m.issuer, now_iso, self.base_url)
 
         await self.store.write(tx)
 
 
-def require_org(conn, org_id: str) -> None:
+def require_org(conn: sqlite3.Connection, org_id: str) -> None:
     if sql.get_org(conn, org_id) is None:
         raise NotFound("Organization not found.")

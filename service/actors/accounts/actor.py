@@ -7,24 +7,26 @@ touches are coalesced (at most one write per key per minute).
 
 from __future__ import annotations
 
+import sqlite3
+
 import re
 from typing import Any
 
-from service.actors.balance import SIGNUP_DAYS, SIGNUP_UC
-from service.actors.account_messages import (  # noqa: F401 - re-exported: the routes send these
+from service.actors.balance.actor import SIGNUP_DAYS, SIGNUP_UC
+from service.actors.accounts.messages import (  # noqa: F401 - re-exported: the routes send these
     AcceptInvite, AddMember, ApproveOrg, ArchiveProject, ChangeRole, CreateKey, CreateOrg, CreateProject, Invite,
     LinkIdentity, RemoveMember, RenameOrg, ResendInvite, RevokeKey, TouchKey, UnlinkIdentity, UpdateKey,
     UpdateProject,
 )
-from service.actors.runtime import Actor
+from service.actors.runtime import Actor, on
 from service.clock import TOUCH_EVERY, Clock, iso
 from service.money import fmt
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, within
-from service.actors import credentials
-from service.actors.member_rules import Identity, check_caller, not_last_owner  # noqa: F401
-from service.actors.org_rules import check_email, check_org_name
-from service.actors.invitations import (  # noqa: F401 - re-exported for the pages
+from service.actors.accounts import credentials
+from service.actors.accounts.member_rules import Identity, check_caller, not_last_owner  # noqa: F401
+from service.actors.accounts.org_rules import check_email, check_org_name
+from service.actors.accounts.invitations import (  # noqa: F401 - re-exported for the pages
     EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH, INVITE_VALID, NOT_LINKED, InvitationHandlers,
     check_role, new_key, require_org,
 )
@@ -44,29 +46,27 @@ def derive_slug(name: str) -> str:
     return slug or "project"
 
 
-def key_event_data(k: dict) -> dict:
+def key_event_data(k: dict[str, Any]) -> dict[str, Any]:
     return {f: k[f] for f in ("name", "key_prefix", "user_id", "role_id", "expires_at")} | {"key_id": k["id"]}
 
 
 class AccountsActor(InvitationHandlers, Actor):
-    def __init__(self, store: Store, clock: Clock, mail=None) -> None:
+    def __init__(self, store: Store, clock: Clock, mail: Any = None) -> None:
         self.store = store
         self.clock = clock
         self.mail = mail  # service.mail.outbox.MailOutbox: seals mail links, knows the base URL
         self.touched: dict[str, float] = {}
 
-    async def handle(self, msg: Any) -> Any:
-        return await getattr(self, "on_" + type(msg).__name__)(msg)
-
     # -- organizations and members ---------------------------------------------------------
-    async def on_CreateOrg(self, m: CreateOrg) -> dict:
+    @on(CreateOrg)
+    async def on_CreateOrg(self, m: CreateOrg) -> dict[str, Any]:
         name = check_org_name(m.name)
         check_email(m.owner_email)
         now = self.clock.iso_now()
         org_id, user_id, project_id = sql.new_id(), sql.new_id(), sql.new_id()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             sql.insert_org(conn, org_id, name, now, m.approved)
             sql.insert_user(conn, user_id, org_id, m.owner_email, "owner", now)
             sql.insert_project(conn, dict(id=project_id, organization_id=org_id, name="Default",
@@ -79,10 +79,11 @@ class AccountsActor(InvitationHandlers, Actor):
         return {"organization_id": org_id, "owner_user_id": user_id, "api_key": key,
                 "default_project_id": project_id}
 
-    async def on_ApproveOrg(self, m: ApproveOrg) -> dict:
+    @on(ApproveOrg)
+    async def on_ApproveOrg(self, m: ApproveOrg) -> dict[str, Any]:
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             org = sql.get_org(conn, m.org_id)
             if org is None:
                 raise NotFound("Organization not found.")
@@ -97,25 +98,27 @@ class AccountsActor(InvitationHandlers, Actor):
         approved_at = await self.store.write(tx)
         return {"organization_id": m.org_id, "approved_at": approved_at}
 
-    async def on_RenameOrg(self, m: RenameOrg) -> dict:
+    @on(RenameOrg)
+    async def on_RenameOrg(self, m: RenameOrg) -> dict[str, Any]:
         """The organization's name (the dashboard's Settings page): 1 to 200 characters."""
         name = check_org_name(m.name)
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             if not sql.rename_org(conn, m.org_id, name):
                 raise NotFound("Organization not found.")
 
         await self.store.write(tx)
         return {"organization_id": m.org_id, "name": name}
 
-    async def on_AddMember(self, m: AddMember) -> dict:
+    @on(AddMember)
+    async def on_AddMember(self, m: AddMember) -> dict[str, Any]:
         check_role(m.role)
         check_email(m.email)
         now = self.clock.iso_now()
         user_id = sql.new_id()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             require_org(conn, m.org_id)
             sql.insert_user(conn, user_id, m.org_id, m.email, m.role, now)
             self._insert_key(conn, m.org_id, user_id, key, "Default key", None, None, now)
@@ -125,11 +128,12 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
         return {"user_id": user_id, "api_key": key}
 
-    async def on_ChangeRole(self, m: ChangeRole) -> dict:
+    @on(ChangeRole)
+    async def on_ChangeRole(self, m: ChangeRole) -> dict[str, Any]:
         check_role(m.role)
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             user = sql.get_user(conn, m.org_id, m.user_id)
             if user is None or not user["is_active"]:
                 raise NotFound("Member not found.")
@@ -144,10 +148,11 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
+    @on(RemoveMember)
     async def on_RemoveMember(self, m: RemoveMember) -> None:
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             user = sql.get_user(conn, m.org_id, m.user_id)
             if user is None:
                 raise NotFound("Member not found.")
@@ -163,7 +168,8 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
 
     # -- API keys ----------------------------------------------------------------------------
-    def _insert_key(self, conn, org_id, user_id, key, name, role_id, expires_at, now) -> dict:
+    def _insert_key(self, conn: sqlite3.Connection, org_id: str, user_id: str, key: str, name: str | None,
+                    role_id: str | None, expires_at: str | None, now: str) -> dict[str, Any]:
         row = dict(id=sql.new_id(), organization_id=org_id, user_id=user_id, name=name,
                    key_prefix=key[:12], key_hash=sql.key_digest(key), role_id=role_id,
                    expires_at=expires_at, created_at=now)
@@ -171,7 +177,8 @@ class AccountsActor(InvitationHandlers, Actor):
         emit(conn, org_id, "api_key.created", key_event_data(row), now)
         return row
 
-    async def on_CreateKey(self, m: CreateKey) -> dict:
+    @on(CreateKey)
+    async def on_CreateKey(self, m: CreateKey) -> dict[str, Any]:
         if m.role_id is not None:
             granted = ROLE_BY_ID.get(m.role_id)
             if granted is None:
@@ -184,15 +191,16 @@ class AccountsActor(InvitationHandlers, Actor):
         now = self.clock.iso_now()
         key = new_key()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = self._insert_key(conn, m.org_id, m.user_id, key, m.name, m.role_id, m.expires_at, now)
             return sql.get_key(conn, m.org_id, row["id"])
 
         row = await self.store.write(tx)
         return row | {"key": key}
 
-    async def on_UpdateKey(self, m: UpdateKey) -> dict:
-        def tx(conn):
+    @on(UpdateKey)
+    async def on_UpdateKey(self, m: UpdateKey) -> dict[str, Any]:
+        def tx(conn: Any) -> Any:
             if sql.get_key(conn, m.org_id, m.key_id) is None:
                 raise NotFound("API key not found.", code="api_key.not_found")
             if m.fields:
@@ -201,11 +209,12 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
+    @on(RevokeKey)
     async def on_RevokeKey(self, m: RevokeKey) -> None:
         """Revoking twice is fine (204 again); an id never seen in the org is 404."""
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             row = sql.key_row(conn, m.org_id, m.key_id)
             if row is None:
                 raise NotFound("API key not found.", code="api_key.not_found")
@@ -215,6 +224,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         await self.store.write(tx)
 
+    @on(TouchKey)
     async def on_TouchKey(self, m: TouchKey) -> None:
         last = self.touched.get(m.key_id)
         if last is not None and m.at - last < TOUCH_EVERY:
@@ -223,7 +233,8 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(lambda conn: sql.touch_keys(conn, {m.key_id: iso(m.at)}))
 
     # -- projects ------------------------------------------------------------------------------
-    async def on_CreateProject(self, m: CreateProject) -> dict:
+    @on(CreateProject)
+    async def on_CreateProject(self, m: CreateProject) -> dict[str, Any]:
         if not m.name or not m.name.strip():
             raise Unprocessable("name is required.", {"field": "name"})
         if m.slug is not None and not SLUG_RE.match(m.slug):
@@ -231,7 +242,7 @@ class AccountsActor(InvitationHandlers, Actor):
         now = self.clock.iso_now()
         project_id = sql.new_id()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             slug = m.slug
             if slug is None:  # derived slugs get a numeric suffix instead of a 409
                 base = derive_slug(m.name)
@@ -246,7 +257,8 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
-    async def on_UpdateProject(self, m: UpdateProject) -> dict:
+    @on(UpdateProject)
+    async def on_UpdateProject(self, m: UpdateProject) -> dict[str, Any]:
         fields = dict(m.fields)
         if "name" in fields and (fields["name"] is None or not str(fields["name"]).strip()):
             raise Unprocessable("name is required.", {"field": "name"})
@@ -254,7 +266,7 @@ class AccountsActor(InvitationHandlers, Actor):
             raise Unprocessable(SLUG_MESSAGE, {"slug": fields["slug"]})
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             p = sql.get_project(conn, m.org_id, m.project_ref)
             if p is None:
                 raise NotFound("Project not found.")
@@ -266,10 +278,11 @@ class AccountsActor(InvitationHandlers, Actor):
 
         return await self.store.write(tx)
 
-    async def on_ArchiveProject(self, m: ArchiveProject) -> dict:
+    @on(ArchiveProject)
+    async def on_ArchiveProject(self, m: ArchiveProject) -> dict[str, Any]:
         now = self.clock.iso_now()
 
-        def tx(conn):
+        def tx(conn: Any) -> Any:
             p = sql.get_project(conn, m.org_id, m.project_ref)
             if p is None:
                 raise NotFound("Project not found.")

@@ -10,9 +10,9 @@ import trio
 
 @dataclass(frozen=True)
 class Create:
-    run: dict
-    steps: list
-    idempotency: dict | None = None  # {organization_id, key, request_hash}
+    run: dict[str, Any]
+    steps: list[Any]
+    idempotency: dict[str, Any] | None = None  # {organization_id, key, request_hash}
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,14 @@ class Advance:
 class StepJobEnded:
     key: str
     job_id: str
-    status: dict
+    status: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class OpDone:
     key: str
     token: Any
-    asset: dict | None  # the asset row to insert (created_at filled by the actor)
+    asset: dict[str, Any] | None  # the asset row to insert (created_at filled by the actor)
     error: str | None
 
 

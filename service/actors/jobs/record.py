@@ -1,0 +1,66 @@
+"""A job as the actor holds it: the `jobs` row, typed and frozen (a change is a new record,
+made with `dataclasses.replace` once the change is committed)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from service.machines import JOB
+from service.storage import generation as sql
+from service.views import jobs as views
+from service.views.shapes import JobStatus, Progress
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    organization_id: str
+    project_id: str
+    capability: str
+    model: str
+    backend: str
+    source: str
+    workflow_run_id: str | None
+    status: str
+    prompt: str
+    params: str  # JSON: resolution, duration, aspect_ratio, inputs, seed, tier, timeout_s
+    price_uc: int
+    actual_uc: int | None
+    hold_id: str
+    hold_settled: int
+    webhook_url: str | None
+    error: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    usage: str | None = None  # JSON: what an engine reported it used (completed jobs)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> JobRecord:
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+
+    def row(self) -> dict[str, Any]:
+        """The row as the views and the storage functions take it."""
+        return asdict(self)
+
+    @property
+    def final(self) -> bool:
+        return JOB.is_final(self.status)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The decoded `params`."""
+        value: dict[str, Any] = json.loads(self.params)
+        return value
+
+
+def job_status(store: Any, base_url: str, job: dict[str, Any], progress: Progress | None) -> JobStatus:
+    """The status object of a job row, its outputs read from the store; an engine's last
+    progress is shown while the job renders."""
+    outputs = sql.assets_of_jobs(store, [job["id"]])[job["id"]]
+    status = views.status_object(job, outputs, base_url)
+    if progress is not None and job["status"] == "rendering":
+        status["progress"] = progress
+    return status

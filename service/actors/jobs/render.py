@@ -1,0 +1,82 @@
+"""Renders off the actor loop: the render task (a backend in a worker thread, or an engine)
+and the render request built from a job record. The task runs in its job actor's `tasks`
+nursery and only reports `RenderDone` to the actor; the actor decides what it means."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import trio
+
+from service.actors.jobs.context import JobContext
+from service.actors.jobs.messages import RenderDone, RenderHandle
+from service.actors.jobs.record import JobRecord
+from service.assets.files import ObjectMissing, StoreUnavailable, hash_file
+from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render
+from service.storage import generation as sql
+
+log = logging.getLogger("service.actors.jobs")
+
+
+async def render_task(ctx: JobContext, job_id: str, handle: RenderHandle, req: RenderRequest) -> None:
+    outcome: Completed | Failed | Flagged | None = None
+    hashed: list[Any] = []
+    try:
+        with handle.scope:
+            paths = [f.path for files in req.inputs.values() for f in files]
+            await trio.to_thread.run_sync(ctx.files.fetch_inputs, paths, abandon_on_cancel=True)
+            model = ctx.model_for(job_id, req.model)
+            if model is not None and model.engine is not None:
+                outcome = await ctx.engine_render(req, model)
+            else:
+                outcome = await render(req, limiter=ctx.render_limiter)
+            if isinstance(outcome, Completed):
+                hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
+    except (StoreUnavailable, ObjectMissing) as e:
+        log.error("job %s: an input could not be read from the asset store: %r", job_id, e)
+        outcome, hashed = Failed(MSG_INCOMPLETE), []
+    except Exception:  # noqa: BLE001 - reported as failure 5
+        log.exception("job %s: render task failed", job_id)
+        outcome, hashed = Failed(MSG_INTERNAL), []
+    if handle.scope.cancelled_caught:
+        outcome, hashed = None, []
+    ctx.unpin(job_id)
+    ctx.jobs.tell(job_id, RenderDone(handle, outcome, hashed))
+
+
+def _hash_outputs(outputs: list[Any]) -> list[Any]:
+    out = []
+    for o in outputs:
+        sha, size = hash_file(o.path)
+        out.append((o, sha, size))
+    return out
+
+
+def render_request(ctx: JobContext, job: JobRecord, *, resumed: bool) -> RenderRequest:
+    """What the backend or engine needs to render `job` (its input files must exist)."""
+    params = job.settings
+    slots: dict[str, list[str]] = params.get("inputs") or {}
+    rows = {r["id"]: r for r in sql.assets_in_org(ctx.store, job.organization_id,
+                                                  [i for ids in slots.values() for i in ids])}
+    inputs = {}
+    for name, ids in slots.items():
+        files = []
+        for i in ids:
+            r = rows[i]
+            path = ctx.files.input_path(r["sha256"], job.id)
+            files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"],
+                                   r["frames"]))
+        inputs[name] = files
+    seed = params.get("seed")
+    if seed is None:
+        seed = uuid.UUID(job.id).int % (2 ** 31)
+    duration = params.get("duration")
+    return RenderRequest(
+        job_id=job.id, capability=job.capability, model=job.model, backend=job.backend,
+        prompt=job.prompt, seed=int(seed), aspect_ratio=params.get("aspect_ratio"),
+        resolution=params["resolution"], duration=None if duration is None else float(duration),
+        inputs=inputs, work_dir=ctx.files.work_dir(job.id), test_mode=ctx.test_mode,
+        chat=ctx.chat_for(job.id), resumed=resumed,
+    )
