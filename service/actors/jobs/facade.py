@@ -241,7 +241,7 @@ class Generation:
 
     async def commit_upload(self, org_id: str, row: dict[str, Any], temp: Path) -> dict[str, Any]:
         """Hand an uploaded file (complete in `temp`) and its asset row to the organization's
-        uploads actor: from this call on it owns the temp file (service/actors/job_uploads.py)."""
+        uploads actor: from this call on it owns the temp file (service/actors/jobs/uploads.py)."""
         asset: dict[str, Any] = await self.uploads.ask(org_id, CommitUpload(row, temp), timeout=60.0)
         return asset
 

@@ -1,4 +1,4 @@
-"""The run actor's messages (service/actors/runs.py)."""
+"""The run actor's messages (service/actors/runs/actor.py)."""
 
 from __future__ import annotations
 
