@@ -141,11 +141,13 @@ class DeliveryActor(Actor):
                    description=m.description, secret=self.node.node_key.seal(secret), is_active=1,
                    created_at=now, updated_at=now)
 
-        def tx(conn: Any) -> Any:
+        def tx(conn: Any) -> dict[str, Any]:
             sql.insert_webhook(conn, row)
-            return sql.get_webhook(conn, m.org_id, row["id"])
+            got = sql.get_webhook(conn, m.org_id, row["id"])
+            assert got is not None  # written in this transaction
+            return got
 
-        out = await self.store.write(tx)
+        out: dict[str, Any] = await self.store.write(tx)
         return out | {"secret": secret}
 
     @on(RotateNodeKey)
@@ -167,14 +169,17 @@ class DeliveryActor(Actor):
             fields["is_active"] = int(bool(fields["is_active"]))
         now = self.clock.iso_now()
 
-        def tx(conn: Any) -> Any:
+        def tx(conn: Any) -> dict[str, Any]:
             if sql.get_webhook(conn, m.org_id, m.webhook_id) is None:
                 raise _not_found()
             if fields:
                 sql.update_webhook(conn, m.webhook_id, fields | {"updated_at": now})
-            return sql.get_webhook(conn, m.org_id, m.webhook_id)
+            got = sql.get_webhook(conn, m.org_id, m.webhook_id)
+            assert got is not None  # read in this transaction
+            return got
 
-        return await self.store.write(tx)
+        updated: dict[str, Any] = await self.store.write(tx)
+        return updated
 
     @on(DeleteWebhook)
     async def on_DeleteWebhook(self, m: DeleteWebhook) -> None:

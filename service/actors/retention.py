@@ -5,7 +5,6 @@ short; the actor answers nothing else, so nobody waits on it."""
 
 from __future__ import annotations
 
-import sqlite3
 
 import logging
 from functools import partial
@@ -17,6 +16,7 @@ from service.actors.runtime import Actor
 from service.clock import Clock, iso
 from service.storage import retention as sql
 from service.storage.db import Store
+from service.storage.rows import Connection
 
 log = logging.getLogger(__name__)
 
@@ -65,5 +65,5 @@ class RetentionActor(Actor):
             log.info("retention: deleted %s", ", ".join(f"{n} {t}" for t, n in swept.items()))
 
 
-def _delete_batch(conn: sqlite3.Connection, *, rule: sql.Rule, cutoff: str) -> int:
+def _delete_batch(conn: Connection, *, rule: sql.Rule, cutoff: str) -> int:
     return sql.delete_batch(conn, rule, cutoff)

@@ -13,7 +13,6 @@ The actor stops when its mailbox is empty (`done`); the registry spawns it again
 
 from __future__ import annotations
 
-import sqlite3
 
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from service.storage import mail as mail_sql
 from service.storage import support as sql
 from service.storage.db import Store
 from service.storage.events import emit
+from service.storage.rows import Connection
 
 TYPES = ("question", "bug", "access", "billing", "account")
 PRIORITIES = ("P1", "P2", "P3", "P4")
@@ -88,7 +88,7 @@ def _closed(ticket: dict[str, Any]) -> Conflict:
     return Conflict("The ticket is closed.", {"ticket_id": ticket["id"], "state": ticket["state"]})
 
 
-def _state_changed(conn: sqlite3.Connection, t: dict[str, Any], new: str, now: str) -> None:
+def _state_changed(conn: Connection, t: dict[str, Any], new: str, now: str) -> None:
     emit(conn, t["organization_id"], "support.ticket.state_changed",
          {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
           "state": new, "previous_state": t["state"]}, now)
@@ -107,7 +107,7 @@ def _moved(conn: Any, org_id: str, ticket_id: str, event: str, **facts: Any) -> 
     return t, step
 
 
-def _add_reply(conn: sqlite3.Connection, t: dict[str, Any], new: str, now: str, **reply: Any) -> None:
+def _add_reply(conn: Connection, t: dict[str, Any], new: str, now: str, **reply: Any) -> None:
     """Store a reply and move the ticket to `new` (or just mark it updated)."""
     sql.insert_reply(conn, dict(id=sql.new_id(), ticket_id=t["id"], created_at=now, **reply))
     if new != t["state"]:
@@ -220,7 +220,7 @@ TICKET_EFFECTS = EffectHandlers(TICKET, TicketsActor, {"state_changed": "_on_sta
                                                       "replied": "_on_replied"})
 
 
-def _detail(conn: sqlite3.Connection, org_id: str, ticket_id: str) -> dict[str, Any]:
+def _detail(conn: Connection, org_id: str, ticket_id: str) -> dict[str, Any]:
     t = sql.get_ticket(conn, org_id, ticket_id)
     assert t is not None  # read in the transaction that found it
     return t | {"replies": sql.replies(conn, ticket_id)}

@@ -20,6 +20,7 @@ import hashlib
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 from PIL import Image, ImageDraw, ImageFilter
 
@@ -66,7 +67,7 @@ WARM = {"dawn", "sunrise", "sunset", "dusk", "twilight", "evening"}
 WINTER = {"snow", "snowy", "winter", "ice", "icy", "frozen", "glacier", "frost", "frosty"}
 
 
-def cues(prompt: str) -> dict:
+def cues(prompt: str) -> dict[str, Any]:
     """What the palette takes from the prompt's words: the first colour's hue, night or day,
     a warm horizon, winter."""
     words = [w.strip(".,;:!?\"'()[]") for w in prompt.lower().split()]
@@ -90,7 +91,7 @@ def paint(prompt: str, seed: int, width: int, height: int) -> Image.Image:
     return image
 
 
-def _palette(rng: random.Random, cue: dict | None = None) -> dict[str, RGB]:
+def _palette(rng: random.Random, cue: dict[str, Any] | None = None) -> dict[str, RGB]:
     """Colours from one base hue and a scheme (analogous, complementary, split); the prompt's
     cues, when it has any, fix the hue (kept analogous so the named colour fills the sky),
     night or day, a warm horizon, pale winter ridges."""

@@ -33,11 +33,13 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import trio
 
 from service.storage.rows import Params, Row
+
+T = TypeVar("T")  # what a write function returns, handed back after its COMMIT
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +145,9 @@ class Store:
         return None if row is None else next(iter(row.values()))
 
     # -- writes --------------------------------------------------------------
-    async def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn(conn)` in the next batch transaction; return its result after COMMIT."""
-        return await self.wait(self.submit(fn))
+        return cast(T, await self.wait(self.submit(fn)))
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> _Write:
         """Queue `fn` without waiting (`write` = `wait(submit(fn))`). Writes run in the order

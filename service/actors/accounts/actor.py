@@ -7,7 +7,6 @@ touches are coalesced (at most one write per key per minute).
 
 from __future__ import annotations
 
-import sqlite3
 
 import re
 from typing import Any
@@ -35,6 +34,7 @@ from service.storage import accounts as sql
 from service.storage import sessions as sessions_sql
 from service.storage.db import Store
 from service.storage.events import emit
+from service.storage.rows import Connection
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # \Z: `$` also matches before a final newline
 SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
@@ -168,7 +168,7 @@ class AccountsActor(InvitationHandlers, Actor):
         await self.store.write(tx)
 
     # -- API keys ----------------------------------------------------------------------------
-    def _insert_key(self, conn: sqlite3.Connection, org_id: str, user_id: str, key: str, name: str | None,
+    def _insert_key(self, conn: Connection, org_id: str, user_id: str, key: str, name: str | None,
                     role_id: str | None, expires_at: str | None, now: str) -> dict[str, Any]:
         row = dict(id=sql.new_id(), organization_id=org_id, user_id=user_id, name=name,
                    key_prefix=key[:12], key_hash=sql.key_digest(key), role_id=role_id,
@@ -191,9 +191,11 @@ class AccountsActor(InvitationHandlers, Actor):
         now = self.clock.iso_now()
         key = new_key()
 
-        def tx(conn: Any) -> Any:
+        def tx(conn: Any) -> dict[str, Any]:
             row = self._insert_key(conn, m.org_id, m.user_id, key, m.name, m.role_id, m.expires_at, now)
-            return sql.get_key(conn, m.org_id, row["id"])
+            got = sql.get_key(conn, m.org_id, row["id"])
+            assert got is not None  # written in this transaction
+            return got
 
         row = await self.store.write(tx)
         return row | {"key": key}

@@ -9,7 +9,6 @@ control of the mailbox with a link sent only by mail, or who is signed in as tha
 
 from __future__ import annotations
 
-import sqlite3
 
 from service.actors.accounts.member_rules import Identity
 from service.errors import Conflict, NotFound
@@ -20,18 +19,19 @@ from service.storage import identity as identity_sql
 from service.storage import mail as mail_sql
 from service.storage import sessions as sessions_sql
 from service.storage.events import emit
+from service.storage.rows import Connection
 
 PASSWORD_SET = "a password was set"
 PASSWORD_CHANGED = "the password was changed"
 PASSWORD_RESET = "the password was reset with a link sent to this address"
 
 
-def notify(conn: sqlite3.Connection, email: str, change: str, now_iso: str, base_url: str) -> None:
+def notify(conn: Connection, email: str, change: str, now_iso: str, base_url: str) -> None:
     mail = messages.credential_changed(change, base_url)
     mail_sql.enqueue(conn, None, email, mail.kind, mail.subject, mail.text, mail.html, now_iso)
 
 
-def set_password(conn: sqlite3.Connection, email: str, hashed: str, now_iso: str, change: str | None, base_url: str) -> None:
+def set_password(conn: Connection, email: str, hashed: str, now_iso: str, change: str | None, base_url: str) -> None:
     """`change` None only for the password a sign-up chose, set by following that sign-up's
     own confirmation mail: that mail already told the mailbox what the sign-up does."""
     sessions_sql.set_password(conn, email, hashed, now_iso)  # also ends every session of the person
@@ -40,7 +40,7 @@ def set_password(conn: sqlite3.Connection, email: str, hashed: str, now_iso: str
         notify(conn, email, change, now_iso, base_url)
 
 
-def link_identity(conn: sqlite3.Connection, user_id: str, person_email: str, identity: Identity, now_iso: str,
+def link_identity(conn: Connection, user_id: str, person_email: str, identity: Identity, now_iso: str,
                   base_url: str) -> None:
     link_on_subject(conn, user_id, identity, now_iso)
     notify(conn, person_email, f"an identity-provider account ({identity.issuer}) was linked", now_iso, base_url)
@@ -50,7 +50,7 @@ NOT_LINKED_HERE = "This identity provider is not linked to your account."
 ONLY_WAY_IN = "This is your only way to sign in: set a password first, then unlink it."
 
 
-def unlink_identity(conn: sqlite3.Connection, email: str, issuer: str, now_iso: str, base_url: str) -> None:
+def unlink_identity(conn: Connection, email: str, issuer: str, now_iso: str, base_url: str) -> None:
     linked = identity_sql.identities_of_person(conn, email)
     if not any(r["issuer"] == issuer for r in linked):
         raise NotFound(NOT_LINKED_HERE)
@@ -61,7 +61,7 @@ def unlink_identity(conn: sqlite3.Connection, email: str, issuer: str, now_iso: 
     notify(conn, email, f"an identity-provider account ({issuer}) was unlinked", now_iso, base_url)
 
 
-def revoke_keys(conn: sqlite3.Connection, email: str, now_iso: str) -> int:
+def revoke_keys(conn: Connection, email: str, now_iso: str) -> int:
     """Revoke every live API key the person created, in every organization (each with its
     `api_key.revoked` event). Returns how many."""
     rows = identity_sql.live_keys_of(conn, email)

@@ -8,7 +8,6 @@ inviter). Accepting never changes the credentials of a person who already exists
 
 from __future__ import annotations
 
-import sqlite3
 
 import hashlib
 import secrets
@@ -27,6 +26,7 @@ from service.roles import ROLE_IDS
 from service.storage import accounts as sql
 from service.storage import identity as identity_sql
 from service.storage.events import emit
+from service.storage.rows import Connection
 
 INVITE_VALID = 14 * 86400.0  # spec Limits: an invitation link is valid for 14 days
 INVALID_INVITE = "The invitation is not valid: unknown, already used, replaced by a resend, or expired."
@@ -56,7 +56,7 @@ class InvitationHandlers(PeopleHandlers):
         token = "inv_" + secrets.token_hex(24)
         return token, hashlib.sha256(token.encode()).hexdigest(), iso(now + INVITE_VALID)
 
-    def _invitation_mail(self, conn: sqlite3.Connection, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
+    def _invitation_mail(self, conn: Connection, org_id: str, email: str, role: str, token: str, now_iso: str) -> None:
         """The invitation mail with its link (a resend mails the new link; the old one is dead)."""
         org = sql.get_org(conn, org_id)
         assert org is not None  # the caller's transaction has found the organization
@@ -175,6 +175,6 @@ class InvitationHandlers(PeopleHandlers):
         await self.store.write(tx)
 
 
-def require_org(conn: sqlite3.Connection, org_id: str) -> None:
+def require_org(conn: Connection, org_id: str) -> None:
     if sql.get_org(conn, org_id) is None:
         raise NotFound("Organization not found.")

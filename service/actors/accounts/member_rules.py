@@ -3,7 +3,6 @@ owner, and linking an identity-provider account (on issuer and subject only)."""
 
 from __future__ import annotations
 
-import sqlite3
 
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ from service.errors import Conflict, Forbidden
 from service.roles import within
 from service.storage import accounts as accounts_sql
 from service.storage import sessions as sessions_sql
+from service.storage.rows import Connection
 
 IDENTITY_TAKEN = "This identity provider account is already linked to another person."
 
@@ -34,12 +34,12 @@ def check_caller(caller_role: str | None, current: str, new: str | None) -> None
         raise Forbidden("Only an owner can change or remove an owner.", {"role": current})
 
 
-def not_last_owner(conn: sqlite3.Connection, org_id: str, verb: str) -> None:
+def not_last_owner(conn: Connection, org_id: str, verb: str) -> None:
     if accounts_sql.active_owners(conn, org_id) <= 1:
         raise Conflict(f"The last owner cannot be {verb}.")
 
 
-def link_identity(conn: sqlite3.Connection, user_id: str, identity: Identity, now_iso: str) -> None:
+def link_identity(conn: Connection, user_id: str, identity: Identity, now_iso: str) -> None:
     if sessions_sql.identity(conn, identity.issuer, identity.subject) is not None:
         raise Conflict(IDENTITY_TAKEN)
     sessions_sql.insert_identity(conn, identity.issuer, identity.subject, user_id, identity.email, now_iso)

@@ -24,7 +24,6 @@ token itself is kept only as a SHA-256 digest (`mail_tokens`).
 
 from __future__ import annotations
 
-import sqlite3
 
 import secrets
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from service.storage import identity as identity_sql
 from service.storage import mail as mail_sql
 from service.storage import sessions as sessions_sql
 from service.storage.db import Store
+from service.storage.rows import Connection
 
 CONFIRM_DAYS = 7
 CONFIRM_VALID = CONFIRM_DAYS * 86400.0
@@ -93,7 +93,7 @@ class PeopleHandlers:
     clock: Clock
     mail: Any  # service.mail.outbox.MailOutbox, or None (mails then carry no link)
 
-    def queue_mail(self, conn: sqlite3.Connection, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
+    def queue_mail(self, conn: Connection, org_id: str | None, to: str, mail: messages.Mail, now_iso: str,
                    link: str | None = None) -> None:
         sealed = self.mail.seal(link) if link is not None and self.mail is not None else None
         mail_sql.enqueue(conn, org_id, to, mail.kind, mail.subject, mail.text, mail.html, now_iso, sealed)
@@ -102,7 +102,7 @@ class PeopleHandlers:
     def base_url(self) -> str:
         return self.mail.base_url if self.mail is not None else ""
 
-    def _link(self, conn: sqlite3.Connection, purpose: str, email: str, org_id: str | None, now: float, valid: float,
+    def _link(self, conn: Connection, purpose: str, email: str, org_id: str | None, now: float, valid: float,
               path: str) -> str:
         token = secrets.token_urlsafe(32)
         mail_sql.insert_token(conn, token, purpose, email, org_id, _at(now), _at(now + valid))

@@ -15,7 +15,7 @@ from quart import Blueprint, request
 from quart_schema import hide
 
 from service import passwords
-from service.actors.accounts.actor import EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH
+from service.actors.accounts.invitations import EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH
 from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import HOME, current_session, csrf_protected, throttle

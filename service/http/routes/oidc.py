@@ -27,7 +27,7 @@ from typing import NoReturn
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
-from service.actors.accounts.actor import Identity
+from service.actors.accounts.member_rules import Identity
 from service.actors.accounts.org_rules import has_control
 from service.actors.sessions import FLOW_TTL
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
