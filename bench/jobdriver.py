@@ -15,31 +15,9 @@ import time
 
 import trio
 
+from loadgen import read_response
+
 FINAL = (b'"status":"failed"', b'"status":"completed"', b'"status":"canceled"', b'"status":"nsfw"')
-
-
-async def _response(stream, buf: bytearray) -> tuple[int, bytes]:
-    """One HTTP/1.1 response with a Content-Length: (status, body); the rest stays in `buf`."""
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    length = 0
-    for line in lines[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            length = int(v)
-    body = bytearray(rest)
-    while len(body) < length:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        body += chunk
-    buf[:] = body[length:]
-    return int(lines[0].split()[1]), bytes(body[:length])
 
 
 async def follow(host: str, port: int, key: str, job_id: str) -> dict:
@@ -80,7 +58,7 @@ async def run_jobs(host: str, port: int, key: str, model: str, jobs: int, level:
                     conn[0], conn[1] = await trio.open_tcp_stream(host, port), bytearray()
                 try:
                     await conn[0].send_all(request)
-                    return await _response(conn[0], conn[1])
+                    return await read_response(conn[0], conn[1])
                 except (ConnectionError, trio.BrokenResourceError):
                     await conn[0].aclose()
                     conn[0] = None

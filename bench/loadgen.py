@@ -30,7 +30,8 @@ class Result:
                 "requests": self.requests, "statuses": self.statuses}
 
 
-async def _read_response(stream, buf: bytearray) -> int:
+async def read_response(stream, buf: bytearray) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length: (status, body); the rest stays in `buf`."""
     while b"\r\n\r\n" not in buf:
         chunk = await stream.receive_some(65536)
         if not chunk:
@@ -38,7 +39,6 @@ async def _read_response(stream, buf: bytearray) -> int:
         buf += chunk
     head, _, rest = bytes(buf).partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
-    status = int(lines[0].split()[1])
     length = 0
     for line in lines[1:]:
         k, _, v = line.partition(b":")
@@ -51,7 +51,7 @@ async def _read_response(stream, buf: bytearray) -> int:
             raise ConnectionError("closed")
         body += chunk
     buf[:] = body[length:]
-    return status
+    return int(lines[0].split()[1]), bytes(body[:length])
 
 
 async def run(host: str, port: int, path: str, *, headers: dict | None = None, connections: int = 10,
@@ -78,7 +78,7 @@ async def run(host: str, port: int, path: str, *, headers: dict | None = None, c
             while more():
                 t0 = time.perf_counter()
                 await stream.send_all(req)
-                status = await _read_response(stream, buf)
+                status, _ = await read_response(stream, buf)
                 latencies.append((time.perf_counter() - t0) * 1000)
                 statuses[status] = statuses.get(status, 0) + 1
 
