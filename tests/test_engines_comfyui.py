@@ -120,10 +120,11 @@ async def test_progress_is_kept_on_the_job_while_it_renders(tmp_path, peer):
     async with node(tmp_path, peer, graph(slow=3)) as n:
         key = (await n.create_org())["api_key"]
         rid = (await submit(n, key, req(), path=PATH))["request_id"]
-        with trio.fail_after(10):
-            while "progress" not in (st := (await (await n.call(
-                    "GET", f"/v1/generation/requests/{rid}/status", key)).get_json())):
-                await trio.sleep(0.02)
+        async def with_progress():
+            st = await (await n.call("GET", f"/v1/generation/requests/{rid}/status", key)).get_json()
+            return st if "progress" in st else None
+
+        st = await wait_until(with_progress, timeout=10)
         assert st["status"] == "rendering"
         assert st["progress"]["max"] == 60 and 1 <= st["progress"]["value"] <= 60 and st["progress"]["step"] == "3"
         done = await wait_status(n, key, rid)

@@ -12,13 +12,13 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from serve_process import HARNESS_ENV, LISTENING
+from waiting import wait_until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +38,16 @@ def start(tmp: Path) -> tuple[subprocess.Popen, str, Path]:
         proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], env={**_base_env(), **env},
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 preexec_fn=low_limit)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        m = LISTENING.search(log.read_text(errors="replace"))
-        if m:
-            return proc, m.group(1), log
+    def listening():
         assert proc.poll() is None, log.read_text(errors="replace")
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("no start: " + log.read_text(errors="replace"))
+        return LISTENING.search(log.read_text(errors="replace"))
+
+    try:
+        m = wait_until_sync(listening, timeout=60, every=0.05)
+    except TimeoutError:
+        proc.kill()
+        raise AssertionError("no start: " + log.read_text(errors="replace")) from None
+    return proc, m.group(1), log
 
 
 def _base_env() -> dict:
@@ -110,18 +111,22 @@ def test_streams_never_take_the_last_descriptors_and_accept_errors_are_quiet(tmp
             except OSError:  # the listen backlog is full too
                 break
         assert len(idle) > LIMIT - 128
-        time.sleep(2)  # the node hits EMFILE and retries its accepts
+        # the node hits EMFILE and says so (once), then retries its accepts
+        wait_until_sync(lambda: "cannot accept connections: Too many open files" in log.read_text(), timeout=30)
         for s in idle:
             s.close()
-        deadline = time.monotonic() + 30
-        while True:
+        def answers() -> bool:
             try:
                 with httpx.Client(base_url=url, timeout=5) as http:
                     reachable(http)
-                break
+                return True
             except (httpx.HTTPError, AssertionError):
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.5)
+                return False
+
+        try:
+            wait_until_sync(answers, timeout=30, every=0.5)
+        except TimeoutError:
+            raise AssertionError(log.read_text()[-3000:]) from None
         assert proc.poll() is None
         text = log.read_text()
         refusals = re.findall(r"cannot accept connections: Too many open files", text)

@@ -18,7 +18,7 @@ from s3_server import FAKE_KEY, FAKE_SECRET, clean_env, s3, s3_session  # noqa: 
 from serve_process import HARNESS_ENV, ServeProcess
 from service.config import Settings
 from service.replica import ReplicaError, config_text, restore
-from waiting import wait_until
+from waiting import wait_until, wait_until_sync
 
 TOKEN = "replica-operator-token"
 TABLES = ("organizations", "credit_lots", "credit_ledger", "credit_holds", "api_keys")
@@ -64,14 +64,12 @@ def test_write_kill_delete_restore_gives_back_every_balance_and_ledger(s3, tmp_p
                 assert r.status_code in (200, 201), r.text
         expected = dump(data / "genservice.db")
         # wait until the replica holds the last write (Litestream ships every second)
-        deadline = time.monotonic() + 120
-        while True:
+        def caught_up() -> bool:
             probe = tmp_path / f"probe-{time.monotonic_ns()}"
             done = admin_restore(env, probe)
-            if done.returncode == 0 and dump(probe / "genservice.db") == expected:
-                break
-            assert time.monotonic() < deadline, done.stderr
-            time.sleep(0.5)
+            return done.returncode == 0 and dump(probe / "genservice.db") == expected
+
+        wait_until_sync(caught_up, timeout=120, every=0.5)
     finally:
         node.kill()  # kill -9 of the node and its Litestream child
     assert old == os.environ.get("AWS_CA_BUNDLE")
