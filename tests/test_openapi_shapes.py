@@ -156,19 +156,21 @@ def test_the_check_refuses_drift():
 
 
 async def test_a_view_that_drifts_is_a_500_in_test_mode(node, monkeypatch, caplog):
+    from service.http.routes import roles as roles_route
+
     org = await node.create_org()
     key = org["api_key"]
-    r = await node.call("GET", "/v1/billing/ledger", key)
-    assert r.status_code == 200 and (await r.get_json())["data"]  # the opening grant
-    plain = billing_sql.ledger_view
-    monkeypatch.setattr(billing_sql, "ledger_view", lambda row: {**plain(row), "undocumented": 1})
+    r = await node.call("GET", "/v1/roles", key)
+    assert r.status_code == 200 and (await r.get_json())["data"]
+    plain = roles_route.role_view
+    monkeypatch.setattr(roles_route, "role_view", lambda name: {**plain(name), "undocumented": 1})
     caplog.set_level(logging.ERROR)
-    r = await node.call("GET", "/v1/billing/ledger", key)
+    r = await node.call("GET", "/v1/roles", key)
     assert r.status_code == 500
     body = await r.get_json()
     assert body["error"]["code"] == "request.internal_error"
     assert body["error"]["message"] == "Something went wrong on our side."
-    assert ("GET /v1/billing/ledger answers off its documented shape: $.data[0].undocumented: sent but not in "
+    assert ("GET /v1/roles answers off its documented shape: $[0].undocumented: sent but not in "
             "the class") in caplog.text
 
 

@@ -53,6 +53,7 @@ from service.money import fmt
 from service.storage import spend
 from service.storage.events import emit
 from service.storage.rows import Row, rows_in
+from service.views.billing_shapes import Balance, BillingSettings, Hold, LedgerEntry, Lot, UsageRow
 
 if TYPE_CHECKING:
     from service.storage.db import Store
@@ -211,20 +212,20 @@ def org_exists(store: Store, org_id: str) -> bool:
 
 
 # -- views -----------------------------------------------------------------------------------------
-def lot_view(row: Row) -> Row:
+def lot_view(row: Row) -> Lot:
     return {"id": row["id"], "source": row["source"], "amount": fmt(row["amount_uc"]),
             "remaining": fmt(row["remaining_uc"]), "expires_at": row["expires_at"], "reason": row["reason"],
             "created_at": row["created_at"]}
 
 
-def hold_view(row: Row) -> Row:
+def hold_view(row: Row) -> Hold:
     return {"id": row["id"], "job_id": row["job_id"], "workflow_run_id": row["workflow_run_id"],
             "project_id": row["project_id"], "status": row["status"], "amount": fmt(row["amount_uc"]),
             "captured": fmt(row["captured_uc"]), "created_at": row["created_at"],
             "settled_at": row["settled_at"]}
 
 
-def ledger_view(row: Row) -> Row:
+def ledger_view(row: Row) -> LedgerEntry:
     return {"id": row["id"], "created_at": row["created_at"], "kind": row["kind"],
             "amount": fmt(row["amount_uc"]), "source": row["source"], "grant_id": row["lot_id"],
             "project_id": row["project_id"], "job_id": row["job_id"],
@@ -253,7 +254,7 @@ def lots_available(lots: list[Row]) -> int:
     return available((r["remaining_uc"], r["reserved_uc"]) for r in lots)
 
 
-def balance(store: Store, org_id: str, now: float) -> Row:
+def balance(store: Store, org_id: str, now: float) -> Balance:
     """The Balance resource, relative to service time `now` (a lot is expired from its
     `expires_at` on, whether or not the actor has written its expiry yet)."""
     with snapshot(store):
@@ -282,7 +283,7 @@ def balance(store: Store, org_id: str, now: float) -> Row:
 
 
 def ledger(store: Store, org_id: str, *, project_id: str | None, since: str | None, until: str | None,
-           limit: int, offset: int) -> tuple[list[Row], int]:
+           limit: int, offset: int) -> tuple[list[LedgerEntry], int]:
     where, params = ["organization_id = ?"], [org_id]
     if project_id is not None:
         where.append("project_id = ?")
@@ -301,7 +302,7 @@ def ledger(store: Store, org_id: str, *, project_id: str | None, since: str | No
     return [ledger_view(r) for r in rows], total
 
 
-def list_holds(store: Store, org_id: str, status: str | None, limit: int) -> list[Row]:
+def list_holds(store: Store, org_id: str, status: str | None, limit: int) -> list[Hold]:
     if status is None:
         rows = store.all(f"SELECT {HOLD_COLUMNS} FROM credit_holds WHERE organization_id = ? "
                          "ORDER BY created_at DESC, rowid DESC LIMIT ?", (org_id, limit))
@@ -311,7 +312,7 @@ def list_holds(store: Store, org_id: str, status: str | None, limit: int) -> lis
     return [hold_view(r) for r in rows]
 
 
-def usage(store: Store, org_id: str, since: str | None) -> list[Row]:
+def usage(store: Store, org_id: str, since: str | None) -> list[UsageRow]:
     """Completed jobs (captured holds with a job) per project per UTC day, newest day first."""
     sql = ("SELECT project_id, substr(settled_at, 1, 10) AS day, SUM(captured_uc) AS credits, COUNT(*) AS jobs "
            "FROM credit_holds WHERE organization_id = ? AND status = 'captured' AND job_id IS NOT NULL")
@@ -324,14 +325,14 @@ def usage(store: Store, org_id: str, since: str | None) -> list[Row]:
             for r in store.all(sql, params)]
 
 
-def settings(store: Store, org_id: str) -> Row:
+def settings(store: Store, org_id: str) -> BillingSettings:
     row = store.one("SELECT low_balance_threshold_uc, low_balance_notified_at FROM billing_settings "
                     "WHERE organization_id = ?", (org_id,))
     return settings_view(row["low_balance_threshold_uc"] if row else None,
                          row["low_balance_notified_at"] if row else None)
 
 
-def settings_view(threshold_uc: int | None, notified_at: str | None) -> Row:
+def settings_view(threshold_uc: int | None, notified_at: str | None) -> BillingSettings:
     return {"low_balance_threshold": fmt(threshold_uc), "low_balance_notified_at": notified_at}
 
 

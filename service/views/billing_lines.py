@@ -9,12 +9,15 @@ gives back what was not used, a release gives back all of it. So the charge is m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
+
+from service.views.billing_shapes import LedgerEntry
 
 JOB_KINDS = ("hold", "capture", "release")
 
 
-def lines(rows: list[dict]) -> list[dict]:
+def lines(rows: Sequence[LedgerEntry]) -> list[dict]:
     """Ledger rows (newest first, `ledger_view` shape) -> page lines, newest first: a job or
     run's rows fold into one line at the place of its newest row."""
     out: list[dict] = []

@@ -16,6 +16,7 @@ from quart import Blueprint, request
 from service.clock import iso, parse_iso
 from service.errors import ActorGone, AskTimeout, BadRequest, Unavailable, Unprocessable
 from service.http.auth import principal, requires, node
+from service.http.responses import Balance, BillingSettings, Data, Hold, LedgerPage, UsageRow
 from service.http.schemas import LIMIT, OFFSET, TS, UUID, Body, Query, body, clamp, documented, query
 from service.machines import HOLD
 from service.money import MAX_UC, UC, NotCredits, TooPrecise, decimal_uc, to_decimal
@@ -23,7 +24,8 @@ from service.storage import billing as sql
 
 bp = Blueprint("billing", __name__)
 
-HOLD_STATUSES = ("held", "captured", "released")
+# the live state first, then the final ones: "held, captured, released" in messages
+HOLD_STATUSES = (*sorted(HOLD.states - HOLD.final), *sorted(HOLD.final))
 PAGE_DEFAULT, PAGE_MAX = 100, 500
 
 
@@ -66,7 +68,7 @@ def org_id() -> str:
 
 @bp.get("/v1/billing/balance")
 @requires("billing:read")
-async def get_balance():
+async def get_balance() -> Data[Balance]:
     svc = node()
     return {"data": sql.balance(svc.store, org_id(), svc.clock.now())}
 
@@ -74,7 +76,7 @@ async def get_balance():
 @bp.get("/v1/billing/ledger")
 @requires("billing:read")
 @query(LedgerQuery)
-async def get_ledger(q: LedgerQuery):
+async def get_ledger(q: LedgerQuery) -> LedgerPage:
     if q.project_id is not None:
         try:
             uuid.UUID(q.project_id)
@@ -97,9 +99,9 @@ async def get_ledger(q: LedgerQuery):
 @bp.get("/v1/billing/holds")
 @requires("billing:read")
 @query(HoldsQuery)
-async def get_holds(q: HoldsQuery):
+async def get_holds(q: HoldsQuery) -> Data[list[Hold]]:
     if q.status is not None and q.status not in HOLD_STATUSES:
-        raise BadRequest("status must be one of held, captured, released.", {"status": q.status})
+        raise BadRequest(f"status must be one of {', '.join(HOLD_STATUSES)}.", {"status": q.status})
     limit = clamp(q.limit, PAGE_DEFAULT, 1, PAGE_MAX)
     return {"data": sql.list_holds(node().store, org_id(), q.status, limit)}
 
@@ -107,13 +109,13 @@ async def get_holds(q: HoldsQuery):
 @bp.get("/v1/billing/usage")
 @requires("billing:read")
 @query(UsageQuery)
-async def get_usage(q: UsageQuery):
+async def get_usage(q: UsageQuery) -> Data[list[UsageRow]]:
     return {"data": sql.usage(node().store, org_id(), timestamp_param("since", q.since))}
 
 
 @bp.get("/v1/billing/settings")
 @requires("billing:read")
-async def get_settings():
+async def get_settings() -> Data[BillingSettings]:
     return {"data": sql.settings(node().store, org_id())}
 
 
@@ -141,6 +143,7 @@ def threshold_uc(raw: bytes | str) -> int | None:
 @bp.put("/v1/billing/settings")
 @requires("billing:write")
 @body(SettingsBody)
-async def put_settings(data: SettingsBody):
+async def put_settings(data: SettingsBody) -> Data[BillingSettings]:
     uc = threshold_uc(await request.get_data(cache=True))
-    return {"data": await node().balances.settings_put(org_id(), uc)}
+    settings: BillingSettings = await node().balances.settings_put(org_id(), uc)
+    return {"data": settings}

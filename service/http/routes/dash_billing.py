@@ -26,6 +26,7 @@ from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import projects, show
 from service.http.pages import PageError
+from service.http.responses import LedgerEntry, UsageRow
 from service.http.routes.billing import threshold_uc
 from service.http.routes.topups import topup_view
 from service.payments import facade
@@ -43,7 +44,7 @@ BAD_OFFSET = "The ledger offset must be a whole number."
 COLORS = ("#0b5cad", "#c05600", "#2e7d32", "#8e24aa", "#6b6b6b")  # distinct at 3:1 on white
 
 
-def chart(rows: list[dict], today: datetime, names: dict[str, str]) -> dict:
+def chart(rows: list[UsageRow], today: datetime, names: dict[str, str]) -> dict:
     """Daily credits over the last DAYS days, stacked per project (the four largest, then
     "Other"), as SVG bar geometry: no script, no library."""
     totals: dict[str, Decimal] = {}
@@ -92,7 +93,7 @@ def ledger_offset() -> int:
     return max(0, int(raw))
 
 
-def ledger_page(org_id: str, offset: int) -> tuple[list[dict], int, int]:
+def ledger_page(org_id: str, offset: int) -> tuple[list[LedgerEntry], int, int]:
     """One page of the ledger; an offset past the end shows the last page."""
     store = node().store
     ledger, total = sql.ledger(store, org_id, project_id=None, since=None, until=None, limit=LEDGER_PAGE,
