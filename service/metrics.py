@@ -20,7 +20,8 @@ Labels come only from the node's own sets: `route` is a matched route template (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -54,7 +55,7 @@ class _EngineQueues:
     """A collector read at scrape time: `views()` -> {model id: queue view} (engine_queue.py).
     Labels are the catalog's model ids only, so the series are bounded."""
 
-    def __init__(self, views: Callable[[], dict[str, dict]]) -> None:
+    def __init__(self, views: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
         self.views = views
 
     def collect(self):
@@ -80,7 +81,7 @@ class _EngineQueues:
 
 class Metrics:
     def __init__(self, backlog: Callable[[], dict[str, int]], open_streams: Callable[[], int],
-                 engine_queues: Callable[[], dict[str, dict]] = dict) -> None:
+                 engine_queues: Callable[[], Mapping[str, Mapping[str, Any]]] = dict) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("genservice_http_requests", "HTTP requests answered.",
                                 ["route", "method", "status"], registry=r)

@@ -7,6 +7,10 @@ Role ids are stable UUIDs derived from the role name, the same on every install.
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the shape reads the role names from here: imported for mypy only
+    from service.views.shapes import Role
 
 _NS = uuid.UUID("6f1c2d4e-8a3b-4c5d-9e0f-1a2b3c4d5e6f")
 
@@ -55,5 +59,5 @@ def within(granted: str, holder: str) -> bool:
     return set(PERMISSIONS[granted]) <= set(PERMISSIONS[holder])
 
 
-def role_view(name: str) -> dict:
+def role_view(name: str) -> Role:
     return {"id": ROLE_IDS[name], "name": name, "permissions": PERMISSIONS[name]}

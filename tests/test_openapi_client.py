@@ -2,8 +2,7 @@
 operation and parses every real answer, with an owner key and a read_only key.
 
 The client is generated offline into a temp dir from `GET /v1/openapi.json` of an in-process
-node (test mode, so every success answer is also held to its class by the response check),
-imported, and driven through an httpx ASGI transport: no socket, no server process.
+node (every success body is its route's declared class, held by mypy), imported, and driven through an httpx ASGI transport: no socket, no server process.
 
 For each operation and key: the answer's status is the documented success (the read_only
 key: 403 where its role lacks the operation's `x-permission`), the client parses it

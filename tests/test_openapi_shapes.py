@@ -1,6 +1,6 @@
-"""The document's response shapes come from one class each (service/http/responses), and the
-test-mode check holds every real answer of a route that does not declare its shape by its
-return annotation (those mypy holds) to its class.
+"""The document's response shapes come from one class each (service/http/responses), and
+every route declares its shape by its return annotation, so mypy (not a run-time check)
+holds the route, its builders and the document together.
 
 - every status enum (job, run, step, hold, top-up, ticket) is an open string whose known
   values are exactly its machine's states (service/machines.py); event names, roles,
@@ -8,14 +8,13 @@ return annotation (those mypy holds) to its class.
 - no response schema closes an enum (a new value may appear, spec "Versioning");
 - model ids and product slugs are strings with examples, not enums of the live catalog;
 - the feed's two item kinds are named components; every operation documents the 503;
-- a view that drifts from its class (a field added, one dropped, a type changed) fails the
-  request in test mode with a 500 and the reason in the log.
+- a builder that drifts from its class (a field added, one dropped, a type changed) is a
+  mypy error.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
@@ -25,11 +24,9 @@ from service.catalog.capabilities import CAPABILITIES
 from service.catalog.product_types import CATEGORIES, KINDS
 from service.http import openapi
 from service.http.openapi_table import ROUTE, Op
-from service.http.responses import Data, Hold, JobStatus, Project
-from service.http.responses.check import ResponseMismatch, check
+from service.http.responses import Data, Project
 from service.machines import HOLD, JOB, RUN, STEP, TICKET, TOPUP
 from service.roles import ROLE_IDS, ROLE_NAMES
-from service.storage import billing as billing_sql
 
 
 async def _doc(node) -> dict:
@@ -133,45 +130,39 @@ async def test_feed_items_are_named_and_every_operation_answers_503(node):
     assert [f"{m} {p}" for m, p, op in ops if "503" not in op["responses"]] == []
 
 
-def test_the_check_refuses_drift():
-    job = {"status": "queued", "request_id": "r", "status_url": "s", "cancel_url": "c",
-           "capability": "image.generate", "model": "proc-image", "project_id": "p", "source": "api",
-           "outputs": [], "images": [], "video": None, "credits": {"estimate": "1.00", "actual": None},
-           "error": None, "created_at": "t", "finished_at": None}
-    check(JobStatus, json.dumps(job))
-    check(JobStatus, json.dumps({**job, "status": "a-status-added-later"}))  # open: known values only
-    check(JobStatus, json.dumps({**job, "usage": {"input_tokens": 3}}))     # sent only when reported
-    cases = [
-        ({**job, "extra": 1}, "$.extra: sent but not in the class"),
-        ({k: v for k, v in job.items() if k != "error"}, "error\n  Field required"),
-        ({**job, "credits": {"estimate": 1, "actual": None}}, "credits.estimate\n  Input should be a valid string"),
-        ({**job, "video": {"id": "a"}}, "video.url\n  Field required"),
-    ]
-    for body, reason in cases:
-        with pytest.raises(ResponseMismatch) as e:
-            check(JobStatus, json.dumps(body))
-        assert reason in str(e.value), str(e.value)
-    with pytest.raises(ResponseMismatch, match=r"expected \{\"data\": \.\.\.\}, got keys \['items'\]"):
-        check(Data[list[Hold]], json.dumps({"items": []}))
+def test_every_success_body_is_declared_by_its_route():
+    """No answer relies on a runtime check: every `/v1` JSON success body is `ROUTE` in the
+    table, so the route function's return annotation gives it and mypy holds the route, its
+    builders and the document together (only event streams and bodiless answers are not)."""
+    table = openapi.operations()
+    assert sum(op.schema is ROUTE for op in table.values()) == 53
+    assert [f"{m} {p}" for (m, p), op in table.items()
+            if op.schema is not ROUTE and op.schema is not None and not isinstance(op.schema, dict)] == []
 
 
-async def test_a_view_that_drifts_is_a_500_in_test_mode(node, monkeypatch, caplog):
-    from service.http.routes import roles as roles_route
+def test_mypy_refuses_a_builder_that_drifts(tmp_path):
+    """A builder that adds, drops or mistypes a key of its shape is a type error (what the
+    test-mode response check used to catch at run time)."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    org = await node.create_org()
-    key = org["api_key"]
-    r = await node.call("GET", "/v1/roles", key)
-    assert r.status_code == 200 and (await r.get_json())["data"]
-    plain = roles_route.role_view
-    monkeypatch.setattr(roles_route, "role_view", lambda name: {**plain(name), "undocumented": 1})
-    caplog.set_level(logging.ERROR)
-    r = await node.call("GET", "/v1/roles", key)
-    assert r.status_code == 500
-    body = await r.get_json()
-    assert body["error"]["code"] == "request.internal_error"
-    assert body["error"]["message"] == "Something went wrong on our side."
-    assert ("GET /v1/roles answers off its documented shape: $[0].undocumented: sent but not in "
-            "the class") in caplog.text
+    code = tmp_path / "drift.py"
+    code.write_text(
+        "from service.http.responses import Data, Hold, UsageRow\n"
+        "def usage() -> Data[list[UsageRow]]:\n"
+        "    return {'data': [{'project_id': 'p', 'day': 'd', 'credits': '1.00', 'jobs': 1, 'extra': 1}]}\n"
+        "def hold(h: Hold) -> Hold:\n"
+        "    return {**h, 'amount': 1}\n"
+        "def dropped() -> UsageRow:\n"
+        "    return {'project_id': 'p', 'day': 'd', 'credits': '1.00'}\n")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--cache-dir",
+                          str(tmp_path / "cache"), str(code)], cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert 'Extra key "extra" for TypedDict "UsageRow"' in out.stdout, out.stdout
+    assert 'expression has type "int", TypedDict item "amount" has type "str"' in out.stdout, out.stdout
+    assert 'Missing key "jobs" for TypedDict "UsageRow"' in out.stdout, out.stdout
 
 
 def test_every_shape_is_a_class():

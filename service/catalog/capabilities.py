@@ -19,6 +19,10 @@ list is empty and any `aspect_ratio` sent to them is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
+    from service.views import catalog_shapes as shapes
 
 ASPECT_RATIOS: tuple[str, ...] = (
     "1:1", "4:3", "3:4", "3:2", "2:3", "16:9", "9:16", "21:9", "4:5", "5:4",
@@ -39,7 +43,7 @@ class SlotSpec:
     min: int
     max: int
 
-    def view(self) -> dict:
+    def view(self) -> shapes.CapabilitySlot:
         """`{name, kinds, min, max, required}` as listed in a capability's `inputs`; `required`
         when every model of the capability needs it (a model may still need an optional one:
         its offering's `inputs` say so)."""

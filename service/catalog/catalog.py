@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from pydantic import ValidationError
 
@@ -22,6 +22,9 @@ from service.money import fmt, to_uc
 from .capabilities import BY_ID, CAPABILITIES
 from .engines import NO_ENGINES, EngineConfigError, EngineTable, EngineTables, parse_engine
 from .schema import CatalogFile, ModelEntry, tier_label
+
+if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
+    from service.views import catalog_shapes as shapes
 
 Runnable = Callable[["Model"], bool]
 
@@ -38,7 +41,7 @@ class ModelSlot:
     kinds: tuple[str, ...]
     count: int
 
-    def view(self) -> dict:
+    def view(self) -> shapes.ModelSlot:
         """`{name, kinds, count, required}` as listed in an offering's `inputs`; `required`:
         this model refuses a submit without the slot's assets."""
         return {"name": self.name, "kinds": list(self.kinds), "count": self.count, "required": self.count > 0}
@@ -50,7 +53,7 @@ class Price:
     duration: int | None
     uc: int
 
-    def view(self) -> dict:
+    def view(self) -> shapes.Price:
         """`{resolution, duration, credits}`; credits a 2-place decimal string."""
         return {"resolution": self.resolution, "duration": self.duration, "credits": fmt(self.uc)}
 
@@ -138,7 +141,7 @@ class Catalog:
     def models_for(self, cap_id: str) -> list[Model]:
         return [m for m in self.models if m.capability == cap_id]
 
-    def capabilities_view(self, runnable: Runnable) -> list[dict]:
+    def capabilities_view(self, runnable: Runnable) -> list[shapes.Capability]:
         """Items of `GET /v1/generation/capabilities`, in the spec's fixed order.
 
         Each: `{id, description, output, prompt_required, prompt_meaning,
@@ -163,7 +166,7 @@ class Catalog:
             for c in CAPABILITIES
         ]
 
-    def models_view(self, runnable: Runnable) -> list[dict]:
+    def models_view(self, runnable: Runnable) -> list[shapes.Model]:
         """Items of `GET /v1/generation/models`, in catalog order.
 
         Each: `{id, description, available, capabilities: [{id, prices:
@@ -181,7 +184,7 @@ class Catalog:
         ]
 
     @staticmethod
-    def _offering(m: Model, runnable: Runnable) -> dict:
+    def _offering(m: Model, runnable: Runnable) -> shapes.Offering:
         return {
             "id": m.id,
             "description": m.description,

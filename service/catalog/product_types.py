@@ -20,9 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from string import Formatter
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .capabilities import BY_ID
+
+if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
+    from service.views import catalog_shapes as shapes
 
 INPUT_TYPES = ("text", "number", "choice", "image", "video", "audio")
 ASSET_TYPES = ("image", "video", "audio")
@@ -71,7 +74,7 @@ class Input:
     options: tuple[str, ...] = ()
     hidden: bool = False
 
-    def view(self) -> dict:
+    def view(self) -> shapes.ProductInput:
         """`{type, label, description, required, default, options, hidden}`."""
         return {
             "type": self.type, "label": self.label, "description": self.description,
@@ -96,7 +99,7 @@ class Step:
         """Keys of the steps this one reads from, in first-use order."""
         return tuple(dict.fromkeys(r.key for r in _refs(self.params) if isinstance(r, (FromStep, TextOf))))
 
-    def view(self) -> dict:
+    def view(self) -> shapes.ProductStep:
         """`{key, capability, op, model, needs}`."""
         return {
             "key": self.key, "capability": self.capability, "op": self.op,

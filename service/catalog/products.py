@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from string import Formatter
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from service.errors import Unavailable
 from service.money import fmt
@@ -23,6 +23,9 @@ from .catalog import Catalog, Model, Runnable, tier_label
 from .product_defs import BUILTIN
 from .product_inputs import validate_run_inputs
 from .product_types import FromInput, FromStep, Product, Step, Template, TextOf
+
+if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
+    from service.views import catalog_shapes as shapes
 
 __all__ = [
     "REGISTRY", "ProductRegistry", "Availability", "availability", "list_products", "product",
@@ -118,7 +121,8 @@ def require_available(p: Product, catalog: Catalog, runnable: Runnable, values: 
     return a.price_uc  # type: ignore[return-value]
 
 
-def product_view(p: Product, catalog: Catalog, runnable: Runnable, values: Mapping[str, Any] | None = None) -> dict:
+def product_view(p: Product, catalog: Catalog, runnable: Runnable, values: Mapping[str, Any] | None = None
+                 ) -> shapes.Product:
     """The spec's Product object; `available`, `unavailable_reasons` and
     `credits_estimate` are computed for `values` (default: the input defaults).
 

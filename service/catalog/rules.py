@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.errors import NotFound, Unavailable, Unprocessable
 from service.money import fmt
@@ -40,6 +40,9 @@ from .assets import NOT_OURS, AssetInfo, ResolveInputs, find_assets, kinds_text,
 from .capabilities import BY_ID, Capability
 from .catalog import Catalog, Model, Runnable, tier_label
 from .work import check_video_inputs, render_budget
+
+if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
+    from service.views import catalog_shapes as shapes
 
 __all__ = ["AssetInfo", "Plan", "estimate", "parse_asset_ref", "plan_submit"]
 
@@ -95,13 +98,13 @@ def estimate(
     model: str | None,
     body: dict[str, Any],
     runnable: Runnable,
-) -> dict:
+) -> shapes.Estimate:
     """`POST /v1/generation/estimate`: the submit's price without creating anything.
 
     Runs the submit rules except the prompt and inputs (a price check needs
     neither), so an unknown model, an unavailable one or a bad tier answer as
     the submit would. `capability` / `model` default to the body's fields.
-    Answers `{capability, model, resolution, duration, credits}`.
+    Answers `{capability, model, resolution, duration, credits, tier}`.
     """
     capability = capability or body.get("capability")
     if capability is None and model is None:
@@ -115,6 +118,7 @@ def estimate(
         "resolution": plan.resolution,
         "duration": plan.duration,
         "credits": plan.credits,
+        "tier": tier_label(plan.resolution, plan.duration),
     }
 
 

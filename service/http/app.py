@@ -22,7 +22,6 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
-from service.http.responses import check as response_check
 from service.logs import REQUEST_ID
 from service.metrics import UNMATCHED, method_label
 from service.streams.limits import StreamLimits
@@ -106,8 +105,6 @@ def create_app(node) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
     app.config["JSON_SORT_KEYS"] = False
-    # every /v1 success answer checked against its class (test mode only: bench/response_check.py)
-    app.config["CHECK_RESPONSES"] = bool(node.settings.test_mode)
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Quart's default provider has it
     QuartSchema(
         app,
@@ -143,13 +140,9 @@ def create_app(node) -> QuartTrio:
         if not upload:
             await request.get_data(cache=True)
 
-    shapes: dict[tuple[str, str], openapi.Op] = {}
-
     @app.after_request
     async def finish(response):
         response = browser.after_request(response)
-        if app.config["CHECK_RESPONSES"] and request.url_rule is not None:
-            response = await _check_answer(response, request.url_rule.rule)
         started = g.get("started")
         if started is not None:
             elapsed = time.perf_counter() - started
@@ -159,26 +152,6 @@ def create_app(node) -> QuartTrio:
             metrics = node.metrics
             metrics.requests.labels(route, method, str(response.status_code)).inc()
             metrics.latency.labels(route, method).observe(elapsed)
-        return response
-
-    async def _check_answer(response, rule: str):
-        """Test mode: a success answer of a `/v1` operation must be exactly its documented
-        shape (service/http/responses/check.py); a mismatch is the usual 500, the reason logged.
-        Not the routes that declare their shape by their return annotation: mypy holds those."""
-        if not shapes:
-            shapes.update(openapi.operations(node))
-        op = shapes.get((request.method, openapi.normalize(rule)))
-        if (op is None or op.status != response.status_code or op.schema is None or op.schema is openapi.ROUTE
-                or isinstance(op.schema, dict)):
-            return response
-        try:
-            response_check.check(op.schema, await response.get_data())
-        except response_check.ResponseMismatch as e:
-            log.error("internal error: %s %s answers off its documented shape: %s (request_id=%s)",
-                      request.method, rule, e, g.get("request_id"))
-            failed, status = errors.envelope(500, "request.internal_error", "Something went wrong on our side.")
-            failed.status_code = status
-            return failed
         return response
 
     for name in route_modules():

@@ -8,9 +8,9 @@ without an entry is served bare, marked `x-undocumented`, and fails
 tests/test_schemathesis.py::test_routes_match_openapi):
 
 - the responses of every operation: the success status with its shape, a class of
-  service/http/responses: the route function's return annotation where it has one
-  (`-> Data[Project]`: mypy holds the route and the views it calls to that shape), else
-  the table's (and the test-mode check holds the real answers to it), and
+  service/http/responses: the route function's return annotation (`-> Data[Project]`:
+  mypy holds the route and the builders it calls to that shape; every `/v1` JSON answer
+  is declared so), and
   every error the route can give: 400 (envelope), 401 and 403 (flat `{status: false,
   error}`), 404, 408 (flat timeout body), 409, 413, 422, 402, as the route can answer
   them, and 503 on every operation (any route can answer "busy");

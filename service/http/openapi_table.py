@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.catalog.capabilities import CAPABILITIES
-from service.http import responses as R
-from service.http.responses import Data
 from service.http.schemas import STR, UUID, nullable
 from service.roles import ROLE_IDS
 
@@ -127,8 +125,8 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
     asset_links = _links(("get_asset", "asset_content", "asset_url"), "asset_id", "$response.body#/data/id")
     return {
         # generation
-        ("GET", "/v1/generation/capabilities"): Op(200, Data[list[R.Capability]]),
-        ("GET", "/v1/generation/models"): Op(200, Data[list[R.Model]]),
+        ("GET", "/v1/generation/capabilities"): Op(200, ROUTE),
+        ("GET", "/v1/generation/models"): Op(200, ROUTE),
         ("POST", "/v1/generation/capabilities/<capability>"): Op(
             202, ROUTE, SUBMIT_ERRORS, True, live_body=submit,
             path={"capability": {"type": "string", "enum": [c.id for c in CAPABILITIES]}}, links=job_links,
@@ -140,8 +138,7 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
                                          "model id")},
             path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
         ("POST", "/v1/generation/estimate"): Op(
-            200, Data[R.Estimate], (404, 422, 503), True,
-            live_body=submit,
+            200, ROUTE, (404, 422, 503), True, live_body=submit,
             example={"capability": "image.generate", "resolution": "2k"}),
         ("GET", "/v1/generation/requests"): Op(200, ROUTE, (404,), True,),
         ("GET", "/v1/generation/requests/<job_id>/status"): Op(200, ROUTE, (404,)),
@@ -154,13 +151,12 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("GET", "/v1/generation/assets/<asset_id>/url"): Op(
             200, ROUTE, (404,)),
         ("POST", "/v1/generation/uploads"): Op(
-            201, Data[R.Asset], (404, 409, 422, 503), True, links=asset_links),
+            201, ROUTE, (404, 409, 422, 503), True, links=asset_links),
         # products and runs
-        ("GET", "/v1/workflows/products"): Op(200, Data[list[R.Product]],),
-        ("GET", "/v1/workflows/products/<slug>"): Op(200, Data[R.Product], (404,),
-                                                     path={"slug": slug}),
+        ("GET", "/v1/workflows/products"): Op(200, ROUTE),
+        ("GET", "/v1/workflows/products/<slug>"): Op(200, ROUTE, (404,), path={"slug": slug}),
         ("POST", "/v1/workflows/products/<slug>/estimate"): Op(
-            200, Data[R.Product], (404, 422), True, path={"slug": slug},
+            200, ROUTE, (404, 422), True, path={"slug": slug},
             path_examples={"slug": "text-to-clip"},
             example={"inputs": {"prompt": "A fox at dawn", "resolution": "480p"}}),
         ("POST", "/v1/workflows/products/<slug>/runs"): Op(
@@ -209,7 +205,7 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("GET", "/v1/billing/settings"): Op(200, ROUTE),
         ("PUT", "/v1/billing/settings"): Op(
             200, ROUTE, (422, 503), example={"low_balance_threshold": "25.00"}),
-        ("GET", "/v1/billing/topups/quote"): Op(200, Data[R.TopupQuote]),
+        ("GET", "/v1/billing/topups/quote"): Op(200, ROUTE),
         ("GET", "/v1/billing/topups"): Op(200, ROUTE),
         ("GET", "/v1/billing/topups/<topup_id>"): Op(200, ROUTE, (404,)),
         ("POST", "/v1/billing/topups"): Op(
@@ -226,9 +222,9 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("PATCH", "/v1/api-keys/<key_id>"): Op(200, ROUTE, (404, 422, 503)),
         ("DELETE", "/v1/api-keys/<key_id>"): Op(204, None, (404, 503)),
         # roles
-        ("GET", "/v1/roles"): Op(200, Data[list[R.Role]],
+        ("GET", "/v1/roles"): Op(200, ROUTE,
                                  links=_links(("get_role", "role_users"), "role_id", "$response.body#/data/0/id")),
-        ("GET", "/v1/roles/<role_id>"): Op(200, Data[R.Role], (404,)),
+        ("GET", "/v1/roles/<role_id>"): Op(200, ROUTE, (404,)),
         ("GET", "/v1/roles/<role_id>/users"): Op(200, ROUTE, (404,)),
         # account webhooks
         ("GET", "/v1/webhooks"): Op(200, ROUTE),

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
+from service.views.billing_shapes import TopupQuote
+
 MIN_CREDITS = 100
 MAX_CREDITS = 100_000
 EXPIRY_DAYS = 365
@@ -31,7 +33,7 @@ class Quote:
     max_credits: int = MAX_CREDITS
     expiry_days: int = EXPIRY_DAYS
 
-    def view(self) -> dict:
+    def view(self) -> TopupQuote:
         return {"usd_per_credit": str(self.usd_per_credit), "min_credits": self.min_credits,
                 "max_credits": self.max_credits, "expiry_days": self.expiry_days,
                 "currency": self.currency}

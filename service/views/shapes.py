@@ -21,6 +21,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic reads typing's 
 
 from service.catalog.capabilities import ASSET_KINDS, CAPABILITIES
 from service.machines import JOB, RUN, STEP, Machine
+from service.roles import ROLE_IDS, ROLE_NAMES
 
 # -- field types ---------------------------------------------------------------------------------
 Uuid = Annotated[str, WithJsonSchema({"type": "string", "format": "uuid"})]
@@ -230,3 +231,13 @@ class ApiKey(ApiKeyFields, KeySpend):
 class ApiKeyCreated(ApiKey):
     key: Annotated[str, WithJsonSchema({"type": "string", "pattern": "^aak_[0-9a-f]{48}$",
                                         "description": "The full key; shown only here."})]
+
+
+# -- roles (service/roles.py) ----------------------------------------------------------------------
+RoleName = Annotated[str, known(ROLE_NAMES, "role")]
+
+
+class Role(TypedDict):
+    id: Annotated[str, known(ROLE_IDS.values(), "role id")]
+    name: RoleName
+    permissions: list[str]

@@ -61,7 +61,7 @@ from service.assets.signing import UrlSigner, load_secret
 from service.backends import RenderRequest, render_limiter, runnable
 from service.backends.base import ChatTurn
 from service.catalog.assets import AssetInfo
-from service.catalog.catalog import Model, tier_label
+from service.catalog.catalog import Model
 from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import NotFound, ServiceError
 from service.idempotency import Gate
@@ -72,6 +72,8 @@ from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
 from service.storage import retention as retention_sql
 from service.views import jobs as views
+from service.views.catalog_shapes import Capability, Estimate
+from service.views.catalog_shapes import Model as ModelView
 from service.views.shapes import JobStatus
 
 log = logging.getLogger(__name__)
@@ -166,26 +168,24 @@ class Generation:
                     for r in sql.assets_in_org(self.store, org_id, ids)}
         return resolve
 
-    def capabilities_view(self) -> list[dict[str, Any]]:
-        view: list[dict[str, Any]] = self.catalog.capabilities_view(self.runnable)
+    def capabilities_view(self) -> list[Capability]:
+        view: list[Capability] = self.catalog.capabilities_view(self.runnable)
         return view
 
-    def models_view(self) -> list[dict[str, Any]]:
+    def models_view(self) -> list[ModelView]:
         """The catalog's list; an engine model also carries `queue` (engine_queue.py)."""
-        out: list[dict[str, Any]] = self.catalog.models_view(self.runnable)
+        out: list[ModelView] = self.catalog.models_view(self.runnable)
         for item in out:
             queue = self.queues.view(item["id"])
             if queue is not None:
                 item["queue"] = queue
         return out
 
-    def estimate(self, body: dict[str, Any]) -> dict[str, Any]:
+    def estimate(self, body: dict[str, Any]) -> Estimate:
         """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
         `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
-        out = estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
-                       runnable=self.runnable)
-        out["tier"] = tier_label(out["resolution"], out["duration"])
-        return out
+        return estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
+                        runnable=self.runnable)
 
     def check_active_limit(self, org_id: str) -> None:
         """429 when the organization already has its limit of API and dashboard jobs queued

@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any, Callable
 
 from service.actors.jobs.slots import ModelSlots
+from service.views.catalog_shapes import ModelQueue
 
 START_WINDOW = 256
 
@@ -35,7 +36,7 @@ class EngineQueues:
         """A job of the model went from `queued` to `rendering` after `waited_s`."""
         self._starts.setdefault(model_id, deque(maxlen=START_WINDOW)).append(max(0.0, waited_s))
 
-    def view(self, model_id: str) -> dict[str, Any] | None:
+    def view(self, model_id: str) -> ModelQueue | None:
         """`{queued, running, servers_up, servers_down, time_to_start_p50_s}` of an engine
         model; None for a built-in one."""
         if model_id not in self._models:
@@ -53,5 +54,5 @@ class EngineQueues:
                 "servers_down": down,
                 "time_to_start_p50_s": round(statistics.median(starts), 3) if starts else None}
 
-    def all(self) -> dict[str, dict[str, Any]]:
+    def all(self) -> dict[str, ModelQueue]:
         return {m: v for m in self._models if (v := self.view(m)) is not None}

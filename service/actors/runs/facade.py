@@ -47,6 +47,7 @@ from service.storage import generation as gen_sql
 from service.storage import products as sql
 from service.views import runs as run_views
 from service.views.run_feed import cursor_key
+from service.views.catalog_shapes import Product
 from service.views.shapes import ProductRun
 
 log = logging.getLogger(__name__)
@@ -114,14 +115,14 @@ class Products:
             raise NotFound("Product not found.", {"product": slug})
         return p
 
-    def product_view(self, p: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    def product_view(self, p: Any, values: dict[str, Any] | None = None) -> Product:
         return catalog_products.product_view(p, self.catalog, self.runnable, values)
 
     def values_for(self, p: Any, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
         return catalog_products.validate_run_inputs(
             p, inputs, self.generation.resolve_inputs(org_id), project_id=project_id, base_url=self.base_url)
 
-    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> dict[str, Any]:
+    def estimate(self, slug: str, org_id: str, project_id: str, inputs: Any) -> Product:
         p = self.product_or_404(slug)
         values = self.values_for(p, org_id, project_id, inputs)
         return self.product_view(p, values)

@@ -2,10 +2,11 @@
 
 The same class gives the OpenAPI document's component (service/http/openapi.py) and is the
 type the builder returns, so mypy holds the builder to it; the answers are plain dicts (the
-hot paths pay nothing). The shapes the views build are declared in service/views/shapes.py
-(the views sit below http) and re-exported here. A route whose return annotation names its
-shape (`-> Data[Project]`) gives the document that shape; for the others the table in
-service/http/openapi_table.py names it and check.py holds their answers in test mode.
+hot paths pay nothing). The shapes whose builders sit below http are declared there
+(service/views/shapes.py, catalog_shapes.py, billing_shapes.py) and re-exported here. Every
+route's return annotation names its shape (`-> Data[Project]`, `ROUTE` in
+service/http/openapi_table.py), which gives the document that shape: mypy holds route,
+builders and document together, with no check at run time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Response shapes of roles, account webhooks and support tickets. Projects and API keys are
-service/views/shapes.py's, re-exported here."""
+"""Response shapes of roles, account webhooks and support tickets. Projects, API keys and roles
+are service/views/shapes.py's, re-exported here."""
 
 from __future__ import annotations
 
@@ -11,22 +11,15 @@ from typing_extensions import TypedDict
 from service.actors.delivery import EVENT_NAMES
 from service.actors.tickets import PRIORITIES, TYPES
 from service.machines import TICKET
-from service.roles import ROLE_IDS, ROLE_NAMES
-
-from service.views.shapes import ApiKey, ApiKeyCreated, Project, Timestamp, Uuid, known, sorted_states
+from service.views.shapes import (
+    ApiKey, ApiKeyCreated, Project, Role, RoleName, Timestamp, Uuid, known, sorted_states,
+)
 
 __all__ = ["ApiKey", "ApiKeyCreated", "Project", "RoleName", "EventName", "Role", "RoleUser", "Webhook",
            "WebhookCreated", "WebhookDelivery", "TestDelivery", "WebhookTestResult", "WebhookList", "WebhookOne",
            "WebhookCreatedOne", "DeliveryList", "EventList", "Ticket", "TicketReply", "TicketWithReplies"]
 
-RoleName = Annotated[str, known(ROLE_NAMES, "role")]
 EventName = Annotated[str, known(EVENT_NAMES, "event name")]
-
-
-class Role(TypedDict):
-    id: Annotated[str, known(ROLE_IDS.values(), "role id")]
-    name: RoleName
-    permissions: list[str]
 
 
 class RoleUser(TypedDict):

@@ -1,104 +1,17 @@
 """Response shapes of the generation routes built outside service/views: capabilities,
-models, estimate, asset URL (spec "Capabilities", "Models"). The job status object and the
+models, estimate, asset URL (spec "Capabilities", "Models"), declared in
+service/views/catalog_shapes.py beside their builders' other shapes. The job status object and the
 asset shapes are service/views/shapes.py's, re-exported here."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import Field
-from typing_extensions import NotRequired, TypedDict
-
-from service.catalog.capabilities import ASPECT_RATIOS
+from service.views.catalog_shapes import (
+    AssetUrl, Capability, CapabilitySlot, Estimate, Model, ModelCapability, ModelQueue, ModelSlot, Offering, Price,
+)
 from service.views.shapes import (
-    Asset, AssetKind, AssetOutput, CapabilityId, Credits, CreditsPair, JobState, JobStatus, Progress, Source,
-    SubmitAccepted, known,
+    Asset, AssetOutput, CreditsPair, JobState, JobStatus, Progress, Source, SubmitAccepted,
 )
 
 __all__ = ["Asset", "AssetOutput", "CreditsPair", "JobState", "JobStatus", "Progress", "Source", "SubmitAccepted",
            "Estimate", "CapabilitySlot", "ModelSlot", "Price", "Offering", "Capability", "ModelCapability",
            "ModelQueue", "Model", "AssetUrl"]
-
-
-class Estimate(TypedDict):
-    capability: CapabilityId
-    model: str
-    resolution: str | None
-    duration: int | float | None
-    credits: Credits
-    tier: str
-
-
-class CapabilitySlot(TypedDict):
-    name: str
-    kinds: list[AssetKind]
-    min: int
-    max: int
-    required: bool  # min > 0: every model of the capability needs this slot filled
-
-
-class ModelSlot(TypedDict):
-    name: str
-    kinds: list[AssetKind]
-    count: int
-    required: bool  # count > 0: a submit to this model without it is refused (422)
-
-
-class Price(TypedDict):
-    resolution: str
-    duration: int | None
-    credits: Credits
-
-
-class Offering(TypedDict):
-    id: str
-    description: str | None
-    available: bool
-    resolutions: list[str]
-    durations: list[int]
-    inputs: list[ModelSlot]
-    prices: list[Price]
-
-
-class Capability(TypedDict):
-    id: CapabilityId
-    description: str
-    output: AssetKind | None
-    prompt_required: bool
-    prompt_meaning: str
-    inputs: list[CapabilitySlot]
-    aspect_ratios: list[Annotated[str, known(ASPECT_RATIOS, "aspect ratio")]]
-    models: list[Offering]
-
-
-class ModelCapability(TypedDict):
-    id: CapabilityId
-    prices: list[Price]
-
-
-class ModelQueue(TypedDict):
-    """How busy an engine model is (additive: only engine-backed models carry it)."""
-
-    queued: Annotated[int, Field(ge=0, description="Jobs waiting to start (for a slot or a live server).")]
-    running: Annotated[int, Field(ge=0, description="Jobs running on the model's servers now.")]
-    servers_up: Annotated[int | None, Field(
-        ge=0, description="Servers answering their health check; null for a hosted API.")]
-    servers_down: Annotated[int | None, Field(ge=0, description="Servers known down; null for a hosted API.")]
-    time_to_start_p50_s: Annotated[float | None, Field(
-        ge=0, description="Median seconds from submit to rendering of recent jobs; null before the first.")]
-
-
-class Model(TypedDict):
-    """`queue` is sent only for engine-backed models (additive): jobs waiting and running,
-    servers up and down, median time to start."""
-
-    id: str
-    description: str | None
-    available: bool
-    capabilities: list[ModelCapability]
-    queue: NotRequired[ModelQueue]
-
-
-class AssetUrl(TypedDict):
-    url: str
-    expires_in: Literal[900]

@@ -25,6 +25,7 @@ from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
+from service.http.responses import Estimate
 from service.http.routes import dash_gallery
 from service.http.dashboard import current_project, show, session_still_allowed, signed
 from service.machines import JOB
@@ -83,7 +84,7 @@ def body_of(state: dict) -> dict:
     return body
 
 
-def price(state: dict) -> dict | None:
+def price(state: dict) -> Estimate | None:
     if state["cap"] is None:
         return None
     try:

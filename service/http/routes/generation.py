@@ -18,7 +18,7 @@ from quart_schema import document_headers
 from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES, PROMPT_MAX_CHARS
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
-from service.http.responses import Data
+from service.http.responses import Capability, Data, Estimate, Model
 from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.http.schemas import LIMIT, STR, Body, Query, body, clamp, documented, nullable, query
 from service.idempotency import request_hash
@@ -66,13 +66,13 @@ def gen():
 
 @bp.get("/v1/generation/capabilities")
 @requires("generation:read")
-async def capabilities():
+async def capabilities() -> Data[list[Capability]]:
     return {"data": gen().capabilities_view()}
 
 
 @bp.get("/v1/generation/models")
 @requires("generation:read")
-async def models():
+async def models() -> Data[list[Model]]:
     return {"data": gen().models_view()}
 
 
@@ -125,7 +125,7 @@ async def submit_model(model: str, data: SubmitBody) -> tuple[SubmitAccepted, in
 @bp.post("/v1/generation/estimate")
 @requires("generation:read")
 @body(EstimateBody)
-async def estimate_route(data: EstimateBody):
+async def estimate_route(data: EstimateBody) -> Data[Estimate]:
     """The submit's price without creating anything: the submit body plus `capability` or
     `model`; answers `{data: {capability, model, resolution, duration, credits, tier}}`."""
     resolve_project(data.project_id)

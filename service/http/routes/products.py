@@ -33,7 +33,7 @@ from service.http.idempotency import IdempotencyHeaders, idempotency_key
 from service.catalog.product_types import CATEGORIES
 from service.http.schemas import STR, Body, Query, body, documented, nullable, query
 from service.idempotency import request_hash
-from service.http.responses import Data
+from service.http.responses import Data, Product
 from service.views.shapes import ProductRun
 
 bp = Blueprint("products", __name__)
@@ -58,7 +58,7 @@ def products():
 @bp.get("/v1/workflows/products")
 @requires("generation:read")
 @query(ProductsQuery)
-async def list_products(q: ProductsQuery):
+async def list_products(q: ProductsQuery) -> Data[list[Product]]:
     """Every product at its latest version (optionally one category); not paginated."""
     from service.catalog.products import list_products as all_products
 
@@ -68,7 +68,7 @@ async def list_products(q: ProductsQuery):
 
 @bp.get("/v1/workflows/products/<slug>")
 @requires("generation:read")
-async def get_product(slug: str):
+async def get_product(slug: str) -> Data[Product]:
     pr = products()
     return {"data": pr.product_view(pr.product_or_404(slug))}
 
@@ -76,7 +76,7 @@ async def get_product(slug: str):
 @bp.post("/v1/workflows/products/<slug>/estimate")
 @requires("generation:read")
 @body(RunBody)
-async def estimate_product(slug: str, data: RunBody):
+async def estimate_product(slug: str, data: RunBody) -> Data[Product]:
     """The product with `available`, `unavailable_reasons` and `credits_estimate` for these inputs."""
     pr = products()
     pr.product_or_404(slug)

@@ -4,7 +4,7 @@ from quart import Blueprint
 
 from service.errors import NotFound
 from service.http.auth import principal, requires, node
-from service.http.responses import Data, RoleUser
+from service.http.responses import Data, Role, RoleUser
 from service.roles import ROLE_BY_ID, ROLE_NAMES, role_view
 from service.storage import accounts as sql
 
@@ -20,13 +20,13 @@ def _role(role_id: str) -> str:
 
 @bp.get("/v1/roles")
 @requires(None)
-async def list_roles():
+async def list_roles() -> Data[list[Role]]:
     return {"data": [role_view(n) for n in ROLE_NAMES]}
 
 
 @bp.get("/v1/roles/<role_id>")
 @requires("roles:read")
-async def get_role(role_id: str):
+async def get_role(role_id: str) -> Data[Role]:
     return {"data": role_view(_role(role_id))}
 
 

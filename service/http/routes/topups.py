@@ -74,7 +74,7 @@ def check_url(field: str, value: str | None) -> str | None:
 
 @bp.get("/v1/billing/topups/quote")
 @requires("billing:read")
-async def get_quote():
+async def get_quote() -> R.Data[R.TopupQuote]:
     return {"data": facade.quote(node()).view()}
 
 

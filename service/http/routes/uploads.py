@@ -47,6 +47,7 @@ from service.crash import crashpoint
 from service.errors import BadRequest, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
 from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, node
+from service.http import responses as R
 from service.http.errors import envelope
 from service.http.schemas import ValidationFailed, documented
 
@@ -255,7 +256,7 @@ def _too_large():
 @bp.post("/v1/generation/uploads")
 @requires("generation:write", limit=UPLOAD_LIMIT)
 @document_request(UploadForm, source=DataSource.FORM_MULTIPART)
-async def upload():
+async def upload() -> tuple[R.Data[R.Asset], int]:
     """Upload one file as an asset: multipart/form-data with the file in `file` and an
     optional `project_id` field. 201 `{data: asset}`."""
     p = principal()
