@@ -46,8 +46,8 @@ from service.storage import billing as billing_sql
 from service.storage import generation as gen_sql
 from service.storage import products as sql
 from service.views import runs as run_views
-from service.views.run_feed import cursor_key
 from service.views.catalog_shapes import Product
+from service.views.run_feed import cursor_key
 from service.views.shapes import ProductRun
 
 log = logging.getLogger(__name__)
