@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 PREFIX = "GENSERVICE_"
 
@@ -76,6 +76,10 @@ class Settings(BaseModel):
     max_streams_per_key: int = 20
     max_streams_per_session: int = 10
     max_streams_per_org: int = 50
+    # Password and mail forms (login, sign-up, reset, invitation acceptance) per client address:
+    # this many at once, then one every 6 s (service/http/browser.py `throttle`). Raise it for a
+    # node whose people all arrive from one address (a NAT without a trusted proxy).
+    login_attempts_per_address: int = Field(default=20, ge=1)
     # Growing past one disk (operations.md): where asset bytes live (`file` or
     # s3://BUCKET/PREFIX), the S3-compatible endpoint and signing region, and the Litestream
     # replica of the database. Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.

@@ -225,7 +225,7 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     # people: browser sessions, login throttles, identity providers
     node.sessions = node._registry(Sessions("sessions", lambda key: SessionsActor(store, clock, settings.public_base_url), clock))
     node.page_secret = load_secret(settings.data_dir, "page-secret")
-    node.login_by_address = Throttle(clock, burst=20, every=6.0)   # 20 at once, then 10 a minute
+    node.login_by_address = Throttle(clock, burst=settings.login_attempts_per_address, every=6.0)  # then 10 a minute
     node.login_by_account = Throttle(clock, burst=5, every=60.0)   # 5 at once, then 1 a minute
     oidc_http = httpx.AsyncClient(follow_redirects=False)
     node.closers.append(oidc_http.aclose)

@@ -66,6 +66,22 @@ async def test_others_requests_never_block_reset_or_sign_up(node, mock_clock):
     assert r.status_code != 429, html
 
 
+async def test_the_address_budget_is_a_setting(nursery, tmp_path, mock_clock):
+    from tests.conftest import start_node, stop_node
+
+    n = await start_node(nursery, tmp_path, test_mode=True, login_attempts_per_address=3)
+    try:
+        client = n.app.test_client()
+        for i in range(3):
+            r, _ = await post(client, "/login", {"email": f"p{i}@acme.test", "password": "wrong password here"}, HOME)
+            assert r.status_code == 401
+        r, html = await post(client, "/login", {"email": "p9@acme.test", "password": "wrong password here"}, HOME)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "6"
+        assert "Too many login attempts. Wait 6 seconds and try again." in html
+    finally:
+        await stop_node(n)
+
+
 async def test_one_address_is_still_throttled_per_email_and_overall(node, mock_clock):
     await with_password(node)
     client = node.app.test_client()
