@@ -374,7 +374,7 @@ def test_estimate_needs_no_prompt_or_inputs(cat):
     assert estimate(cat, capability="video.generate", model=None, body={"resolution": "720p"},
                     runnable=everything) == {
         "capability": "video.generate", "model": "camera-move",
-        "resolution": "720p", "duration": 5, "credits": "20.00",
+        "resolution": "720p", "duration": 5, "tier": "720p/5s", "credits": "20.00",
     }
 
 
