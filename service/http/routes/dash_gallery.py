@@ -87,7 +87,9 @@ async def thumb(asset_id: str):
     sha = rows[0]["sha256"]
     made = sql.thumbnail(svc.store, sha)
     if made is None or not svc.generation.files.exists(made["thumb_sha256"]):
-        made = await make(sha, rows[0]["kind"])
+        pixels = (rows[0].get("width") or 0) * (rows[0].get("height") or 0)
+        async with svc.generation.decodes.slot(p.org_id, pixels):  # a large decode waits its turn
+            made = await make(sha, rows[0]["kind"])
     body = await trio.to_thread.run_sync(svc.generation.files.path(made["thumb_sha256"]).read_bytes)
     response = Response(body, 200, content_type=made["content_type"])
     response.headers["Cache-Control"] = "private, max-age=31536000, immutable"  # an asset's bytes never change
@@ -98,10 +100,12 @@ async def make(sha: str, kind: str) -> dict:
     svc = node()
     files = svc.generation.files
     tmp = files.upload_temp(f"thumb-{uuid.uuid4()}")
+    def made_here() -> tuple[int, int, str, int]:  # decode, encode and hash: one worker thread
+        width, height = make_thumbnail(files.local(sha), tmp, kind)
+        return width, height, hashlib.sha256(tmp.read_bytes()).hexdigest(), tmp.stat().st_size
+
     try:
-        width, height = await trio.to_thread.run_sync(make_thumbnail, files.local(sha), tmp, kind)
-        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-        size = tmp.stat().st_size
+        width, height, digest, size = await trio.to_thread.run_sync(made_here)
         await trio.to_thread.run_sync(files.place, tmp, digest)
     finally:
         tmp.unlink(missing_ok=True)
