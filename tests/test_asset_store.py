@@ -219,3 +219,25 @@ async def test_a_content_file_deleted_behind_the_nodes_back_is_a_clear_404(node,
     assert r.status_code == 404
     assert err(await r.get_json()) == {"code": "request.not_found",
                                        "message": "The asset's bytes are no longer in the asset store."}
+
+
+async def test_studio_thumbnails_through_the_store(s3, tmp_path):
+    """Studio's thumbnails are made from the object and stored as one; a second view reads
+    that object (the node's file root holds no asset bytes)."""
+    from test_dashboard_http import logged_in
+
+    settings = store_settings(s3)
+    async with running_node(tmp_path, **settings) as n:
+        org = await logged_in(n)
+        rid = (await submit(n, org["api_key"], {"prompt": "a fox"}))["request_id"]
+        status = await wait_status(n, org["api_key"], rid)
+        asset = status["outputs"][0]["id"]
+        first = await n.client.get(f"/studio/thumbs/{asset}")
+        data = await first.get_data()
+        assert first.status_code == 200 and first.headers["Content-Type"] == "image/webp" and data[8:12] == b"WEBP"
+        thumb = n.store.scalar("SELECT thumb_sha256 FROM thumbnails")
+        assert f"node1/{thumb[:2]}/{thumb[2:4]}/{thumb}" in objects(s3, settings)
+        again = await n.client.get(f"/studio/thumbs/{asset}")
+        assert again.status_code == 200 and await again.get_data() == data
+        assert n.store.scalar("SELECT COUNT(*) FROM thumbnails") == 1
+        assert asset_files(tmp_path) == []

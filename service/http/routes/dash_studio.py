@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 from quart import Blueprint, redirect, request
 from quart_schema import hide
 
+from service.assets.files import ObjectMissing
 from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http import forms
 from service.http.auth import node, principal
@@ -204,10 +205,10 @@ def text_of(output: Mapping[str, Any]) -> str | None:
     row = gen_sql.get_asset(node().store, output["id"])
     if row is None or not row.get("sha256"):
         return None
-    try:
-        with open(node().generation.files.path(row["sha256"]), encoding="utf-8", errors="replace") as f:
+    try:  # through the asset store, so an S3-held output shows too (its local copy is kept)
+        with open(node().generation.files.local(row["sha256"]), encoding="utf-8", errors="replace") as f:
             return f.read(TEXT_SHOWN)
-    except OSError:
+    except (OSError, ObjectMissing):
         return None
 
 
