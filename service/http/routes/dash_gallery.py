@@ -18,7 +18,7 @@ import trio
 from quart import Blueprint, Response, redirect, request
 from quart_schema import hide
 
-from service.assets.files import ObjectMissing
+from service.assets.files import FileStore, ObjectMissing
 from service.errors import NotFound
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -87,12 +87,12 @@ async def thumb(asset_id: str):
         raise NotFound("Thumbnail not found.")
     sha = rows[0]["sha256"]
     made = sql.thumbnail(svc.store, sha)
-    body = None if made is None else await trio.to_thread.run_sync(stored, made["thumb_sha256"])
+    body = None if made is None else await trio.to_thread.run_sync(stored, svc.generation.files, made["thumb_sha256"])
     if body is None:  # never made, or its bytes left the store
         pixels = (rows[0].get("width") or 0) * (rows[0].get("height") or 0)
         async with svc.generation.decodes.slot(p.org_id, pixels):  # a large decode waits its turn
             made = await make(sha, rows[0]["kind"])
-        body = await trio.to_thread.run_sync(stored, made["thumb_sha256"])
+        body = await trio.to_thread.run_sync(stored, svc.generation.files, made["thumb_sha256"])
         if body is None:
             raise NotFound("Thumbnail not found.")
     response = Response(body, 200, content_type=CONTENT_TYPE)
@@ -100,11 +100,11 @@ async def thumb(asset_id: str):
     return response
 
 
-def stored(sha: str) -> bytes | None:
+def stored(files: FileStore, sha: str) -> bytes | None:
     """A stored thumbnail's bytes through the asset store (a local file, or an object of the
     S3 store fetched once into its scratch copy); None when it is not there. A worker thread."""
     try:
-        return node().generation.files.local(sha).read_bytes()
+        return files.local(sha).read_bytes()
     except (ObjectMissing, FileNotFoundError):
         return None
 
