@@ -52,6 +52,8 @@ def test_crash_between_sending_and_smtp_never_sends_twice(tmp_path, smtp):
         wait_until_sync(lambda: smtp.messages("after@crash.test"), 20, every=0.05)
         assert len(smtp.messages("after@crash.test")) == 1
         assert smtp.messages("lost@crash.test") == []
+        # the SMTP server holds the message before the node has read its reply and recorded it
+        wait_until_sync(lambda: mail_states(tmp_path).get("after@crash.test") == "sent", 20, every=0.05)
     finally:
         node.stop()
     assert mail_states(tmp_path) == {"lost@crash.test": "unknown", "after@crash.test": "sent"}
