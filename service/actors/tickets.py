@@ -230,8 +230,8 @@ class TicketsActor(Actor):
                          mail.html, now)
 
 
-TICKET_EFFECTS: EffectHandlers[TicketFacts] = EffectHandlers(TICKET, TicketsActor, {"state_changed": "_on_state_changed",
-                                                      "replied": "_on_replied"})
+TICKET_EFFECTS: EffectHandlers[TicketFacts] = EffectHandlers(
+    TICKET, TicketsActor, {"state_changed": "_on_state_changed", "replied": "_on_replied"})
 
 
 def _detail(conn: Connection, org_id: str, ticket_id: str) -> dict[str, Any]:

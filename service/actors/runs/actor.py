@@ -132,7 +132,8 @@ class RunActor(RunEffects, Actor):
         if row is None:
             self.run = None
             return
-        self._hold(RunRecord.from_row(row), [StepRecord.from_row(s) for s in sql.steps_of(self.ctx.store, self.run_id)])
+        steps = [StepRecord.from_row(s) for s in sql.steps_of(self.ctx.store, self.run_id)]
+        self._hold(RunRecord.from_row(row), steps)
         if self._final():
             self._maybe_done()
         else:
