@@ -4,10 +4,13 @@ table drives what the actor does (service/actors/effects.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from service.actors.effects import EffectHandlers, Step, effects_of
-from service.actors.jobs.effects import JOB_EFFECTS, SETTLE_EFFECT
+from service.actors.jobs.effects import JOB_EFFECTS, SETTLE_EFFECT, JobEffects, JobFacts
+from service.actors.jobs.messages import RenderHandle
 from service.actors.jobs.actor import JobActor
 from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS
 from service.actors.runs.actor import RunActor
@@ -54,9 +57,43 @@ def test_apply_hands_each_effect_of_the_row_to_its_handler_in_order():
 
     bound = EffectHandlers(JOB, Probe, {"render": "a", "capture": "b", "release": "b", "webhook": "b",
                                         "discard_render": "a"})
-    step = bound.apply(Probe(), "rendering", "cancel", why="test")
+    step = bound.apply(Probe(), "rendering", "cancel", {"why": "test"})
     assert seen == [("b", ("release", "discard_render")), ("a", "rendering", "canceled", {"why": "test"})]
     assert (step.new, step.fields) == ("canceled", {"x": 1})
+
+
+def test_a_move_gets_the_bindings_fresh_facts_unless_the_actor_names_them():
+    @dataclass
+    class Facts:
+        note: str = "fresh"
+
+    class Probe:
+        def a(self, step: Step[Facts]) -> None:
+            step.facts.note += "+seen"
+
+        b = a
+
+    handlers = {"render": "a", "capture": "b", "release": "b", "webhook": "b", "discard_render": "a"}
+    bound = EffectHandlers(JOB, Probe, handlers, facts=Facts)
+    first, second = bound.apply(Probe(), "queued", "start"), bound.apply(Probe(), "queued", "start")
+    assert first.facts == second.facts == Facts("fresh+seen") and first.facts is not second.facts
+    assert bound.apply(Probe(), "queued", "start", Facts("mine")).facts == Facts("mine+seen")
+    with pytest.raises(TypeError, match="job effects: a move needs its facts"):
+        EffectHandlers(JOB, Probe, handlers).step("queued", "start")
+
+
+def test_the_job_webhook_row_state_is_a_typed_fact():
+    """A cancel while rendering keeps the webhook row waiting for the render's end; a final
+    move with no render running writes it pending; a render start writes none."""
+
+    class Job(JobEffects):
+        def __init__(self, rendering: bool) -> None:
+            self.render = RenderHandle() if rendering else None
+
+    assert JOB_EFFECTS.apply(Job(True), "rendering", "cancel").facts == JobFacts("waiting")
+    assert JOB_EFFECTS.apply(Job(False), "rendering", "cancel").facts == JobFacts("pending")
+    assert JOB_EFFECTS.apply(Job(False), "rendering", "fail").facts == JobFacts("pending")
+    assert JOB_EFFECTS.apply(Job(False), "queued", "start").facts == JobFacts(None)
 
 
 def test_a_hold_is_settled_as_the_row_into_its_final_status_says():

@@ -151,6 +151,28 @@ async def test_a_step_whose_job_was_never_created_is_submitted_again(nursery, tm
     await b.stop()
 
 
+async def test_a_resumed_run_submits_its_steps_under_the_key_that_started_it(nursery, tmp_path, monkeypatch):
+    # the still's job is first submitted by the next node: it counts against the run's API
+    # key as the clip's does (the key is read back with the run)
+    async def no_submit(self, key):
+        return None
+
+    monkeypatch.setattr(runs_mod.RunActor, "_submit", no_submit)
+    a = await boot(nursery, tmp_path)
+    org = await a.node.create_org()
+    r = await a.node.call("POST", "/v1/api-keys", org["api_key"], json={"name": "ci", "spend_limit": "100"})
+    assert r.status_code == 201
+    ci = (await j(r))["data"]
+    run_id = await start_run(a.node, ci["key"], "a harbour")
+    await wait_for_run(a.node, ci["key"], run_id, lambda r: step(r, "still")["status"] == "running")
+    b = await restart(nursery, tmp_path, a, monkeypatch)
+    done = await wait_for_run(b.node, ci["key"], run_id, lambda r: r["status"] in FINAL)
+    assert (done["status"], done["credits"]["actual"]) == ("completed", "11.00")
+    r = await b.node.call("GET", f"/v1/api-keys/{ci['id']}", org["api_key"])
+    assert (await j(r))["data"]["spent"] == "11.00"
+    await b.stop()
+
+
 async def test_open_step_jobs_of_a_finished_run_are_canceled_at_start(nursery, tmp_path, monkeypatch):
     # stopped after the run's cancel was committed, before its in-flight job was canceled
     async def no_cancel(self, job_id):

@@ -94,14 +94,27 @@ def _state_changed(conn: Connection, t: dict[str, Any], new: str, now: str) -> N
           "state": new, "previous_state": t["state"]}, now)
 
 
-def _moved(conn: Any, org_id: str, ticket_id: str, event: str, **facts: Any) -> tuple[dict[str, Any], Step]:
+@dataclass(frozen=True)
+class TicketFacts:
+    """What the TICKET effects are told about a move (they run inside its transaction); a
+    support reply names its author and body."""
+
+    conn: Connection
+    ticket: dict[str, Any]
+    now: str
+    author: str | None = None
+    body: str | None = None
+
+
+def _moved(conn: Any, org_id: str, ticket_id: str, event: str, now: str, author: str | None = None,
+           body: str | None = None) -> tuple[dict[str, Any], Step[TicketFacts]]:
     """The ticket and its TICKET transition on `event` (effects not run yet): 404 for an
     unknown ticket, 409 for a move the table refuses (a closed ticket)."""
     t = sql.get_ticket(conn, org_id, ticket_id)
     if t is None:
         raise _not_found()
     try:
-        step = TICKET_EFFECTS.step(t["state"], event, conn=conn, ticket=t, **facts)
+        step = TICKET_EFFECTS.step(t["state"], event, TicketFacts(conn, t, now, author, body))
     except IllegalTransition:
         raise _closed(t) from None
     return t, step
@@ -200,14 +213,15 @@ class TicketsActor(Actor):
 
 
     # effects of machines.TICKET, run inside the transaction that moves the ticket -----------
-    def _on_state_changed(self, step: Step) -> None:
+    def _on_state_changed(self, step: Step[TicketFacts]) -> None:
         f = step.facts
-        _state_changed(f["conn"], f["ticket"], step.new, f["now"])
+        _state_changed(f.conn, f.ticket, step.new, f.now)
 
-    def _on_replied(self, step: Step) -> None:
+    def _on_replied(self, step: Step[TicketFacts]) -> None:
         """The customer hears of a support reply: an event and a mail, with the reply."""
         f = step.facts
-        conn, t, now, author, body = f["conn"], f["ticket"], f["now"], f["author"], f["body"]
+        conn, t, now, author, body = f.conn, f.ticket, f.now, f.author, f.body
+        assert author is not None and body is not None  # only a support reply is `replied`
         emit(conn, t["organization_id"], "support.ticket.replied",
              {"ticket_id": t["id"], "ticket_number": t["number"], "subject_line": t["subject_line"],
               "author": author, "body": body, "recipient_email": t["opened_by_email"]}, now)
@@ -216,8 +230,8 @@ class TicketsActor(Actor):
                          mail.html, now)
 
 
-TICKET_EFFECTS = EffectHandlers(TICKET, TicketsActor, {"state_changed": "_on_state_changed",
-                                                      "replied": "_on_replied"})
+TICKET_EFFECTS: EffectHandlers[TicketFacts] = EffectHandlers(
+    TICKET, TicketsActor, {"state_changed": "_on_state_changed", "replied": "_on_replied"})
 
 
 def _detail(conn: Connection, org_id: str, ticket_id: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 RUN_COLUMNS = ("id, organization_id, project_id, product, product_version, status, inputs, run_values, "
-               "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at")
+               "outputs, estimate_uc, actual_uc, error, created_by, created_at, started_at, finished_at, api_key_id")
 STEP_COLUMNS = ("run_id, key, position, capability, op, model, status, request_id, outputs, cost_uc, error, "
                 "started_at, finished_at")
 OPEN = ("queued", "running")

@@ -369,8 +369,8 @@ class JobActor(JobEffects, Actor):
         hook: dict[str, Any] | None = None
         hook_due_after_settle = False
         url = job.webhook_url
-        if url and "hook_state" in step.facts:
-            state = "skipped" if not url.lower().startswith("https://") else step.facts["hook_state"]
+        if url and step.facts.hook_state is not None:
+            state = "skipped" if not url.lower().startswith("https://") else step.facts.hook_state
             hook = {"id": str(uuid.uuid4()), "job_id": self.job_id, "url": url,
                     "body": json.dumps(status, separators=(",", ":")), "state": state, "created_at": now}
             if state == "skipped":

@@ -5,7 +5,7 @@ into `JobActor` of actor.py), settling the hold, and their binding to the table
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from service.actors.balance.messages import Capture, Release
@@ -26,6 +26,14 @@ SETTLE_EFFECT = {dst: e for (_src, _ev), (dst, effects) in JOB.table.items() if 
                  for e in effects if e in ("capture", "release")}
 
 
+@dataclass
+class JobFacts:
+    """What the JOB effects tell the job actor about a move: the state the job's webhook row
+    is written in when the move writes one (`webhook`, `discard_render`); None: no row."""
+
+    hook_state: str | None = None
+
+
 class JobEffects:
     """Handlers of the JOB effects; `JobActor` provides the state (`job`, `ctx`, `job_id`,
     `retry_at`, `render`) and `_render`."""
@@ -41,29 +49,29 @@ class JobEffects:
 
         async def _render(self, *, resumed: bool) -> None: ...
 
-    def _on_render(self, step: Step) -> None:
+    def _on_render(self, step: Step[JobFacts]) -> None:
         """start, or resume of a render a stop interrupted (the engine is told it is resumed)."""
         resumed = step.old == step.new
         step.after.append(lambda: self._render(resumed=resumed))
 
-    def _on_settle(self, step: Step) -> None:
+    def _on_settle(self, step: Step[JobFacts]) -> None:
         """capture / release: settle the hold once the final status is committed."""
         step.after.append(self._settle)
 
-    def _on_webhook(self, step: Step) -> None:
+    def _on_webhook(self, step: Step[JobFacts]) -> None:
         if step.old == "canceled":  # render_ended: the row that waited for the render may go now
             step.after.append(self._release_waiting_webhook)
         else:
-            step.facts.setdefault("hook_state", "pending")
+            step.facts.hook_state = step.facts.hook_state or "pending"
 
-    def _on_discard_render(self, step: Step) -> None:
+    def _on_discard_render(self, step: Step[JobFacts]) -> None:
         """Stop a running render (its RenderDone follows and frees the slot; the output is
         discarded) and keep the webhook row waiting until it has ended. With no render
         running (waiting for a slot after a restart) the render has "ended": the row goes now."""
         handle = self.render
         if handle is not None:
             handle.scope.cancel()
-        step.facts["hook_state"] = "waiting" if handle is not None else "pending"
+        step.facts.hook_state = "waiting" if handle is not None else "pending"
 
     async def _release_waiting_webhook(self) -> None:
         """The row becomes `pending`; the store wakes the job-webhook dispatcher after the commit."""
@@ -99,4 +107,4 @@ class JobEffects:
 JOB_EFFECTS = EffectHandlers(JOB, JobEffects, {
     "render": "_on_render", "capture": "_on_settle", "release": "_on_settle",
     "webhook": "_on_webhook", "discard_render": "_on_discard_render",
-})
+}, facts=JobFacts)

@@ -41,15 +41,16 @@ recovery step wakes every open run and cancels step jobs still open under a fina
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any, Callable, Mapping
 
 from service.actors.effects import after
 from service.actors.runs.context import RunContext
-from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, actual_uc
+from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, RunMove, StepMove, actual_uc
 from service.actors.runs.messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
 from service.actors.runs.ops import op_task
+from service.actors.runs.record import RunRecord, StepRecord, changes
 from service.actors.runtime import Actor, on
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
@@ -58,7 +59,6 @@ from service.crash import crashpoint
 from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
                             SpendLimitReached)
 from service.idempotency import KeyTaken, key_taken
-from service.machines import RUN
 from service.storage import generation as gen_sql
 from service.storage import products as sql
 from service.views.shapes import ProductRun
@@ -68,7 +68,6 @@ log = logging.getLogger(__name__)
 MSG_FLAGGED = "Generation was flagged by the content filter. Credits were released."
 MSG_JOB_CANCELED = "The step's generation job was canceled. Credits were released."
 MSG_VERSION_GONE = "The product version this run started with is no longer defined."
-STEP_FINAL = ("completed", "failed", "canceled")
 
 
 def insufficient_message(e: InsufficientCredits) -> str:
@@ -87,8 +86,8 @@ def limit_message(e: SpendLimitReached) -> str:
 class RunActor(RunEffects, Actor):
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.run: dict[str, Any] | None = None
-        self.steps: dict[str, dict[str, Any]] = {}
+        self.run: RunRecord | None = None  # the committed records (record.py), replaced after each commit
+        self.steps: dict[str, StepRecord] = {}
         self.product: Product | None = None
         self.values: dict[str, Any] = {}
         self.resume_due = False
@@ -117,11 +116,11 @@ class RunActor(RunEffects, Actor):
         view, which reads the run's assets, is built only when one is open)."""
         run, steps = self.run, list(self.steps.values())
         assert run is not None
-        self.ctx.streams.publish((f"run:{run['id']}", f"project:{run['project_id']}"), "run",
+        self.ctx.streams.publish((f"run:{run.id}", f"project:{run.project_id}"), "run",
                                  lambda: view or self.ctx.view_of(run, steps), source="workflow")
 
     def _final(self) -> bool:
-        return self.run is not None and RUN.is_final(self.run["status"])
+        return self.run is not None and self.run.final
 
     def _maybe_done(self) -> None:
         if self.run is None or (self._final() and not self.ops):
@@ -129,17 +128,22 @@ class RunActor(RunEffects, Actor):
 
     # loading and resuming -------------------------------------------------------------------
     async def load(self) -> None:
-        run = sql.get_run(self.ctx.store, self.run_id)
-        self.run = run
-        if run is None:
+        row = sql.get_run(self.ctx.store, self.run_id)
+        if row is None:
+            self.run = None
             return
-        self.steps = {s["key"]: s for s in sql.steps_of(self.ctx.store, self.run_id)}
-        self.values = json.loads(run["run_values"])
-        self.product = catalog_products.product_by_version(run["product"], run["product_version"])
+        steps = [StepRecord.from_row(s) for s in sql.steps_of(self.ctx.store, self.run_id)]
+        self._hold(RunRecord.from_row(row), steps)
         if self._final():
             self._maybe_done()
         else:
             self.resume_due = True
+
+    def _hold(self, run: RunRecord, steps: list[StepRecord]) -> None:
+        self.run = run
+        self.steps = {s.key: s for s in steps}
+        self.values = run.values
+        self.product = catalog_products.product_by_version(run.product, run.product_version)
 
     def next_deadline(self) -> float | None:
         return 0.0 if self.resume_due else None
@@ -153,16 +157,16 @@ class RunActor(RunEffects, Actor):
             self._maybe_done()
             return
         if self.product is None:
-            first = next((k for k, s in self.steps.items() if s["status"] not in STEP_FINAL), None)
+            first = next((k for k, s in self.steps.items() if not s.final), None)
             await self._fail(first or "run", MSG_VERSION_GONE)
             return
         for key, step in list(self.steps.items()):
             if self._final():
                 return
-            if step["status"] != "running":
+            if step.status != "running":
                 continue
-            if step["capability"] is not None:
-                if gen_sql.get_job(self.ctx.store, step["request_id"]) is None:
+            if step.capability is not None:
+                if step.request_id is None or gen_sql.get_job(self.ctx.store, step.request_id) is None:
                     await self._submit(key)  # stopped between the step's commit and its job's
                 else:
                     await self._watch(key)
@@ -174,16 +178,16 @@ class RunActor(RunEffects, Actor):
     @on(Create)
     async def _create(self, msg: Create) -> ProductRun:
         if self.run is not None:  # the same run id twice: the run exists
-            return self.ctx.view_of(self.run, list(self.steps.values()))
-        run, steps = dict(msg.run), [dict(s) for s in msg.steps]
+            return self.ctx.view_of(self.run, self.steps.values())
+        run, steps = msg.run, list(msg.steps)
         view = self.ctx.view_of(run, steps)
         idem = msg.idempotency
         now = self.ctx.clock.now()
 
         def tx(conn: Any) -> Any:
-            sql.insert_run(conn, run, steps)
+            sql.insert_run(conn, run.row(), [s.row() for s in steps])
             if idem is not None:
-                self.ctx.keys.put(conn, idem, run["id"], view, now)
+                self.ctx.keys.put(conn, idem, run.id, view, now)
 
         try:
             await self.ctx.store.write(tx)
@@ -192,64 +196,72 @@ class RunActor(RunEffects, Actor):
             if idem is not None and key_taken(e):
                 raise KeyTaken() from e
             raise
-        self.run = run
-        self.steps = {s["key"]: s for s in steps}
-        self.values = json.loads(run["run_values"])
-        self.product = catalog_products.product_by_version(run["product"], run["product_version"])
+        self._hold(run, steps)
         self._publish(view)
         self.ctx.runs.tell(self.run_id, Advance())
         return view
 
     # advancing ------------------------------------------------------------------------------
-    def _outputs_by_step(self) -> dict[str, list[str]]:
-        return {k: json.loads(s["outputs"]) if isinstance(s["outputs"], str) else list(s["outputs"])
-                for k, s in self.steps.items() if s["status"] == "completed"}
+    def _outputs_by_step(self, steps: Mapping[str, StepRecord] | None = None) -> dict[str, list[str]]:
+        """Step key -> its output asset ids, of the completed steps (of `steps`: the held ones
+        with the changes of a move not committed yet)."""
+        return {k: s.output_ids for k, s in (steps or self.steps).items() if s.status == "completed"}
 
-    async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra: Any = None) -> None:
+    async def _write(self, run: RunRecord | None, steps: Mapping[str, StepRecord], extra: Any = None) -> None:
+        """Commit the new records of the run (None: unchanged) and of `steps` in one transaction
+        (the columns they change, with `extra`'s write), then hold them and publish."""
+        assert self.run is not None
+        run_id = self.run_id
+        run_columns = changes(self.run, run) if run is not None else {}
+        step_columns = {key: changes(self.steps[key], s) for key, s in steps.items()}
+
         def tx(conn: Any) -> Any:
             if extra is not None:
                 extra(conn)
-            for key, f in step_fields.items():
-                sql.update_step(conn, self.run_id, key, f)
-            if run_fields:
-                sql.update_run(conn, self.run_id, run_fields)
+            for key, columns in step_columns.items():
+                if columns:
+                    sql.update_step(conn, run_id, key, columns)
+            if run_columns:
+                sql.update_run(conn, run_id, run_columns)
 
         await self.ctx.store.write(tx)
-        for key, f in step_fields.items():
-            self.steps[key].update(f)
-        self.run.update(run_fields)  # type: ignore[union-attr]
+        if run is not None:
+            self.run = run
+        self.steps = {**self.steps, **steps}
         self._publish()
 
     @on(Advance)
     async def _advance_msg(self, msg: Advance) -> None:
         await self._advance()
 
-    async def _advance(self, finished: dict[str, dict[str, Any]] | None = None, extra: Any = None) -> None:
-        """Start the steps that are ready (or complete the run). `finished` are step fields of
-        a step that just completed (already applied in memory) and `extra` a write of its
-        asset: they commit in the same transaction as the starts, one commit per move."""
+    async def _advance(self, finished: Mapping[str, StepRecord] | None = None, extra: Any = None) -> None:
+        """Start the steps that are ready (or complete the run). `finished` is the new record
+        of a step that just completed and `extra` a write of its asset: they commit in the
+        same transaction as the starts, one commit per move."""
         finished = dict(finished or {})
-        if self.run is None or self._final() or self.product is None:
+        run = self.run
+        if run is None or run.final or self.product is None:
             if finished or extra is not None:
-                await self._write({}, finished, extra)
+                await self._write(None, finished, extra)
             self._maybe_done()
             return
-        if all(s["status"] == "completed" for s in self.steps.values()):
+        steps = {**self.steps, **finished}
+        if all(s.status == "completed" for s in steps.values()):
             await self._complete(finished, extra)
             return
-        done = {k for k, s in self.steps.items() if s["status"] == "completed"}
-        started = {k for k, s in self.steps.items() if s["status"] != "pending"}
+        done = {k for k, s in steps.items() if s.status == "completed"}
+        started = {k for k, s in steps.items() if s.status != "pending"}
         ready = [s.key for s in catalog_products.ready_steps(self.product, done, started)]
         now = self.ctx.clock.iso_now()
-        run_fields: dict[str, Any] = {}
-        if ready and self.run["status"] == "queued":
-            run_fields = {"status": RUN_EFFECTS.apply(self, "queued", "start").new, "started_at": now}
-        step_fields: dict[str, dict[str, Any]] = dict(finished)
-        starts = [STEP_EFFECTS.apply(self, self.steps[key]["status"], "start", key=key) for key in ready]
+        new_run: RunRecord | None = None
+        if ready and run.status == "queued":
+            new_run = replace(run, status=RUN_EFFECTS.apply(self, "queued", "start").new, started_at=now)
+        new_steps = dict(finished)
+        starts = [STEP_EFFECTS.apply(self, steps[key].status, "start", StepMove(key)) for key in ready]
         for st in starts:
-            step_fields[st.facts["key"]] = {"status": st.new, "started_at": now, **st.fields}
-        if run_fields or step_fields or extra is not None:
-            await self._write(run_fields, step_fields, extra)
+            new_steps[st.facts.key] = replace(steps[st.facts.key], status=st.new, started_at=now, **st.fields)
+        if new_run is not None or new_steps or extra is not None:
+            await self._write(new_run, new_steps, extra)
         if finished:
             crashpoint("step_finished")
         for st in starts:
@@ -260,14 +272,14 @@ class RunActor(RunEffects, Actor):
     async def _submit(self, key: str) -> None:
         step = self.steps[key]
         run = self.run
-        assert run is not None and self.product is not None
+        assert run is not None and self.product is not None and step.request_id is not None
         gen = self.ctx.jobs
-        job_id = step["request_id"]
+        job_id = step.request_id
         definition = self.product.step(key)
         notify = self.notifier(key, job_id)
         try:
             body = catalog_products.step_body(definition, self.values, self._outputs_by_step())
-            plan = gen.plan(run["organization_id"], run["project_id"], capability=definition.capability,
+            plan = gen.plan(run.organization_id, run.project_id, capability=definition.capability,
                             body=body)
         except ApiError as e:
             await self._fail(key, e.message)
@@ -279,9 +291,9 @@ class RunActor(RunEffects, Actor):
         try:
             # Submit under the step's own job id (chosen and committed before), so a restart
             # can tell whether the job was created; a repeated id answers the existing job.
-            await gen.submit(plan, org_id=run["organization_id"], project_id=run["project_id"],
+            await gen.submit(plan, org_id=run.organization_id, project_id=run.project_id,
                              source="workflow", workflow_run_id=self.run_id, notify=notify, job_id=job_id,
-                             api_key_id=run.get("api_key_id"))
+                             api_key_id=run.api_key_id)
         except InsufficientCredits as e:
             await self._fail(key, insufficient_message(e))
         except SpendLimitReached as e:
@@ -301,7 +313,8 @@ class RunActor(RunEffects, Actor):
                 await self._cancel_job(job_id)
 
     async def _watch(self, key: str) -> None:
-        job_id = self.steps[key]["request_id"]
+        job_id = self.steps[key].request_id
+        assert job_id is not None  # a running capability step has its job's id
         try:
             await self.ctx.jobs.watch(job_id, self.notifier(key, job_id))
         except NotFound:
@@ -330,8 +343,8 @@ class RunActor(RunEffects, Actor):
     @on(StepJobEnded)
     async def _job_ended(self, msg: StepJobEnded) -> None:
         step = self.steps.get(msg.key)
-        if (self.run is None or self._final() or step is None or step["status"] != "running"
-                or step["request_id"] != msg.job_id):
+        if (self.run is None or self._final() or step is None or step.status != "running"
+                or step.request_id != msg.job_id):
             self._maybe_done()
             return  # late or repeated news (a re-registered watcher)
         st = msg.status or {}
@@ -351,7 +364,7 @@ class RunActor(RunEffects, Actor):
             return  # stale report
         del self.ops[msg.key]
         step = self.steps.get(msg.key)
-        if self.run is None or self._final() or step is None or step["status"] != "running":
+        if self.run is None or self._final() or step is None or step.status != "running":
             self._maybe_done()
             return
         if msg.error is not None or msg.asset is None:
@@ -362,22 +375,22 @@ class RunActor(RunEffects, Actor):
                                    extra=lambda conn: gen_sql.insert_asset(conn, asset))
 
     async def _step_completed(self, key: str, outputs: list[str], cost_uc: int, extra: Any = None) -> None:
-        st = STEP_EFFECTS.apply(self, self.steps[key]["status"], "finish", outputs=outputs, cost_uc=cost_uc)
-        fields = {"status": st.new, **st.fields, "finished_at": self.ctx.clock.iso_now()}
-        # memory first, so the advance sees the step done; if the write fails the actor
-        # crashes and reloads from SQLite, where the step is still running
-        self.steps[key].update(fields)
-        await self._advance({key: fields}, extra)
+        step = self.steps[key]
+        st = STEP_EFFECTS.apply(self, step.status, "finish", StepMove(key, outputs, cost_uc))
+        await self._advance({key: replace(step, status=st.new, finished_at=self.ctx.clock.iso_now(), **st.fields)},
+                            extra)
 
-    async def _complete(self, finished: dict[str, dict[str, Any]] | None = None, extra: Any = None) -> None:
-        assert self.run is not None and self.product is not None
-        rs = RUN_EFFECTS.apply(self, self.run["status"], "all_done")
-        await self._write({"status": rs.new, **rs.fields, "actual_uc": self._spent(),
-                           "finished_at": self.ctx.clock.iso_now()}, dict(finished or {}), extra)
+    async def _complete(self, finished: Mapping[str, StepRecord] | None = None, extra: Any = None) -> None:
+        run = self.run
+        assert run is not None and self.product is not None
+        move = RunMove(steps=dict(finished or {}))
+        rs = RUN_EFFECTS.apply(self, run.status, "all_done", move)
+        await self._write(replace(run, status=rs.new, actual_uc=self._spent({**self.steps, **move.steps}),
+                                  finished_at=self.ctx.clock.iso_now(), **rs.fields), move.steps, extra)
         self._maybe_done()
 
-    def _spent(self) -> int:
-        return sum(s["cost_uc"] or 0 for s in self.steps.values() if s["status"] == "completed")
+    def _spent(self, steps: Mapping[str, StepRecord] | None = None) -> int:
+        return sum(s.cost_uc or 0 for s in (steps or self.steps).values() if s.status == "completed")
 
     # failure and cancel ---------------------------------------------------------------------
     async def _end(self, event: str, failed_key: str | None, reason: str | None) -> None:
@@ -386,17 +399,15 @@ class RunActor(RunEffects, Actor):
         run = self.run
         assert run is not None
         now = self.ctx.clock.iso_now()
-        step_fields: dict[str, dict[str, Any]] = {}
+        move = RunMove(now=now, failed_key=failed_key)
         failed = self.steps.get(failed_key) if failed_key is not None else None
-        if failed is not None and failed["status"] not in STEP_FINAL:
-            step_fields[failed_key] = {"status": STEP_EFFECTS.apply(self, failed["status"], "fail").new,  # type: ignore[index]
-                                       "error": reason, "finished_at": now}
-        rs = RUN_EFFECTS.apply(self, run["status"], event, failed_key=failed_key, now=now, step_fields=step_fields)
-        run_fields: dict[str, Any] = {"status": rs.new, "finished_at": now}
-        if failed_key is not None:
-            run_fields["error"] = f"{failed_key}: {reason}"
-        run_fields["actual_uc"] = self._spent()
-        await self._write(run_fields, step_fields)
+        if failed is not None and not failed.final:
+            move.steps[failed.key] = replace(failed, status=STEP_EFFECTS.apply(self, failed.status, "fail").new,
+                                             error=reason, finished_at=now)
+        rs = RUN_EFFECTS.apply(self, run.status, event, move)
+        error = f"{failed_key}: {reason}" if failed_key is not None else run.error
+        await self._write(replace(run, status=rs.new, finished_at=now, error=error, actual_uc=self._spent(),
+                                  **rs.fields), move.steps)
         await after(rs)
         self._maybe_done()
 
@@ -404,7 +415,7 @@ class RunActor(RunEffects, Actor):
         if job_id is None or self.run is None:
             return None
         try:
-            return await self.ctx.jobs.cancel(self.run["organization_id"], job_id)
+            return await self.ctx.jobs.cancel(self.run.organization_id, job_id)
         except NotFound:
             return None  # never created (a refused submit)
         except ServiceError as e:
@@ -423,4 +434,4 @@ class RunActor(RunEffects, Actor):
             raise NotFound("Run not found.")
         if not self._final():
             await self._end("cancel", None, None)
-        return self.ctx.view_of(self.run, list(self.steps.values()))
+        return self.ctx.view_of(self.run, self.steps.values())

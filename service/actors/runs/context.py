@@ -5,8 +5,9 @@ package never imports the job package: asks flow run -> job)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
+from service.actors.runs.record import RunRecord, StepRecord
 from service.assets.files import FileStore
 from service.catalog.rules import Plan
 from service.clock import Clock
@@ -45,12 +46,13 @@ class RunContext:
     streams: Hub
     keys: Gate  # idempotency keys of run starts, written with the run
 
-    def view_of(self, run: dict[str, Any], steps: list[dict[str, Any]]) -> ProductRun:
+    def view_of(self, run: RunRecord, steps: Iterable[StepRecord]) -> ProductRun:
         """The ProductRun object (service/views/runs.py) of a run and its steps."""
-        return run_view(self.store, self.base_url, run, steps)
+        return run_view(self.store, self.base_url, run.row(), [s.row() for s in steps])
 
 
 def run_view(store: Store, base_url: str, run: dict[str, Any], steps: list[dict[str, Any]]) -> ProductRun:
+    """The view of a run row and its step rows (as read, or a record's `row()`)."""
     ids = run_views.asset_ids_of(run, steps)
     assets = {r["id"]: r for r in gen_sql.assets_in_org(store, run["organization_id"], ids)} if ids else {}
     return run_views.run_view(run, steps, assets, base_url)

@@ -5,12 +5,15 @@ tables (`RUN_EFFECTS`, `STEP_EFFECTS`; tests/test_effects.py checks every effect
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping
 
 from service.actors.effects import EffectHandlers, Step
 from service.actors.runs.context import RunContext
 from service.actors.runs.messages import OpHandle
+from service.actors.runs.record import RunRecord, StepRecord, to_json
 from service.catalog import products as catalog_products
+from service.catalog.product_types import Product
 from service.machines import RUN, STEP
 from service.money import to_uc
 from service.storage import generation as gen_sql
@@ -22,13 +25,33 @@ def actual_uc(status: dict[str, Any]) -> int:
     return to_uc(actual) if actual is not None else 0
 
 
+@dataclass
+class RunMove:
+    """The facts of a RUN move: when (`now`), the step whose failure moves it (`failed_key`),
+    and the new records of the steps that commit with it (the actor's and what
+    `cancel_unfinished` adds; `fill_outputs` reads them with the held steps)."""
+
+    now: str = ""
+    failed_key: str | None = None
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepMove:
+    """The facts of a STEP move: which step, and what a finishing step produced and cost."""
+
+    key: str = ""
+    outputs: list[str] = field(default_factory=list)
+    cost_uc: int = 0
+
+
 class RunEffects:
     """Handlers of the RUN and STEP effects; `RunActor` provides the state (`run`, `steps`,
     `product`, `ctx`, `ops`) and the plumbing (`_write`, `_submit`, `_start_op`, `_cancel_job`)."""
 
-    run: Any
-    steps: dict[str, dict[str, Any]]
-    product: Any
+    run: RunRecord | None
+    steps: dict[str, StepRecord]
+    product: Product | None
     ctx: RunContext
     ops: dict[str, OpHandle]
 
@@ -36,64 +59,69 @@ class RunEffects:
         @property
         def run_id(self) -> str: ...
         async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None: ...
-        async def _write(self, run_fields: dict[str, Any], step_fields: dict[str, dict[str, Any]], extra: Any = None) -> None: ...
-        def _spent(self) -> int: ...
-        def _outputs_by_step(self) -> dict[str, list[str]]: ...
+        async def _write(self, run: RunRecord | None, steps: Mapping[str, StepRecord], extra: Any = None) -> None: ...
+        def _spent(self, steps: Mapping[str, StepRecord] | None = None) -> int: ...
+        def _outputs_by_step(self, steps: Mapping[str, StepRecord] | None = None) -> dict[str, list[str]]: ...
         async def _submit(self, key: str) -> None: ...
         def _start_op(self, key: str) -> None: ...
 
-    def _on_cancel_unfinished(self, step: Step) -> None:
+    def _on_cancel_unfinished(self, step: Step[RunMove]) -> None:
         """Every unfinished step (but the failed one) becomes canceled in the run's commit;
         after it, their jobs are canceled (holds released) and op tasks stopped. A job that
         completed before its cancel arrived is recorded completed (it stays charged)."""
-        now, step_fields = step.facts["now"], step.facts["step_fields"]
+        move = step.facts
+        now = move.now
         in_flight: list[str] = []
         for key, s in self.steps.items():
-            if STEP.is_final(s["status"]) or key == step.facts.get("failed_key"):
+            if s.final or key == move.failed_key:
                 continue
-            if s["status"] == "running":
+            if s.status == "running":
                 in_flight.append(key)
-            step_fields[key] = {"status": STEP_EFFECTS.apply(self, s["status"], "cancel").new, "finished_at": now}
+            move.steps[key] = replace(s, status=STEP_EFFECTS.apply(self, s.status, "cancel").new, finished_at=now)
         step.after.append(lambda: self._stop_in_flight(in_flight, now))
 
     async def _stop_in_flight(self, in_flight: list[str], now: str) -> None:
-        late: dict[str, dict[str, Any]] = {}
+        late: dict[str, StepRecord] = {}
         for key in in_flight:
             s = self.steps[key]
-            if s["capability"] is None:
+            if s.capability is None:
                 handle = self.ops.get(key)
                 if handle is not None:
                     handle.scope.cancel()
                 continue
-            st = await self._cancel_job(s["request_id"])
+            st = await self._cancel_job(s.request_id)
             if st is not None and st.get("status") == "completed":
-                late[key] = {"status": "completed", "outputs": [o["id"] for o in st.get("outputs", [])],
-                             "cost_uc": actual_uc(st), "finished_at": st.get("finished_at") or now}
+                late[key] = replace(s, status="completed", outputs=to_json([o["id"] for o in st.get("outputs", [])]),
+                                    cost_uc=actual_uc(st), finished_at=st.get("finished_at") or now)
         if late:
-            await self._write({"actual_uc": self._spent() + sum(f["cost_uc"] for f in late.values())}, late)
+            run = self.run
+            assert run is not None
+            await self._write(replace(run, actual_uc=self._spent({**self.steps, **late})), late)
 
-    def _on_release_failed(self, step: Step) -> None:
+    def _on_release_failed(self, step: Step[RunMove]) -> None:
         """The failed step's hold is released: its job's own failure released it (JOB fail,
         flag or cancel -> release) and a refused submit placed none; a job still open (its
         submit never answered) is canceled, which releases it."""
-        s = self.steps.get(step.facts.get("failed_key") or "")
-        if s is not None and s["capability"] is not None and s["request_id"] is not None:
-            step.after.append(lambda: self._cancel_job_if_open(s["request_id"]))
+        s = self.steps.get(step.facts.failed_key or "")
+        job_id = s.request_id if s is not None and s.capability is not None else None
+        if job_id is not None:
+            step.after.append(lambda: self._cancel_job_if_open(job_id))
 
     async def _cancel_job_if_open(self, job_id: str) -> None:
         job = gen_sql.get_job(self.ctx.store, job_id)
         if job is not None and job["status"] in ("queued", "rendering"):
             await self._cancel_job(job_id)
 
-    def _on_fill_outputs(self, step: Step) -> None:
+    def _on_fill_outputs(self, step: Step[RunMove]) -> None:
         assert self.product is not None
-        step.fields["outputs"] = catalog_products.run_outputs(self.product, self._outputs_by_step())
+        outputs = self._outputs_by_step({**self.steps, **step.facts.steps})
+        step.fields["outputs"] = to_json(catalog_products.run_outputs(self.product, outputs))
 
-    def _on_step_start(self, step: Step) -> None:
+    def _on_step_start(self, step: Step[StepMove]) -> None:
         """A capability step gets its job's id now (committed with the start), and its job is
         submitted after the commit; an op step starts its op task."""
-        key = step.facts["key"]
-        if self.steps[key]["capability"] is not None:
+        key = step.facts.key
+        if self.steps[key].capability is not None:
             step.fields["request_id"] = str(uuid.uuid4())
             step.after.append(lambda: self._submit(key))
         else:
@@ -102,12 +130,13 @@ class RunEffects:
     async def _start_op_soon(self, key: str) -> None:
         self._start_op(key)
 
-    def _on_record_outputs(self, step: Step) -> None:
-        step.fields.update(outputs=step.facts["outputs"], cost_uc=step.facts["cost_uc"])
+    def _on_record_outputs(self, step: Step[StepMove]) -> None:
+        step.fields.update(outputs=to_json(step.facts.outputs), cost_uc=step.facts.cost_uc)
 
 
 RUN_EFFECTS = EffectHandlers(RUN, RunEffects, {
     "cancel_unfinished": "_on_cancel_unfinished", "release_failed": "_on_release_failed",
     "fill_outputs": "_on_fill_outputs",
-})
-STEP_EFFECTS = EffectHandlers(STEP, RunEffects, {"start": "_on_step_start", "record_outputs": "_on_record_outputs"})
+}, facts=RunMove)
+STEP_EFFECTS = EffectHandlers(STEP, RunEffects, {"start": "_on_step_start", "record_outputs": "_on_record_outputs"},
+                              facts=StepMove)

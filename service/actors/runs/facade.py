@@ -33,6 +33,7 @@ from service.actors.balance.messages import SpendCheck
 from service.actors.runs.actor import RunActor
 from service.actors.runs.context import RunContext, run_view
 from service.actors.runs.messages import CancelRun, Create
+from service.actors.runs.record import RunRecord, StepRecord
 from service.actors.runtime import Registry
 from service.assets.signing import load_secret
 from service.catalog import products as catalog_products
@@ -153,19 +154,19 @@ class Products:
         await self.node.balances.ask(org_id, SpendCheck(estimate_uc, project["id"], api_key_id))
         run_id = str(uuid.uuid4())
         now = self.clock.iso_now()
-        run = {
-            "id": run_id, "organization_id": org_id, "project_id": project["id"], "product": p.slug,
-            "product_version": p.version, "status": "queued", "inputs": json.dumps(inputs),
-            "run_values": json.dumps(values), "outputs": None, "estimate_uc": estimate_uc, "actual_uc": None,
-            "error": None, "created_by": user_id, "created_at": now, "started_at": None, "finished_at": None,
-            "api_key_id": api_key_id,
-        }
-        steps = [
-            {"run_id": run_id, "key": s.key, "position": i, "capability": s.capability, "op": s.op,
-             "model": s.model, "status": "pending", "request_id": None, "outputs": "[]", "cost_uc": None,
-             "error": None, "started_at": None, "finished_at": None}
+        run = RunRecord(
+            id=run_id, organization_id=org_id, project_id=project["id"], product=p.slug,
+            product_version=p.version, status="queued", inputs=json.dumps(inputs),
+            run_values=json.dumps(values), outputs=None, estimate_uc=estimate_uc, actual_uc=None,
+            error=None, created_by=user_id, created_at=now, started_at=None, finished_at=None,
+            api_key_id=api_key_id,
+        )
+        steps = tuple(
+            StepRecord(run_id=run_id, key=s.key, position=i, capability=s.capability, op=s.op,
+                       model=s.model, status="pending", request_id=None, outputs="[]", cost_uc=None,
+                       error=None, started_at=None, finished_at=None)
             for i, s in enumerate(p.steps)
-        ]
+        )
         view: dict[str, Any] = await self.runs.ask(run_id, Create(run, steps, idempotency))
         return view
 

@@ -7,11 +7,13 @@ from typing import Any
 
 import trio
 
+from service.actors.runs.record import RunRecord, StepRecord
+
 
 @dataclass(frozen=True)
 class Create:
-    run: dict[str, Any]
-    steps: list[Any]
+    run: RunRecord
+    steps: tuple[StepRecord, ...]
     idempotency: dict[str, Any] | None = None  # {organization_id, key, request_hash}
 
 

@@ -13,6 +13,7 @@ import trio
 
 from service.actors.runs.context import RunContext
 from service.actors.runs.messages import OpDone, OpHandle
+from service.actors.runs.record import RunRecord
 from service.backends import MSG_INTERNAL
 
 log = logging.getLogger(__name__)
@@ -53,22 +54,22 @@ def run_op(files: Any, work: Path, op: str, args: dict[str, Any], sha256: str,
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def op_task(ctx: RunContext, run: dict[str, Any], key: str, handle: OpHandle, op: str,
+async def op_task(ctx: RunContext, run: RunRecord, key: str, handle: OpHandle, op: str,
                   args: dict[str, Any], src: dict[str, Any]) -> None:
     asset: dict[str, Any] | None = None
     error: str | None = None
-    work = ctx.files.work / f"run-{run['id']}-{key}"
+    work = ctx.files.work / f"run-{run.id}-{key}"
     try:
         with handle.scope:
             fields = await trio.to_thread.run_sync(run_op, ctx.files, work, op, args,
                                                    src["sha256"], src["duration_s"],
                                                    abandon_on_cancel=True)
-            asset = {"id": str(uuid.uuid4()), "organization_id": run["organization_id"],
-                     "project_id": run["project_id"], "job_id": None, "position": 0, "source": "workflow",
+            asset = {"id": str(uuid.uuid4()), "organization_id": run.organization_id,
+                     "project_id": run.project_id, "job_id": None, "position": 0, "source": "workflow",
                      **fields}
     except Exception:  # noqa: BLE001 - reported as failure 5
-        log.exception("run %s: op step %s (%s) failed", run["id"], key, op)
+        log.exception("run %s: op step %s (%s) failed", run.id, key, op)
         asset, error = None, MSG_INTERNAL
     if handle.scope.cancelled_caught:
         asset, error = None, None
-    ctx.runs.tell(run["id"], OpDone(key, handle, asset, error))
+    ctx.runs.tell(run.id, OpDone(key, handle, asset, error))
