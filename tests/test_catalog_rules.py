@@ -3,6 +3,7 @@
 import pytest
 
 from service.catalog.catalog import load_catalog, loads_catalog
+from service.catalog.request import SubmitRequest
 from service.catalog.rules import AssetInfo, estimate, plan_submit
 from service.errors import NotFound, Unavailable, Unprocessable
 
@@ -44,7 +45,7 @@ def cat():
 
 def plan(cat, body, *, capability=None, model=None, runnable=everything, catalog=None):
     return plan_submit(
-        catalog or cat, capability=capability, model=model, body=body,
+        catalog or cat, capability=capability, model=model, request=SubmitRequest(**body),
         runnable=runnable, resolve_inputs=resolve, project_id=PROJECT, base_url=BASE,
     )
 
@@ -61,8 +62,9 @@ CLIP = {"prompt": "a slow pan", "inputs": {"start_frame": [IMG]}}
 def test_image_plan_with_defaults(cat):
     p = plan(cat, {"prompt": "a red fox"}, capability="image.generate")
     assert (p.capability, p.model, p.backend) == ("image.generate", "proc-image", "procedural_image")
-    assert (p.resolution, p.duration, p.tier, p.price_uc, p.credits) == ("1k", None, "1k", 1_000_000, "1.00")
-    assert (p.prompt, p.aspect_ratio, p.inputs, p.seed) == ("a red fox", None, {}, None)
+    s = p.settings
+    assert (s.resolution, s.duration, s.tier, p.price_uc, p.credits) == ("1k", None, "1k", 1_000_000, "1.00")
+    assert (p.prompt, s.aspect_ratio, s.inputs, s.seed) == ("a red fox", None, {}, None)
 
 
 def test_video_plan_by_model_route_with_url_input(cat):
@@ -71,31 +73,32 @@ def test_video_plan_by_model_route_with_url_input(cat):
         "inputs": {"start_frame": [f"{BASE}/v1/generation/assets/{IMG}/content"]},
     }
     p = plan(cat, body, model="camera-move")
-    assert (p.capability, p.model, p.resolution, p.duration, p.tier) == (
+    assert (p.capability, p.model, p.settings.resolution, p.settings.duration, p.settings.tier) == (
         "video.generate", "camera-move", "720p", 5, "720p/5s",
     )
-    assert (p.price_uc, p.aspect_ratio, p.seed, p.inputs) == (20_000_000, "9:16", 7, {"start_frame": [IMG]})
+    assert (p.price_uc, p.settings.aspect_ratio, p.settings.seed) == (20_000_000, "9:16", 7)
+    assert p.settings.inputs == {"start_frame": (IMG,)}
 
 
 @pytest.mark.parametrize(("seed", "expected"), [(7, 7), (12.9, 12), (-3.0, -3), (None, None), ("7", None), (True, None)])
 def test_seed_is_passed_on_as_a_whole_number(cat, seed, expected):
-    assert plan(cat, {"prompt": "x", "seed": seed}, capability="image.generate").seed == expected
+    assert plan(cat, {"prompt": "x", "seed": seed}, capability="image.generate").settings.seed == expected
 
 
 def test_video_duration_defaults_and_accepts_whole_float(cat):
-    assert plan(cat, CLIP, capability="video.generate").duration == 5
-    assert plan(cat, {**CLIP, "duration": 5.0}, capability="video.generate").duration == 5
+    assert plan(cat, CLIP, capability="video.generate").settings.duration == 5
+    assert plan(cat, {**CLIP, "duration": 5.0}, capability="video.generate").settings.duration == 5
 
 
 def test_upscale_needs_no_prompt_and_takes_image_or_video(cat):
     for asset in (IMG, VID):
         p = plan(cat, {"inputs": {"media": [asset]}}, capability="media.upscale")
-        assert (p.model, p.resolution, p.credits, p.inputs) == ("lanczos-upscale", "2x", "0.50", {"media": [asset]})
+        assert (p.model, p.settings.resolution, p.credits, p.settings.inputs) == ("lanczos-upscale", "2x", "0.50", {"media": (asset,)})
 
 
 def test_signed_url_counts_as_input(cat):
     body = {**CLIP, "inputs": {"start_frame": [f"{BASE}/files/{IMG}?expires=1&sig=ab"]}}
-    assert plan(cat, body, capability="video.generate").inputs == {"start_frame": [IMG]}
+    assert plan(cat, body, capability="video.generate").settings.inputs == {"start_frame": (IMG,)}
 
 
 # --- model ------------------------------------------------------------------
@@ -297,7 +300,7 @@ def test_every_missing_asset_is_listed_once(cat):
     e = refused(cat, {"inputs": {"video": [GONE], "audio": [ELSEWHERE]}}, capability="video.lipsync", catalog=custom)
     assert e.details == {"asset_ids": [GONE, ELSEWHERE]}
     p = plan(cat, {"inputs": {"video": [VID], "audio": [AUD.upper()]}}, capability="video.lipsync", catalog=custom)
-    assert p.inputs == {"video": [VID], "audio": [AUD]}
+    assert p.settings.inputs == {"video": (VID,), "audio": (AUD,)}
 
 
 # --- price ------------------------------------------------------------------
@@ -371,25 +374,25 @@ def test_model_then_availability_come_first(cat):
 # --- estimate ---------------------------------------------------------------
 
 def test_estimate_needs_no_prompt_or_inputs(cat):
-    assert estimate(cat, capability="video.generate", model=None, body={"resolution": "720p"},
+    assert estimate(cat, capability="video.generate", model=None, request=SubmitRequest(resolution="720p"),
                     runnable=everything) == {
         "capability": "video.generate", "model": "camera-move",
         "resolution": "720p", "duration": 5, "tier": "720p/5s", "credits": "20.00",
     }
 
 
-def test_estimate_reads_capability_or_model_from_the_body(cat):
-    by_cap = estimate(cat, capability=None, model=None, body={"capability": "image.generate"}, runnable=everything)
+def test_estimate_reads_the_model_from_the_request_without_a_capability(cat):
+    by_cap = estimate(cat, capability="image.generate", model=None, request=SubmitRequest(), runnable=everything)
     assert (by_cap["model"], by_cap["credits"], by_cap["duration"]) == ("proc-image", "1.00", None)
-    by_model = estimate(cat, capability=None, model=None, body={"model": "proc-image", "resolution": "2k"},
+    by_model = estimate(cat, capability=None, model=None, request=SubmitRequest(model="proc-image", resolution="2k"),
                         runnable=everything)
     assert (by_model["capability"], by_model["credits"]) == ("image.generate", "2.00")
     with pytest.raises(Unprocessable, match="capability or model is required."):
-        estimate(cat, capability=None, model=None, body={}, runnable=everything)
+        estimate(cat, capability=None, model=None, request=SubmitRequest(), runnable=everything)
 
 
 def test_estimate_refuses_like_a_submit(cat):
     with pytest.raises(Unprocessable, match=r"^proc-image resolution must be one of 1k, 2k\.$"):
-        estimate(cat, capability="image.generate", model=None, body={"resolution": "8k"}, runnable=everything)
+        estimate(cat, capability="image.generate", model=None, request=SubmitRequest(resolution="8k"), runnable=everything)
     with pytest.raises(Unavailable):
-        estimate(cat, capability=None, model="camera-move", body={}, runnable=nothing)
+        estimate(cat, capability=None, model="camera-move", request=SubmitRequest(), runnable=nothing)

@@ -6,6 +6,7 @@ and the flow answers as the winner did."""
 
 from __future__ import annotations
 
+from service.catalog.request import SubmitRequest
 from service.idempotency import Gate, request_hash
 from service.storage.accounts import default_project
 
@@ -24,7 +25,7 @@ async def test_a_submit_and_a_run_start_share_one_flow_and_each_survives_the_key
     assert type(gen.keys) is type(products.keys) is Gate
 
     # -- a submit: the rival's job commits the key first; ours loses and releases its hold
-    plan = gen.plan(org_id, project["id"], capability="image.generate", body={"prompt": "race"})
+    plan = gen.plan(org_id, project["id"], capability="image.generate", request=SubmitRequest(prompt="race"))
     digest = request_hash({"route": "capabilities/image.generate", "body": {"prompt": "race"}})
     calls = []
 

@@ -12,6 +12,7 @@ import trio
 from service.actors.jobs.facade import Generation
 from service.actors.jobs.messages import RenderHandle
 from service.backends import run as backends_run
+from service.catalog.request import SubmitRequest
 from service.clock import parse_iso
 from service.errors import ActorGone, NotFound
 from service.storage import generation as gsql
@@ -208,7 +209,7 @@ async def test_workflow_submit_notify_and_watch(node, org):
     gen: Generation = node.parts.generation
     org_id, project_id = org["organization_id"], org["default_project_id"]
     seen: list[dict] = []
-    plan = gen.plan(org_id, project_id, capability="image.generate", body={"prompt": "step"})
+    plan = gen.plan(org_id, project_id, capability="image.generate", request=SubmitRequest(prompt="step"))
     resp = await gen.submit(plan, org_id=org_id, project_id=project_id, source="workflow",
                             workflow_run_id="run-1", notify=seen.append)
     rid = resp["request_id"]
@@ -233,7 +234,7 @@ async def test_workflow_watchers_hear_a_cancel_once(node, org):
     gen: Generation = node.parts.generation
     org_id, project_id = org["organization_id"], org["default_project_id"]
     seen: list[dict] = []
-    plan = gen.plan(org_id, project_id, capability="image.generate", body={"prompt": "[[delay:60]]"})
+    plan = gen.plan(org_id, project_id, capability="image.generate", request=SubmitRequest(prompt="[[delay:60]]"))
     rid = (await gen.submit(plan, org_id=org_id, project_id=project_id, source="workflow",
                             workflow_run_id="run-2", notify=seen.append))["request_id"]
     await gen.watch(rid, seen.append)

@@ -19,6 +19,7 @@ from test_generation_support import (
 from test_media_samples import DISTINCT, write_mp4
 
 from service.catalog.catalog import load_catalog
+from service.catalog.request import SubmitRequest
 from service.catalog.rules import AssetInfo, plan_submit
 from service.catalog.work import render_budget
 from service.errors import Unprocessable
@@ -35,7 +36,7 @@ def cat():
 
 
 def plan(cat, info: AssetInfo):
-    return plan_submit(cat, capability="media.upscale", model=None, body={"inputs": {"media": [VID]}},
+    return plan_submit(cat, capability="media.upscale", model=None, request=SubmitRequest(inputs={"media": [VID]}),
                        runnable=lambda m: True, resolve_inputs=lambda ids: {VID: info},
                        project_id=PROJECT, base_url=None)
 
@@ -63,7 +64,7 @@ def test_a_video_with_more_frames_than_the_model_takes_is_refused(cat):
     err = refusal(cat, video(duration_s=10.0, frames=1201))
     assert err.message == "lanczos-upscale takes videos of at most 1200 frames; this one has 1201."
     assert err.details == {"model": "lanczos-upscale", "asset_id": VID, "frames": 1201, "max_input_frames": 1200}
-    assert plan(cat, video(duration_s=10.0, frames=1200)).timeout_s == 60  # 14.7 MP-frames out: the floor
+    assert plan(cat, video(duration_s=10.0, frames=1200)).settings.timeout_s == 60  # 14.7 MP-frames out: the floor
 
 
 def test_a_video_that_could_not_be_rendered_within_the_timeout_is_refused(cat):
@@ -72,7 +73,7 @@ def test_a_video_that_could_not_be_rendered_within_the_timeout_is_refused(cat):
     assert err.message == ("lanczos-upscale would need about 602 seconds for these video frames; the limit is "
                            "600 seconds. Send a shorter or smaller video.")
     assert err.details == {"model": "lanczos-upscale", "estimated_s": 602, "timeout_s": 600}
-    assert plan(cat, video(1920, 1080, 6.0, 144)).timeout_s == 598  # 597.2 s, rounded up
+    assert plan(cat, video(1920, 1080, 6.0, 144)).settings.timeout_s == 598  # 597.2 s, rounded up
 
 
 def test_the_render_budget_follows_the_input_between_floor_and_ceiling(cat):
@@ -83,7 +84,7 @@ def test_the_render_budget_follows_the_input_between_floor_and_ceiling(cat):
     assert render_budget(m, "2x", {VID: video(1280, 720, 10.0, 1200)}) == 600  # the ceiling, timeout_s
     image = AssetInfo(VID, "image", PROJECT, 2048, 2048)
     assert render_budget(m, "2x", {VID: image}) is None  # an image: the model's timeout_s
-    assert plan(cat, image).timeout_s is None
+    assert plan(cat, image).settings.timeout_s is None
 
 
 async def test_upload_then_upscale_of_a_30_second_video_is_refused_before_any_hold(node, tmp_path):

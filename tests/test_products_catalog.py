@@ -8,6 +8,7 @@ from service.catalog import products as P
 from service.catalog.catalog import load_catalog, loads_catalog
 from service.catalog.product_defs import TEXT_TO_CLIP, TEXT_TO_CLIP_VERTICAL
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step, Template, make_preset
+from service.catalog.request import SubmitRequest
 from service.catalog.rules import AssetInfo, plan_submit
 from service.errors import Unavailable, Unprocessable
 
@@ -254,13 +255,14 @@ def test_step_bodies_pass_the_submit_rules(cat):
     p = P.product("text-to-clip")
     values = run_inputs(p, {"prompt": "a lighthouse", "resolution": "720p", "seed": 3})
     common = dict(runnable=everything, resolve_inputs=resolve, project_id=PROJECT, base_url=BASE)
-    still = plan_submit(cat, capability="image.generate", model=None, body=P.step_body(p.step("still"), values, {}), **common)
-    assert (still.model, still.resolution, still.aspect_ratio, still.seed, still.credits) == (
+    still = plan_submit(cat, capability="image.generate", model=None, request=SubmitRequest.of(P.step_body(p.step("still"), values, {})), **common)
+    assert (still.model, still.settings.resolution, still.settings.aspect_ratio, still.settings.seed, still.credits) == (
         "proc-image", "1k", "16:9", 3, "1.00",
     )
     body = P.step_body(p.step("clip"), values, {"still": [IMG]})
-    clip = plan_submit(cat, capability="video.generate", model=None, body=body, **common)
-    assert (clip.model, clip.tier, clip.inputs, clip.credits) == ("camera-move", "720p/5s", {"start_frame": [IMG]}, "20.00")
+    clip = plan_submit(cat, capability="video.generate", model=None, request=SubmitRequest.of(body), **common)
+    assert (clip.model, clip.settings.tier, clip.credits) == ("camera-move", "720p/5s", "20.00")
+    assert clip.settings.inputs == {"start_frame": (IMG,)}
     assert P.step_body(p.step("thumb"), values, {"still": [IMG]}) == {"image": [IMG], "max_side": 512}
     assert P.step_body(p.step("cover"), values, {"clip": [VID]}) == {"video": [VID], "at": "middle"}
 

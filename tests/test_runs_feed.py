@@ -9,6 +9,8 @@ import json
 import pytest
 from conftest import j, wait_for_run
 
+from service.catalog.request import SubmitRequest
+
 FINAL = ("completed", "failed", "canceled")
 
 
@@ -41,7 +43,7 @@ async def api_job(node, key, prompt="a cat") -> str:
 async def studio_job(node, org) -> str:
     gen = node.parts.generation
     plan = gen.plan(org["organization_id"], org["default_project_id"], capability="image.generate",
-                    body={"prompt": "a studio cat"})
+                    request=SubmitRequest(prompt="a studio cat"))
     resp = await gen.submit(plan, org_id=org["organization_id"], project_id=org["default_project_id"],
                             source="studio")
     return resp["request_id"]

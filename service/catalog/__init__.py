@@ -6,6 +6,7 @@
     engines.py        the `[models.engine]` table classes (which backends are engines: the
                       engines table, service/engines/table.py, passed to load_catalog)
     assets.py         what counts as one of our assets in a request
+    request.py        SubmitRequest (a submit as given) and JobSettings (as checked, stored)
     rules.py          plan_submit() / estimate(): submit rules in the spec's order
     product_types.py  Product, Input, Step and the declarative step params
     product_defs.py   the built-in products and their versions
@@ -15,9 +16,10 @@
 
 from .assets import AssetInfo, parse_asset_ref
 from .catalog import Catalog, CatalogError, Model, load_catalog, loads_catalog
+from .request import JobSettings, SubmitRequest
 from .rules import Plan, estimate, plan_submit
 
 __all__ = [
-    "AssetInfo", "Catalog", "CatalogError", "Model", "Plan",
+    "AssetInfo", "Catalog", "CatalogError", "JobSettings", "Model", "Plan", "SubmitRequest",
     "estimate", "load_catalog", "loads_catalog", "parse_asset_ref", "plan_submit",
 ]

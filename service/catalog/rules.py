@@ -29,8 +29,8 @@ Decisions where the spec is open:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.errors import NotFound, Unavailable, Unprocessable
@@ -38,31 +38,27 @@ from service.money import fmt
 
 from .assets import NOT_OURS, AssetInfo, ResolveInputs, find_assets, kinds_text, parse_asset_ref
 from .capabilities import BY_ID, Capability
-from .catalog import Catalog, Model, Runnable, tier_label
+from .catalog import Catalog, Model, Runnable
+from .request import JobSettings, SubmitRequest
 from .work import check_video_inputs, render_budget
 
 if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
     from service.views import catalog_shapes as shapes
 
-__all__ = ["AssetInfo", "Plan", "estimate", "parse_asset_ref", "plan_submit"]
+__all__ = ["AssetInfo", "JobSettings", "Plan", "SubmitRequest", "estimate", "parse_asset_ref", "plan_submit"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A submit that passed every rule: what to render and what it costs."""
+    """A submit that passed every rule: what to render (the job row's columns and its
+    `settings`) and what it costs."""
 
     capability: str
     model: str
     backend: str
-    resolution: str
-    duration: int | None
-    aspect_ratio: str | None
     prompt: str
     price_uc: int
-    tier: str
-    inputs: dict[str, list[str]] = field(default_factory=dict)  # every model slot -> asset ids
-    seed: int | None = None  # not a spec field; None = the job picks one
-    timeout_s: int | None = None  # the render's time budget from its video inputs; None: the model's
+    settings: JobSettings
 
     @property
     def credits(self) -> str:
@@ -74,7 +70,7 @@ def plan_submit(
     *,
     capability: str | None,
     model: str | None,
-    body: dict[str, Any],
+    request: SubmitRequest,
     runnable: Runnable,
     resolve_inputs: ResolveInputs,
     project_id: str,
@@ -86,7 +82,7 @@ def plan_submit(
     `base_url` lets asset URLs of this API count as inputs.
     """
     return _plan(
-        catalog, capability, model, body, runnable,
+        catalog, capability, model, request, runnable,
         inputs_check=(resolve_inputs, project_id, base_url),
     )
 
@@ -96,49 +92,54 @@ def estimate(
     *,
     capability: str | None,
     model: str | None,
-    body: dict[str, Any],
+    request: SubmitRequest,
     runnable: Runnable,
 ) -> shapes.Estimate:
     """`POST /v1/generation/estimate`: the submit's price without creating anything.
 
     Runs the submit rules except the prompt and inputs (a price check needs
     neither), so an unknown model, an unavailable one or a bad tier answer as
-    the submit would. `capability` / `model` default to the body's fields.
-    Answers `{capability, model, resolution, duration, credits, tier}`.
+    the submit would. Without `capability` or `model` (the route's), the
+    request's `model` names it. Answers `{capability, model, resolution,
+    duration, credits, tier}`.
     """
-    capability = capability or body.get("capability")
     if capability is None and model is None:
-        model = body.get("model")
+        model = request.model
     if capability is None and model is None:
         raise Unprocessable("capability or model is required.", {"field": "capability"})
-    plan = _plan(catalog, capability, model, body, runnable, inputs_check=None)
+    plan = _plan(catalog, capability, model, request, runnable, inputs_check=None)
+    s = plan.settings
     return {
         "capability": plan.capability,
         "model": plan.model,
-        "resolution": plan.resolution,
-        "duration": plan.duration,
+        "resolution": s.resolution,
+        "duration": s.duration,
         "credits": plan.credits,
-        "tier": tier_label(plan.resolution, plan.duration),
+        "tier": s.tier,
     }
 
 
-def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
-    m = _choose_model(catalog, capability, model_id, body.get("model"), runnable)
+InputsCheck = tuple[ResolveInputs, str, str | None]  # (resolve_inputs, project_id, base_url)
+
+
+def _plan(catalog: Catalog, capability: str | None, model_id: str | None, request: SubmitRequest,
+          runnable: Runnable, inputs_check: InputsCheck | None) -> Plan:
+    m = _choose_model(catalog, capability, model_id, request.model, runnable)
     if not runnable(m):
         raise Unavailable(f"Model {m.id} is not available on this deployment.", {"model": m.id})
     cap = BY_ID[m.capability]
-    prompt = body.get("prompt") or ""
+    prompt = request.prompt or ""
     if inputs_check is not None and cap.prompt_required and not prompt.strip():
         raise Unprocessable("prompt is required.", {"field": "prompt"})
     if inputs_check is not None and len(prompt) > cap.prompt_max_chars:
         raise Unprocessable(f"prompt must be at most {cap.prompt_max_chars} characters; got {len(prompt)}.",
                             {"field": "prompt", "max_length": cap.prompt_max_chars, "length": len(prompt)})
-    aspect_ratio = _aspect_ratio(cap, body.get("aspect_ratio"))
-    resolution = _resolution(m, body.get("resolution"))
-    duration = _duration(m, body.get("duration"))
-    if body.get("quality") is not None:
+    aspect_ratio = _aspect_ratio(cap, request.aspect_ratio)
+    resolution = _resolution(m, request.resolution)
+    duration = _duration(m, request.duration)
+    if request.quality is not None:
         raise Unprocessable(f"{m.id} has no quality setting.", {"field": "quality", "model": m.id})
-    inputs, infos = _inputs(cap, m, body.get("inputs") or {}, *inputs_check) if inputs_check else ({}, {})
+    inputs, infos = _inputs(cap, m, request.inputs or {}, *inputs_check) if inputs_check else ({}, {})
     _output_size(m, resolution, infos)
     check_video_inputs(m, resolution, infos)
     price = m.price_uc(resolution, duration)
@@ -147,12 +148,11 @@ def _plan(catalog, capability, model_id, body, runnable, inputs_check) -> Plan:
             f"Model {m.id} has no price for this tier and cannot be run.",
             {"capability": cap.id, "model": m.id, "resolution": resolution, "duration": duration},
         )
-    return Plan(
-        capability=cap.id, model=m.id, backend=m.backend, resolution=resolution,
-        duration=duration, aspect_ratio=aspect_ratio, prompt=prompt, price_uc=price,
-        tier=tier_label(resolution, duration), inputs=inputs, seed=_seed(body.get("seed")),
-        timeout_s=render_budget(m, resolution, infos),
+    settings = JobSettings(
+        resolution=resolution, duration=duration, aspect_ratio=aspect_ratio, inputs=inputs,
+        seed=_seed(request.seed), timeout_s=render_budget(m, resolution, infos),
     )
+    return Plan(capability=cap.id, model=m.id, backend=m.backend, prompt=prompt, price_uc=price, settings=settings)
 
 
 def _seed(value: Any) -> int | None:
@@ -171,7 +171,8 @@ def _unknown(model_id: str, known: list[str]) -> Unprocessable:
     )
 
 
-def _choose_model(catalog: Catalog, capability, path_model, body_model, runnable: Runnable) -> Model:
+def _choose_model(catalog: Catalog, capability: str | None, path_model: str | None, body_model: str | None,
+                  runnable: Runnable) -> Model:
     if capability is not None:
         if capability not in BY_ID:
             raise NotFound(f"Unknown capability '{capability}'.", {"capability": capability})
@@ -242,11 +243,11 @@ def _whole_seconds(value: Any) -> int | None:
 def _inputs(
     cap: Capability,
     m: Model,
-    given: dict[str, Any],
+    given: Mapping[str, Sequence[str]],
     resolve_inputs: ResolveInputs,
     project_id: str,
     base_url: str | None,
-) -> tuple[dict[str, list[str]], Mapping[str, AssetInfo]]:
+) -> tuple[dict[str, tuple[str, ...]], Mapping[str, AssetInfo]]:
     where = f"{cap.id} on {m.id}"
     for name in given:
         if m.slot(name) is None:
@@ -259,13 +260,13 @@ def _inputs(
                 f"{where}: slot '{s.name}' takes {s.count} asset(s); got {len(values[s.name])}.",
                 {"slot": s.name, "expected": s.count, "got": len(values[s.name])},
             )
-    ids: dict[str, list[str]] = {}
+    ids: dict[str, tuple[str, ...]] = {}
     for s in m.slots:
         parsed = [parse_asset_ref(v, base_url) for v in values[s.name]]
         bad = [v for v, p in zip(values[s.name], parsed) if p is None]
         if bad:
             raise Unprocessable(NOT_OURS, {"slot": s.name, "values": bad})
-        ids[s.name] = parsed  # type: ignore[assignment]
+        ids[s.name] = tuple(p for p in parsed if p is not None)
     infos = find_assets((i for v in ids.values() for i in v), resolve_inputs, project_id)
     for s in m.slots:
         wrong = [i for i in ids[s.name] if infos[i].kind not in s.kinds]
@@ -299,5 +300,5 @@ def _output_size(m: Model, resolution: str, infos: Mapping[str, AssetInfo]) -> N
                  "max_output_pixels": m.max_output_pixels})
 
 
-def _join(items) -> str:
+def _join(items: Iterable[object]) -> str:
     return ", ".join(str(i) for i in items)

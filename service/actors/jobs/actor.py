@@ -119,7 +119,7 @@ class JobActor(JobEffects, Actor):
         job = self.job
         if job is None or job.status != "rendering" or not job.started_at:
             return None
-        budget = job.settings.get("timeout_s")
+        budget = job.settings.timeout_s
         if budget is None:
             model = self.ctx.model_for(self.job_id, job.model)
             budget = model.timeout_s if model else DEFAULT_TIMEOUT_S
@@ -176,7 +176,7 @@ class JobActor(JobEffects, Actor):
         try:
             await ctx.balances.ask(msg.org_id, PlaceHold(
                 hold_id, p.price_uc, job_id=self.job_id, workflow_run_id=msg.workflow_run_id,
-                project_id=msg.project_id, description=f"{p.capability} on {p.model} ({p.tier})",
+                project_id=msg.project_id, description=f"{p.capability} on {p.model} ({p.settings.tier})",
                 api_key_id=msg.api_key_id))
         except (InsufficientCredits, SpendLimitReached):
             raise
@@ -188,9 +188,7 @@ class JobActor(JobEffects, Actor):
             "id": self.job_id, "organization_id": msg.org_id, "project_id": msg.project_id,
             "capability": p.capability, "model": p.model, "backend": p.backend, "source": msg.source,
             "workflow_run_id": msg.workflow_run_id, "status": "queued", "prompt": p.prompt,
-            "params": json.dumps({"resolution": p.resolution, "duration": p.duration,
-                                  "aspect_ratio": p.aspect_ratio, "inputs": p.inputs, "seed": p.seed,
-                                  "tier": p.tier, "timeout_s": p.timeout_s}, separators=(",", ":")),
+            "params": p.settings.to_json(),
             "price_uc": p.price_uc, "actual_uc": None, "hold_id": hold_id, "hold_settled": 0,
             "webhook_url": msg.webhook_url, "error": None, "created_at": now, "started_at": None,
             "finished_at": None,

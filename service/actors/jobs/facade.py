@@ -6,7 +6,8 @@ Interfaces
 `node.generation` is a `Generation` (this module); `node.jobs` its `JobRegistry`
 (key = job id). The HTTP routes and the products engine use the facade, never the rows:
 
-    plan = gen.plan(org_id, project_id, capability="image.generate", model=None, body={...})
+    plan = gen.plan(org_id, project_id, capability="image.generate", model=None,
+                    request=SubmitRequest(prompt=...))
         The submit rules in the spec's order (model -> availability -> prompt -> aspect_ratio
         -> resolution -> duration -> quality -> inputs -> price); raises 404/422/503 as
         `service.errors` exceptions. The project must already be resolved (404/409 first).
@@ -62,6 +63,7 @@ from service.backends import RenderRequest, render_limiter, runnable
 from service.backends.base import ChatTurn
 from service.catalog.assets import AssetInfo
 from service.catalog.catalog import Model
+from service.catalog.request import SubmitRequest
 from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import NotFound, ServiceError
 from service.idempotency import Gate
@@ -181,11 +183,11 @@ class Generation:
                 item["queue"] = queue
         return out
 
-    def estimate(self, body: dict[str, Any]) -> Estimate:
-        """`{capability, model, resolution, duration, credits, tier}` for a submit body plus
-        `capability` or `model`; the submit's rules except prompt and inputs; creates nothing."""
-        return estimate(self.catalog, capability=body.get("capability"), model=None, body=body,
-                        runnable=self.runnable)
+    def estimate(self, request: SubmitRequest, *, capability: str | None = None) -> Estimate:
+        """`{capability, model, resolution, duration, credits, tier}` for a submit request on
+        `capability`, else on the request's `model`; the submit's rules except prompt and
+        inputs; creates nothing."""
+        return estimate(self.catalog, capability=capability, model=None, request=request, runnable=self.runnable)
 
     def check_active_limit(self, org_id: str) -> None:
         """429 when the organization already has its limit of API and dashboard jobs queued
@@ -206,8 +208,8 @@ class Generation:
 
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
-             body: dict[str, Any]) -> Plan:
-        return plan_submit(self.catalog, capability=capability, model=model, body=body, runnable=self.runnable,
+             request: SubmitRequest) -> Plan:
+        return plan_submit(self.catalog, capability=capability, model=model, request=request, runnable=self.runnable,
                            resolve_inputs=self.resolve_inputs(org_id), project_id=project_id,
                            base_url=self.base_url)
 

@@ -3,10 +3,11 @@ made with `dataclasses.replace` once the change is committed)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 from typing import Any
 
+from service.catalog.request import JobSettings
 from service.machines import JOB
 from service.storage import generation as sql
 from service.views import jobs as views
@@ -25,7 +26,7 @@ class JobRecord:
     workflow_run_id: str | None
     status: str
     prompt: str
-    params: str  # JSON: resolution, duration, aspect_ratio, inputs, seed, tier, timeout_s
+    params: str  # JSON of `settings` (JobSettings.to_json)
     price_uc: int
     actual_uc: int | None
     hold_id: str
@@ -49,11 +50,10 @@ class JobRecord:
     def final(self) -> bool:
         return JOB.is_final(self.status)
 
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The decoded `params`."""
-        value: dict[str, Any] = json.loads(self.params)
-        return value
+    @cached_property
+    def settings(self) -> JobSettings:
+        """The decoded `params` (decoded once: the deadline reads it on every message)."""
+        return JobSettings.from_json(self.params)
 
 
 def job_status(store: Any, base_url: str, job: dict[str, Any], progress: Progress | None) -> JobStatus:

@@ -5,7 +5,7 @@ nursery and only reports `RenderDone` to the actor; the actor decides what it me
 from __future__ import annotations
 
 import logging
-import uuid
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -55,28 +55,22 @@ def _hash_outputs(outputs: list[Any]) -> list[Any]:
 
 
 def render_request(ctx: JobContext, job: JobRecord, *, resumed: bool) -> RenderRequest:
-    """What the backend or engine needs to render `job` (its input files must exist)."""
-    params = job.settings
-    slots: dict[str, list[str]] = params.get("inputs") or {}
-    rows = {r["id"]: r for r in sql.assets_in_org(ctx.store, job.organization_id,
-                                                  [i for ids in slots.values() for i in ids])}
-    inputs = {}
-    for name, ids in slots.items():
-        files = []
-        for i in ids:
-            r = rows[i]
-            path = ctx.files.input_path(r["sha256"], job.id)
-            files.append(InputFile(path, r["content_type"], r["kind"], r["width"], r["height"], r["duration_s"],
-                                   r["frames"]))
-        inputs[name] = files
-    seed = params.get("seed")
-    if seed is None:
-        seed = uuid.UUID(job.id).int % (2 ** 31)
-    duration = params.get("duration")
+    """What the backend or engine needs to render `job` (its input files must exist): the
+    record and its settings as the submit rules left them, the input assets found on disk."""
+    settings = job.settings
+    ids = [i for slot in settings.inputs.values() for i in slot]
+    rows = {r["id"]: r for r in sql.assets_in_org(ctx.store, job.organization_id, ids)}
+    inputs = {name: [_input_file(rows[i], ctx.files.input_path(rows[i]["sha256"], job.id)) for i in slot]
+              for name, slot in settings.inputs.items()}
     return RenderRequest(
         job_id=job.id, capability=job.capability, model=job.model, backend=job.backend,
-        prompt=job.prompt, seed=int(seed), aspect_ratio=params.get("aspect_ratio"),
-        resolution=params["resolution"], duration=None if duration is None else float(duration),
+        prompt=job.prompt, seed=settings.render_seed(job.id), aspect_ratio=settings.aspect_ratio,
+        resolution=settings.resolution, duration=settings.duration,
         inputs=inputs, work_dir=ctx.files.work_dir(job.id), test_mode=ctx.test_mode,
         chat=ctx.chat_for(job.id), resumed=resumed,
     )
+
+
+def _input_file(row: dict[str, Any], path: Path) -> InputFile:
+    return InputFile(path, row["content_type"], row["kind"], row["width"], row["height"], row["duration_s"],
+                     row["frames"])

@@ -55,6 +55,7 @@ from service.actors.runtime import Actor, on
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
 from service.catalog.product_types import Product
+from service.catalog.request import SubmitRequest
 from service.crash import crashpoint
 from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
                             SpendLimitReached)
@@ -278,9 +279,9 @@ class RunActor(RunEffects, Actor):
         definition = self.product.step(key)
         notify = self.notifier(key, job_id)
         try:
-            body = catalog_products.step_body(definition, self.values, self._outputs_by_step())
+            request = SubmitRequest.of(catalog_products.step_body(definition, self.values, self._outputs_by_step()))
             plan = gen.plan(run.organization_id, run.project_id, capability=definition.capability,
-                            body=body)
+                            request=request)
         except ApiError as e:
             await self._fail(key, e.message)
             return

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from service.actors.runs.record import RunRecord, StepRecord
 from service.assets.files import FileStore
+from service.catalog.request import SubmitRequest
 from service.catalog.rules import Plan
 from service.clock import Clock
 from service.idempotency import Gate
@@ -23,7 +24,7 @@ Notify = Callable[[dict[str, Any]], None]
 
 class JobsPort(Protocol):
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,
-             body: dict[str, Any]) -> Plan: ...
+             request: SubmitRequest) -> Plan: ...
 
     async def submit(self, plan: Plan, *, org_id: str, project_id: str, source: str = "api",
                      webhook_url: str | None = None, workflow_run_id: str | None = None,

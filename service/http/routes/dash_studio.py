@@ -22,6 +22,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.assets.files import ObjectMissing
+from service.catalog.request import SubmitRequest
 from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http import forms
 from service.http.auth import node, principal
@@ -70,26 +71,23 @@ def choose(args) -> dict:
     }
 
 
-def body_of(state: dict) -> dict:
-    body = {"model": state["model"]["id"]}
-    if state["prompt"].strip():
-        body["prompt"] = state["prompt"]
-    for name in ("aspect_ratio", "resolution"):
-        if state[name]:
-            body[name] = state[name]
-    if state["duration"]:
-        body["duration"] = float(state["duration"]) if "." in state["duration"] else int(state["duration"])
+def request_of(state: dict) -> SubmitRequest:
+    """The form's settings as a submit request (a field left empty: the model's default)."""
+    duration = state["duration"]
     inputs = {slot: [v] for slot, v in state["inputs"].items() if v}
-    if inputs:
-        body["inputs"] = inputs
-    return body
+    return SubmitRequest(
+        model=state["model"]["id"], prompt=state["prompt"] if state["prompt"].strip() else None,
+        aspect_ratio=state["aspect_ratio"] or None, resolution=state["resolution"] or None,
+        duration=(float(duration) if "." in duration else int(duration)) if duration else None,
+        inputs=inputs or None,
+    )
 
 
 def price(state: dict) -> Estimate | None:
     if state["cap"] is None:
         return None
     try:
-        return node().generation.estimate({"capability": state["cap"]["id"], **body_of(state)})
+        return node().generation.estimate(request_of(state), capability=state["cap"]["id"])
     except ApiError:
         return None
 
@@ -181,7 +179,7 @@ async def submit_job(form):
         return studio_page(state, 409, "No model can run on this node right now.")
     gen, p, project = node().generation, principal(), current_project()
     try:
-        plan = gen.plan(p.org_id, project["id"], capability=state["cap"]["id"], body=body_of(state))
+        plan = gen.plan(p.org_id, project["id"], capability=state["cap"]["id"], request=request_of(state))
         gen.check_active_limit(p.org_id)
         out = await gen.submit(plan, org_id=p.org_id, project_id=project["id"], source="studio")
     except InsufficientCredits as e:

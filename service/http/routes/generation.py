@@ -16,6 +16,7 @@ from quart import Blueprint, request
 from quart_schema import document_headers
 
 from service.catalog.capabilities import ASPECT_RATIOS, CAPABILITIES, PROMPT_MAX_CHARS
+from service.catalog.request import SubmitRequest
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.responses import Capability, Data, Estimate, Model
@@ -46,6 +47,12 @@ class SubmitBody(Body):
                   "string is stored and never called)."}), None, "Job webhook; only https URLs are called.")
     project_id: str | None = documented(nullable(STR), None, "Project id or slug.")
     seed: int | None = Field(default=None, ge=0, le=2 ** 31 - 1, description="Optional render seed.")
+
+    def request(self) -> SubmitRequest:
+        """The settings the submit rules check (the project and the webhook are the route's)."""
+        return SubmitRequest(prompt=self.prompt, model=self.model, aspect_ratio=self.aspect_ratio,
+                             resolution=self.resolution, duration=self.duration, quality=self.quality,
+                             inputs=self.inputs, seed=self.seed)
 
 
 class EstimateBody(SubmitBody):
@@ -81,11 +88,11 @@ async def _submit(data: SubmitBody, *, capability: str | None = None,
                   model: str | None = None) -> tuple[SubmitAccepted, int]:
     p = principal()
     g = gen()
-    fields = data.model_dump(exclude_unset=True)
+    submitted = data.request()
 
     async def make(idempotency: dict | None) -> SubmitAccepted:
         project = resolve_project(data.project_id, write=True)
-        plan = g.plan(p.org_id, project["id"], capability=capability, model=model, body=fields)
+        plan = g.plan(p.org_id, project["id"], capability=capability, model=model, request=submitted)
         g.check_active_limit(p.org_id)
         return await g.submit(plan, org_id=p.org_id, project_id=project["id"], source="api",
                               webhook_url=data.webhook_url, idempotency=idempotency, api_key_id=p.key_id)
@@ -94,6 +101,7 @@ async def _submit(data: SubmitBody, *, capability: str | None = None,
     if key is None:
         return await make(None), 202
     route = f"capabilities/{capability}" if capability is not None else f"models/{model}"
+    fields = data.model_dump(exclude_unset=True)
     digest = request_hash({"route": route, "body": fields, "project": request.headers.get("X-Service-Project")})
     return await g.idempotent(p.org_id, key, digest, make), 202
 
@@ -129,7 +137,7 @@ async def estimate_route(data: EstimateBody) -> Data[Estimate]:
     """The submit's price without creating anything: the submit body plus `capability` or
     `model`; answers `{data: {capability, model, resolution, duration, credits, tier}}`."""
     resolve_project(data.project_id)
-    return {"data": gen().estimate(data.model_dump(exclude_unset=True))}
+    return {"data": gen().estimate(data.request(), capability=data.capability)}
 
 
 @bp.get("/v1/generation/requests")

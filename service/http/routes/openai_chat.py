@@ -15,6 +15,7 @@ from typing import AsyncIterator
 from quart import Blueprint, Response
 from quart_schema import hide
 
+from service.catalog.request import SubmitRequest
 from service.http.auth import node, principal, requires, resolve_project
 from service.http.openai_compat import ChatBody, FrontError, install_errors, message_text, parse, translate
 from service.http.openai_jobs import WAIT_LIMIT, FrontJobs, job_failure, pick_model
@@ -54,11 +55,9 @@ async def chat():
     m = pick_model(gen, data.model, "text.llm")
     messages, prompt = _conversation(data)
     project = resolve_project(None, write=True)
-    body: dict[str, object] = {"prompt": prompt}
-    if data.seed is not None:
-        body["seed"] = data.seed
     calls = FrontJobs(gen, principal().org_id, project["id"])
-    plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id, body=body)
+    plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
+                    request=SubmitRequest(prompt=prompt, seed=data.seed))
     gen.check_active_limit(calls.org_id)
     turn = calls.chat_turn(messages, data.max_completion_tokens or data.max_tokens, data.temperature)
     try:

@@ -12,6 +12,7 @@ import trio
 from quart import Blueprint, Response
 from quart_schema import hide
 
+from service.catalog.request import SubmitRequest
 from service.http.auth import node, principal, requires, resolve_project
 from service.http.openai_compat import FrontError, ImagesBody, SpeechBody, install_errors, parse, size_to_tier
 from service.http.openai_jobs import WAIT_LIMIT, FrontJobs, job_failure, pick_model
@@ -57,7 +58,7 @@ async def images():
     m = pick_model(gen, data.model, "image.generate")
     calls, project = _calls(gen)
     plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
-                    body={"prompt": data.prompt, **size_to_tier(m, data.size)})
+                    request=SubmitRequest(prompt=data.prompt, **size_to_tier(m, data.size)))
     try:
         for _ in range(data.n):
             gen.check_active_limit(calls.org_id)
@@ -90,11 +91,9 @@ async def speech():
     if data.voice is not None and data.voice not in m.resolutions:
         raise FrontError(400, f"Unknown voice '{data.voice}' for {m.id}. Known: {', '.join(m.resolutions)}.",
                          param="voice")
-    body = {"prompt": data.input}
-    if data.voice is not None:
-        body["resolution"] = data.voice
     calls, project = _calls(gen)
-    plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id, body=body)
+    plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
+                    request=SubmitRequest(prompt=data.input, resolution=data.voice))
     try:
         gen.check_active_limit(calls.org_id)
         await calls.submit(plan)
