@@ -10,8 +10,11 @@ import uuid
 import pytest
 
 from service.actors.jobs.record import JobRecord
+from service.actors.jobs.render import render_request
 from service.catalog.request import JobSettings, SubmitRequest
-from test_generation_support import job_row, running_node, submit, wait_status
+from service.engines.common import field_values
+from test_generation_support import VIDEO, job_row, running_node, submit, upload_ok, wait_status
+from test_media_samples import image_bytes
 
 JOB_ID = "0b7c5a34-3f0e-4c1e-9a57-6d1f2b9e8a10"
 IMG = "aaaaaaaa-0000-0000-0000-000000000001"
@@ -82,3 +85,22 @@ async def test_a_job_row_from_an_earlier_version_renders_after_the_upgrade(tmp_p
         [out] = st["outputs"]
         assert (out["width"], out["height"]) == (1024, 576)
         assert json.loads(job_row(n2, rid)["params"]) == json.loads(old)
+
+
+async def test_the_render_request_is_the_record_and_its_settings(node, org):
+    """The prompt as submitted, the settings as checked (a whole duration stays an int up to
+    the engine's fields), the input assets as files; the seed drawn from the job id."""
+    key = org["api_key"]
+    frame = await upload_ok(node, key, image_bytes("PNG", 320, 180))
+    prompt = "  a slow pan, unstripped  [[fail:internal]]"
+    rid = (await submit(node, key, {"prompt": prompt, "resolution": "480p", "duration": 5.0, "aspect_ratio": "9:16",
+                                    "inputs": {"start_frame": [frame["id"]]}}, path=VIDEO))["request_id"]
+    job = JobRecord.from_row(job_row(node, rid))
+    req = render_request(node.parts.generation.context, job, resumed=False)
+    assert (req.prompt, req.resolution, req.aspect_ratio, req.seed) == (
+        prompt, "480p", "9:16", uuid.UUID(rid).int % 2 ** 31)
+    assert type(req.duration) is int and req.duration == 5
+    [start] = req.inputs["start_frame"]
+    assert (start.kind, start.content_type, start.width, start.height) == ("image", "image/png", 320, 180)
+    assert field_values(req)["duration"] == 5 and type(field_values(req)["duration"]) is int
+    await wait_status(node, key, rid)

@@ -42,7 +42,7 @@ class RenderRequest:
     seed: int
     aspect_ratio: str | None
     resolution: str
-    duration: float | None
+    duration: float | None  # seconds; a job's are whole (an int, from its JobSettings)
     inputs: dict[str, list[InputFile]]
     work_dir: Path  # outputs are written here
     test_mode: bool

@@ -184,8 +184,8 @@ def field_values(req: RenderRequest) -> dict[str, object]:
     values: dict[str, object] = {"prompt": req.prompt, "seed": req.seed}
     if req.aspect_ratio is not None:
         values["aspect_ratio"] = req.aspect_ratio
-    if req.duration is not None:
-        values["duration"] = int(req.duration) if float(req.duration).is_integer() else req.duration
+    if req.duration is not None:  # a job's is whole seconds (the submit rules): an int, as engines take it
+        values["duration"] = req.duration
     try:
         values["width"], values["height"] = dimensions(req.resolution, req.aspect_ratio)
     except Unprocessable:
