@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .capabilities import BY_ID
+from .request import SUBMIT_SETTINGS
 
 if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
     from service.views import catalog_shapes as shapes
@@ -185,6 +186,9 @@ def _check_step(where: str, p: Product, s: Step, earlier: set[str]) -> None:
         raise ValueError(f"{where}: step {s.key!r} needs exactly one of capability and op")
     if s.capability is not None and s.capability not in BY_ID:
         raise ValueError(f"{where}: step {s.key!r} has unknown capability {s.capability!r}")
+    if s.capability is not None and not set(s.params) <= SUBMIT_SETTINGS - {"model"}:
+        unknown = ", ".join(sorted(set(s.params) - SUBMIT_SETTINGS))
+        raise ValueError(f"{where}: step {s.key!r}: {unknown or 'model'} is not a submit setting (a model is the step's own)")
     if s.op is not None:
         if s.op not in OPS or s.model is not None:
             raise ValueError(f"{where}: step {s.key!r}: unknown op {s.op!r} or a model on an op")

@@ -19,7 +19,7 @@ from typing import Any
 
 from .schema import tier_label
 
-__all__ = ["JobSettings", "SubmitRequest"]
+__all__ = ["SUBMIT_SETTINGS", "JobSettings", "SubmitRequest"]
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ class SubmitRequest:
     def of(cls, params: Mapping[str, Any]) -> SubmitRequest:
         """From a product step's resolved params (`step_body`). A name that is not a submit
         setting is a bug in the product's definition: ValueError (the step fails)."""
-        unknown = sorted(set(params) - _REQUEST_NAMES)
+        unknown = sorted(set(params) - SUBMIT_SETTINGS)
         if unknown:
             raise ValueError(f"not submit settings: {', '.join(unknown)}")
         return cls(**params)
 
 
-_REQUEST_NAMES = frozenset(f.name for f in fields(SubmitRequest))
+SUBMIT_SETTINGS = frozenset(f.name for f in fields(SubmitRequest))  # product definitions are checked against it
 
 
 @dataclass(frozen=True)
