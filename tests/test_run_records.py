@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from service.actors.runs.record import RunRecord, StepRecord, changes, to_json
+from service.actors.runs.record import RunRecord, StepRecord, to_json
 from service.storage import products as sql
 from service.storage.products import RUN_COLUMNS, STEP_COLUMNS
 
@@ -48,9 +48,9 @@ async def test_a_change_is_a_new_record_and_writes_only_what_changed(node):
     with pytest.raises(FrozenInstanceError):
         step.status = "running"  # type: ignore[misc]  # (frozen: mypy refuses it too)
     done = replace(step, status="completed", outputs=to_json(["a1", "a2"]), cost_uc=1_000_000)
-    assert changes(step, done) == {"status": "completed", "outputs": '["a1","a2"]', "cost_uc": 1_000_000}
-    assert changes(done, done) == {}
-    await store.write(lambda c: sql.update_step(c, "r1", "still", changes(step, done)))
+    assert step.changes(done) == {"status": "completed", "outputs": '["a1","a2"]', "cost_uc": 1_000_000}
+    assert done.changes(done) == {}
+    await store.write(lambda c: sql.update_step(c, "r1", "still", step.changes(done)))
     assert StepRecord.from_row(sql.steps_of(store, "r1")[0]) == done
     assert (done.output_ids, done.final) == (["a1", "a2"], True)
     run = replace(RunRecord.from_row(RUN), status="completed", outputs=to_json({"still": ["a1"]}))

@@ -3,10 +3,11 @@ made with `dataclasses.replace` once the change is committed)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from service.actors.row_record import RowRecord
 from service.catalog.request import JobSettings
 from service.machines import JOB
 from service.storage import generation as sql
@@ -15,7 +16,7 @@ from service.views.shapes import JobStatus, Progress
 
 
 @dataclass(frozen=True)
-class JobRecord:
+class JobRecord(RowRecord):
     id: str
     organization_id: str
     project_id: str
@@ -37,14 +38,6 @@ class JobRecord:
     started_at: str | None
     finished_at: str | None
     usage: str | None = None  # JSON: what an engine reported it used (completed jobs)
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> JobRecord:
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
-
-    def row(self) -> dict[str, Any]:
-        """The row as the views and the storage functions take it."""
-        return asdict(self)
 
     @property
     def final(self) -> bool:

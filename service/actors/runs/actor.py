@@ -50,7 +50,7 @@ from service.actors.runs.context import RunContext
 from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, RunMove, StepMove, actual_uc
 from service.actors.runs.messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
 from service.actors.runs.ops import op_task
-from service.actors.runs.record import RunRecord, StepRecord, changes
+from service.actors.runs.record import RunRecord, StepRecord
 from service.actors.runtime import Actor, on
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
@@ -213,8 +213,8 @@ class RunActor(RunEffects, Actor):
         (the columns they change, with `extra`'s write), then hold them and publish."""
         assert self.run is not None
         run_id = self.run_id
-        run_columns = changes(self.run, run) if run is not None else {}
-        step_columns = {key: changes(self.steps[key], s) for key, s in steps.items()}
+        run_columns = self.run.changes(run) if run is not None else {}
+        step_columns = {key: self.steps[key].changes(s) for key, s in steps.items()}
 
         def tx(conn: Any) -> Any:
             if extra is not None:

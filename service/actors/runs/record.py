@@ -1,6 +1,6 @@
 """A product run and its steps as the run actor holds them: the `product_runs` and
 `product_run_steps` rows (service/storage/schema_products.py), typed and frozen. A change is
-a new record (`dataclasses.replace`), installed once the change is committed; `changes` names
+a new record (`dataclasses.replace`), installed once the change is committed; `changes` (service/actors/row_record.py) names
 the columns that differ, which is what the update writes.
 
 JSON columns stay JSON text in the record (as stored); the typed properties decode them.
@@ -9,9 +9,10 @@ JSON columns stay JSON text in the record (as stored); the typed properties deco
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
+from service.actors.row_record import RowRecord
 from service.machines import RUN, STEP
 
 
@@ -21,7 +22,7 @@ def to_json(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(RowRecord):
     id: str
     organization_id: str
     project_id: str
@@ -39,14 +40,6 @@ class RunRecord:
     started_at: str | None
     finished_at: str | None
     api_key_id: str | None = None  # the API key that started it (its spend limit applies to each step)
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> RunRecord:
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
-
-    def row(self) -> dict[str, Any]:
-        """The row as the views and the storage functions take it."""
-        return asdict(self)
 
     @property
     def final(self) -> bool:
@@ -74,7 +67,7 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
-class StepRecord:
+class StepRecord(RowRecord):
     run_id: str
     key: str
     position: int
@@ -89,13 +82,6 @@ class StepRecord:
     started_at: str | None
     finished_at: str | None
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> StepRecord:
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
-
-    def row(self) -> dict[str, Any]:
-        return asdict(self)
-
     @property
     def final(self) -> bool:
         return STEP.is_final(self.status)
@@ -105,12 +91,3 @@ class StepRecord:
         """The decoded `outputs`."""
         value: list[str] = json.loads(self.outputs)
         return value
-
-
-R = TypeVar("R", RunRecord, StepRecord)
-
-
-def changes(old: R, new: R) -> dict[str, Any]:
-    """The columns `new` changes (what an update of the row writes)."""
-    before = asdict(old)
-    return {k: v for k, v in asdict(new).items() if before[k] != v}
