@@ -64,12 +64,49 @@ def b() -> Book:
     return Book()
 
 
-def test_every_effect_of_the_hold_and_low_balance_tables_has_a_handler():
-    for machine, handlers in ((HOLD, HOLD_EFFECTS), (LOW_BALANCE, LOW_BALANCE_EFFECTS)):
+def test_every_effect_of_the_hold_and_low_balance_tables_is_bound_to_a_method_of_the_book():
+    for machine, bound in ((HOLD, HOLD_EFFECTS), (LOW_BALANCE, LOW_BALANCE_EFFECTS)):
         named = {e for _, effects in machine.table.values() for e in effects}
         assert named, machine.name
-        assert set(handlers) == named, machine.name  # none missing, none the table does not name
-        assert all(callable(h) for h in handlers.values())
+        assert bound.machine is machine and bound.owner_cls is CreditBook
+        assert set(bound.handlers) == named, machine.name  # none missing, none the table does not name
+        assert all(callable(getattr(CreditBook, m)) for m in bound.handlers.values())
+
+
+def test_the_book_runs_the_handlers_the_tables_name():
+    """place runs `reserve`, capture `charge`, release `unreserve`, a fall below the threshold
+    `notify`: seen through a book whose handlers record their calls."""
+    seen = []
+
+    class Recording(CreditBook):
+        def _reserve(self, h, amount):
+            seen.append(("reserve", h.id, amount))
+            super()._reserve(h, amount)
+
+        def _charge(self, h, amount):
+            seen.append(("charge", h.id, amount))
+            super()._charge(h, amount)
+
+        def _unreserve(self, h, amount):
+            seen.append(("unreserve", h.id, amount))
+            super()._unreserve(h, amount)
+
+        def _notify(self):
+            seen.append(("notify",))
+            super()._notify()
+
+    counter = itertools.count()
+    book = Recording("org", lambda: f"id{next(counter)}", lambda t: (t, f"T{t}"))
+    book.grant("g", "promo", 10 * UC)
+    book.put_settings(5 * UC)
+    book.place("h1", 3 * UC)
+    book.capture("h1", 2 * UC)
+    book.capture("h1", 2 * UC)  # a repeat: captured + capture has no effect
+    book.place("h2", 1 * UC)
+    book.release("h2")
+    book.place("h3", 4 * UC)   # 10 - 2 - 4 = 4 < 5: below the threshold
+    assert seen == [("reserve", "h1", 3 * UC), ("charge", "h1", 2 * UC), ("reserve", "h2", UC),
+                    ("unreserve", "h2", UC), ("reserve", "h3", 4 * UC), ("notify",)]
 
 
 def test_spend_order_is_soonest_expiry_first_no_expiry_last_ties_by_creation_then_id():

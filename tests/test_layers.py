@@ -14,6 +14,9 @@ SERVICE = Path(__file__).resolve().parent.parent / "service"
 FORBIDDEN = {
     "machines": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
                  "service.actors", "service.http"),
+    # the binding of the tables' effects: as pure as the tables (the money core imports it)
+    "effects": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
+                "service.actors", "service.http"),
     "catalog": ("trio", "sqlite3", "sqlite_utils", "quart", "httpx", "hypercorn", "service.storage",
                 "service.actors", "service.http"),
     # storage keeps rows; what a mail says is the mail layer's (service/mail/notices.py)

@@ -18,8 +18,8 @@ from typing import Any
 
 import trio
 
-from service.actors.runtime import Actor, Registry, fail, on
-from service.errors import NotFound, ServiceError, Unprocessable
+from service.actors.runtime import Actor, Registry, on
+from service.errors import NotFound, Unprocessable
 from service.storage import webhooks as sql
 
 log = logging.getLogger(__name__)
@@ -120,15 +120,6 @@ class DeliveryActor(Actor):
         self.node = registry.node
         self.store = registry.node.store
         self.clock = registry.node.clock
-
-    async def handle_batch(self, msgs: list[Any]) -> list[Any]:
-        replies: list[Any] = [None] * len(msgs)
-        for i, m in enumerate(msgs):
-            try:
-                replies[i] = await self.handler_for(m)(m)
-            except ServiceError as e:
-                replies[i] = fail(e)
-        return replies
 
     # -- webhooks -----------------------------------------------------------------------------------
     @on(CreateWebhook)

@@ -38,7 +38,7 @@ import outcome
 import trio
 
 from service.clock import Clock
-from service.errors import ActorGone, AskTimeout
+from service.errors import ActorGone, AskTimeout, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -183,12 +183,8 @@ class Actor:
         for m in msgs:
             try:
                 out.append(await self.handle(m))
-            except Exception as e:  # noqa: BLE001
-                from service.errors import ServiceError
-                if isinstance(e, ServiceError):
-                    out.append(_Failure(e))
-                else:
-                    raise
+            except ServiceError as e:
+                out.append(_Failure(e))
         return out
 
     def batch_limit(self, waiting: int) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service import machines
-from service.actors.effects import EffectHandlers, Step
+from service.effects import EffectHandlers, Step
 from service.actors.runtime import Actor, on
 from service.clock import Clock
 from service.errors import Conflict, NotFound, Unprocessable

@@ -3,8 +3,9 @@
 `CreditBook` places, captures and releases holds, grants and expires lots and keeps the
 low-balance warning; the rules are those of `service.actors.balance.actor`'s docstring. What a
 transition does is read from the HOLD and LOW_BALANCE tables (`service.machines`): each
-effect named there has a handler in `HOLD_EFFECTS` / `LOW_BALANCE_EFFECTS`, so the book
-never decides a transition beside the table.
+effect named there is bound to a method of the book (`HOLD_EFFECTS` / `LOW_BALANCE_EFFECTS`,
+`service.effects`, the binding every actor uses too), so the book never decides a transition
+beside the table.
 
 The balance actor holds one book and drives it one batch at a time: `begin` opens a batch
 (its time, its serial), the rules stage what changed (`dirty_lots`, `dirty_holds`, `ledger`
@@ -27,6 +28,7 @@ from typing import Any, Callable
 from service.credits.limits import SpendLimits, month_of
 from service.credits.records import Hold, Lot, Settled
 from service.credits.rules import available, free_part, is_due
+from service.effects import EffectHandlers
 from service.errors import Conflict, InsufficientCredits, NotFound, Unprocessable
 from service.machines import HOLD, LOW_BALANCE, NEW
 from service.money import bad_amount, fmt
@@ -216,11 +218,10 @@ class CreditBook:
         if over is not None:
             self._record("limit", self.now, hold_id, amount, over[0], over[1])
             raise self.spend.refuse(over, amount)
-        status, effects = HOLD.apply(NEW, "place")
+        status, effects = HOLD_EFFECTS.transition(NEW, "place")
         h = Hold(hold_id, job_id, workflow_run_id, project_id, description, status, amount, None, [],
                  self.now_iso, None, api_key_id, self.spend.month)
-        for e in effects:
-            HOLD_EFFECTS[e](self, h, amount)
+        HOLD_EFFECTS.call(self, effects, h, amount)
         self.active[h.id] = h
         self.dirty_holds[h.id] = h
         h.new_in = self.serial
@@ -265,7 +266,7 @@ class CreditBook:
         if h.status != "held":  # captured + capture, released + release: settles once
             self._record("dup", self.now, event, h.id)
             return None, ()
-        return h, HOLD.apply(h.status, event)[1]  # type: ignore[return-value]  # a held hold is active
+        return h, HOLD_EFFECTS.transition(h.status, event)[1]  # type: ignore[return-value]  # a held hold is active
 
     def _return_part(self, lot: Lot, uc: int, h: Hold) -> None:
         """`uc` of a slice goes back to its lot; from an expired lot it expires at once."""
@@ -289,8 +290,7 @@ class CreditBook:
         if amount > h.amount:
             raise Unprocessable("Cannot capture more than the hold.",
                                 {"held": fmt(h.amount), "requested": fmt(amount)})
-        for e in effects:
-            HOLD_EFFECTS[e](self, h, amount)
+        HOLD_EFFECTS.call(self, effects, h, amount)
         self._finish(h, "captured", amount)
         self._record("capture", self.now, h.id, amount)
         self._check_low()
@@ -318,8 +318,7 @@ class CreditBook:
         h, effects = self._settle(hold_id, "release")
         if h is None:
             return self.hold_reply(self.find(hold_id))
-        for e in effects:
-            HOLD_EFFECTS[e](self, h, h.amount)
+        HOLD_EFFECTS.call(self, effects, h, h.amount)
         self._finish(h, "released", None)
         self._record("release", self.now, h.id)
         self._check_low()
@@ -388,8 +387,7 @@ class CreditBook:
         threshold = self.threshold
         if threshold is None or self.available >= threshold:
             return
-        for e in LOW_BALANCE.apply(self._warning(), "below")[1]:
-            LOW_BALANCE_EFFECTS[e](self)
+        LOW_BALANCE_EFFECTS.call(self, LOW_BALANCE_EFFECTS.transition(self._warning(), "below")[1])
 
     def _notify(self) -> None:
         """Effect `notify`: one warning per crossing (email + event, written with the batch)."""
@@ -405,13 +403,12 @@ class CreditBook:
             raise Unprocessable("low_balance_threshold cannot be negative." if type(threshold) is int
                                 and threshold < 0 else "low_balance_threshold must be a number of credits.",
                                 {"field": "low_balance_threshold"})
-        _, effects = LOW_BALANCE.apply(self._warning(), "settings_put")
+        _, effects = LOW_BALANCE_EFFECTS.transition(self._warning(), "settings_put")
         self.threshold = threshold
         self.notified_at = None
         self.settings_dirty = True
         self._record("settings", self.now, threshold)
-        for e in effects:
-            LOW_BALANCE_EFFECTS[e](self)
+        LOW_BALANCE_EFFECTS.call(self, effects)
 
     # -- spend limits ------------------------------------------------------------------------------
     def put_limit(self, scope: Any, scope_id: Any, limit: Any) -> dict[str, Any]:
@@ -456,10 +453,10 @@ class CreditBook:
         }
 
 
-# What each effect of the tables does; `tests/test_credit_book.py` checks every effect has one.
-HOLD_EFFECTS: dict[str, Callable[[CreditBook, Hold, int], None]] = {
-    "reserve": CreditBook._reserve, "charge": CreditBook._charge, "unreserve": CreditBook._unreserve,
-}
-LOW_BALANCE_EFFECTS: dict[str, Callable[[CreditBook], None]] = {
-    "notify": CreditBook._notify, "check_now": CreditBook._check_low,
-}
+# What each effect of the tables does: HOLD handlers take (hold, amount), LOW_BALANCE ones nothing
+# (plain values through `call`, no `Step`, so no facts).
+HOLD_EFFECTS: EffectHandlers[None] = EffectHandlers(HOLD, CreditBook, {
+    "reserve": "_reserve", "charge": "_charge", "unreserve": "_unreserve",
+})
+LOW_BALANCE_EFFECTS: EffectHandlers[None] = EffectHandlers(LOW_BALANCE, CreditBook,
+                                                           {"notify": "_notify", "check_now": "_check_low"})

@@ -9,6 +9,9 @@
     paid + confirm         -> paid           a repeat: no second lot
     pending + expire       -> expired        Expire (checkout abandoned)
 
+through its binding `TOPUP_EFFECTS` (`service.effects`, as every actor): `add_lot` is
+`_on_add_lot`, work left for after `paid` is committed.
+
 The lot is granted after `paid` is committed (crash point `payment_verified` sits between
 the two) and recorded (`lot_id`) after the grant. The
 grant is idempotent on the top-up id, so a confirmation that was cut short (crash, balance
@@ -31,6 +34,7 @@ from service.actors.balance.messages import Grant
 from service.actors.runtime import Actor, on
 from service.clock import parse_iso
 from service.crash import crashpoint
+from service.effects import EffectHandlers, Step, after
 from service.errors import Conflict, NotFound, ServiceError
 from service.machines import NEW, TOPUP, IllegalTransition
 from service.money import UC, fmt
@@ -42,6 +46,13 @@ log = logging.getLogger(__name__)
 
 RETRY_FIRST = 5.0
 RETRY_MAX = 600.0
+
+
+@dataclass(frozen=True)
+class TopupFacts:
+    """What the top-up actor tells the TOPUP handlers about a move."""
+
+    topup_id: str
 
 
 @dataclass(frozen=True)
@@ -101,8 +112,10 @@ class TopupActor(Actor):
     # -- messages ------------------------------------------------------------------------
     @on(RecordCheckout)
     async def on_RecordCheckout(self, m: RecordCheckout) -> dict:
-        status, _ = TOPUP.apply(NEW, "checkout_started" if m.checkout else "checkout_failed")
         d = m.draft
+        step = TOPUP_EFFECTS.apply(self, NEW, "checkout_started" if m.checkout else "checkout_failed",
+                                   TopupFacts(d.id))
+        status = step.new
         row = {
             "id": d.id, "organization_id": d.organization_id, "created_by": m.created_by,
             "credits_uc": d.credits * UC, "amount_cents": d.amount_cents, "currency": d.currency,
@@ -115,6 +128,7 @@ class TopupActor(Actor):
             "expired_at": None if m.checkout else self.clock.iso_now(),
         }
         await self.store.write(lambda conn: sql.insert(conn, row))
+        await after(step)
         return self._reread(d.id)
 
     def _reread(self, topup_id: str) -> dict:
@@ -127,23 +141,18 @@ class TopupActor(Actor):
     async def on_Confirm(self, m: Confirm) -> dict:
         row = self._row(m.topup_id, m.provider_ref)
         try:
-            _, effects = TOPUP.apply(row["status"], "confirm")
+            step = TOPUP_EFFECTS.apply(self, row["status"], "confirm", TopupFacts(row["id"]))
         except IllegalTransition:
             raise Conflict("The top-up has expired and can no longer be paid.",
                            {"topup_id": row["id"], "status": row["status"]}) from None
-        if row["status"] == "pending":
+        if step.new != step.old:  # pending -> paid
             paid_at = self.clock.iso_now()
             await self.store.write(lambda conn: sql.set_paid(conn, row["id"], paid_at))
             crashpoint("payment_verified")  # paid is committed, the lot is not: recovery grants it
-            row = self._reread(row["id"])
-        if "add_lot" in effects or row["lot_id"] is None:  # the second case completes a cut-short add_lot
-            try:
-                await self._grant(row)
-            except ServiceError as e:
-                self._schedule_retry(row["id"], e)
-                raise
-            row = self._reread(row["id"])
-        return row
+        elif row["lot_id"] is None:  # a repeat completes an add_lot cut short, as the retry timer would
+            await self._grant_or_retry(row["id"])
+        await after(step)
+        return self._reread(row["id"])
 
     @on(Expire)
     async def on_Expire(self, m: Expire) -> dict:
@@ -152,9 +161,17 @@ class TopupActor(Actor):
             if row["status"] == "paid":
                 log.warning("top-up %s: expiry notice for a paid top-up ignored", row["id"])
             return row  # expired already: a repeat
+        step = TOPUP_EFFECTS.apply(self, row["status"], "expire", TopupFacts(row["id"]))
         now = self.clock.iso_now()
         await self.store.write(lambda conn: sql.set_expired(conn, row["id"], now))
+        await after(step)
         return self._reread(row["id"])
+
+    # effects of machines.TOPUP -------------------------------------------------------------
+    def _on_add_lot(self, step: Step[TopupFacts]) -> None:
+        """Grant the top-up's lot once `paid` is committed."""
+        topup_id = step.facts.topup_id
+        step.after.append(lambda: self._grant_or_retry(topup_id))
 
     # -- helpers -------------------------------------------------------------------------
     def _row(self, topup_id: str, provider_ref: str | None) -> dict:
@@ -165,6 +182,16 @@ class TopupActor(Actor):
             raise Conflict("The payment does not belong to this top-up's checkout.",
                            {"topup_id": row["id"]})
         return row
+
+    async def _grant_or_retry(self, topup_id: str) -> None:
+        """Grant a paid top-up's lot; when the balance actor refuses or is away, the retry
+        timer takes over and the ask still fails (the caller hears of it)."""
+        row = self._reread(topup_id)
+        try:
+            await self._grant(row)
+        except ServiceError as e:
+            self._schedule_retry(topup_id, e)
+            raise
 
     async def _grant(self, row: dict) -> dict:
         paid = parse_iso(row["paid_at"])
@@ -181,6 +208,9 @@ class TopupActor(Actor):
                     topup_id, error, self.backoff)
         self.retry_at = self.clock.now() + self.backoff
         self.backoff = min(self.backoff * 2, RETRY_MAX)
+
+
+TOPUP_EFFECTS: EffectHandlers[TopupFacts] = EffectHandlers(TOPUP, TopupActor, {"add_lot": "_on_add_lot"})
 
 
 async def recover(node) -> None:

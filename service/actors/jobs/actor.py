@@ -43,7 +43,7 @@ from typing import Any
 import trio
 
 from service.actors.balance.messages import PlaceHold, Release
-from service.actors.effects import after
+from service.effects import after
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.effects import JOB_EFFECTS, JobEffects
 from service.actors.jobs.messages import (Cancel, Notify, Progress, RenderDone, RenderHandle, Resume, SlotGranted,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from service.actors.balance.messages import Capture, Release
-from service.actors.effects import EffectHandlers, Step
+from service.effects import EffectHandlers, Step
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.messages import RenderHandle
 from service.actors.jobs.record import JobRecord

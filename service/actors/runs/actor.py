@@ -45,7 +45,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from service.actors.effects import after
+from service.effects import after
 from service.actors.runs.context import RunContext
 from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, RunMove, StepMove, actual_uc
 from service.actors.runs.messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded

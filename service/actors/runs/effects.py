@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from service.actors.effects import EffectHandlers, Step
+from service.effects import EffectHandlers, Step
 from service.actors.runs.context import RunContext
 from service.actors.runs.messages import OpHandle
 from service.actors.runs.record import RunRecord, StepRecord, to_json
