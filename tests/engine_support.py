@@ -3,6 +3,7 @@ a node with an engine catalog served over real HTTP (engines call back: Cog's we
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -87,6 +88,36 @@ class CogServer(_ServerProcess):
         return self._wait(timeout, self.log_path)
 
 
+LLAMA_ENV = Path(sys.prefix) / "llama"  # where scripts/setup installs llama-cpp-python's server
+
+
+def llama_python(timeout: float = 1800.0) -> str:
+    """The Python that runs llama-cpp-python's server: this environment's when it has the
+    package, else the one scripts/setup builds beside it (.venv/llama), waited for while its
+    build runs (scripts/test starts it in the background; these tests run last)."""
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return sys.executable
+    deadline = time.monotonic() + timeout
+    while not (LLAMA_ENV / "ready").exists():
+        log = LLAMA_ENV / "build.log"
+        if (LLAMA_ENV / "failed").exists():
+            tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
+            raise RuntimeError("building llama-cpp-python failed (scripts/setup); the end of its log:\n"
+                               + "\n".join(tail))
+        if not _building() or time.monotonic() > deadline:
+            raise RuntimeError(f"llama-cpp-python's server is not installed in {LLAMA_ENV}: run scripts/setup")
+        time.sleep(2)
+    return str(LLAMA_ENV / "bin" / "python")
+
+
+def _building() -> bool:
+    try:
+        os.kill(int((LLAMA_ENV / "build.pid").read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 class LlamaServer(_ServerProcess):
     """llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`) with the
     tiny GGUF model the tests write (tests/engines/tiny_gguf.py). `--interrupt_requests
@@ -107,7 +138,7 @@ class LlamaServer(_ServerProcess):
         subprocess.run([sys.executable, str(TINY_GGUF), str(model)], check=True, capture_output=True)
         with open(self.workdir / "llama.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
+                [llama_python(), "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
                  "--n_ctx", "16384", "--host", "127.0.0.1", "--port", str(self.port), "--interrupt_requests", "False"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self._wait(timeout, self.workdir / "llama.log")

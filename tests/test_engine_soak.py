@@ -16,6 +16,7 @@ import engine_soak  # noqa: E402
 
 
 @pytest.mark.slow
+@pytest.mark.llama
 def test_every_fault_class_against_every_engine(tmp_path, capsys):
     code = engine_soak.main(["--minutes", "0.75", "--fault-every", "3", "--seed", "23", "--dir", str(tmp_path)])
     out = capsys.readouterr().out

@@ -17,6 +17,7 @@ from tests.browser.studio_shots import SIZES, doc_shot
 from tests.browser.support import check_page, login_new_org, start_node
 
 DEFAULT_CATALOG = Path(__file__).resolve().parents[2] / "service" / "catalog" / "default.toml"
+pytestmark = pytest.mark.llama  # its own llama-cpp-python server: runs last (tests/conftest.py)
 
 
 def llm_model(url: str) -> str:
