@@ -1,0 +1,73 @@
+"""The engine client's connection pool, as several small pools (shards).
+
+httpcore's pool looks at every pooled connection on each request it queues and each
+response it closes (and, for each idle one, counts them all again): the work per
+request grows with the square of the pool's size. A node in front of one engine server
+that runs 64 jobs at once keeps about 64 connections to it, and that scan was the largest
+single cost of a job in the node (bench/README.md, "Where a job's time goes").
+
+`Sharded` splits the same limits over a few ordinary `httpx.AsyncHTTPTransport`s and sends
+each request to the shard with the fewest requests in flight (the first such: at low load
+one shard takes everything and its keep-alive connections are reused). Each shard's pool
+is then small, and connections are still reused as before: a response's connection goes
+back to its shard's pool when the response is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+import httpx
+
+SHARDS = 8
+
+
+class Sharded(httpx.AsyncBaseTransport):
+    def __init__(self, max_connections: int, max_keepalive_connections: int, shards: int = SHARDS) -> None:
+        per = httpx.Limits(max_connections=-(-max_connections // shards),
+                           max_keepalive_connections=-(-max_keepalive_connections // shards))
+        tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
+        self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=per) for _ in range(shards)]
+        self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        busy = self.busy
+        i = busy.index(min(busy))
+        busy[i] += 1
+        try:
+            resp = await self.shards[i].handle_async_request(request)
+        except BaseException:
+            busy[i] -= 1
+            raise
+        assert isinstance(resp.stream, httpx.AsyncByteStream)
+        resp.stream = _Counted(resp.stream, busy, i)
+        return resp
+
+    async def aclose(self) -> None:
+        for shard in self.shards:
+            await shard.aclose()
+
+    async def __aenter__(self) -> Sharded:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None, exc_value: BaseException | None = None,
+                        traceback: TracebackType | None = None) -> None:
+        await self.aclose()
+
+
+class _Counted(httpx.AsyncByteStream):
+    """A response body that gives its shard's slot back when closed (once)."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, busy: list[int], index: int) -> None:
+        self._stream, self._busy, self._index = stream, busy, index
+        self._open = True
+
+    def __aiter__(self) -> AsyncIterator[bytes]:  # the shard's own iterator: no extra step per chunk
+        return self._stream.__aiter__()
+
+    async def aclose(self) -> None:
+        if self._open:
+            self._open = False
+            self._busy[self._index] -= 1
+        await self._stream.aclose()
