@@ -16,7 +16,6 @@ back to its shard's pool when the response is closed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from types import TracebackType
 
 import httpx
 
@@ -47,13 +46,6 @@ class Sharded(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         for shard in self.shards:
             await shard.aclose()
-
-    async def __aenter__(self) -> Sharded:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None = None, exc_value: BaseException | None = None,
-                        traceback: TracebackType | None = None) -> None:
-        await self.aclose()
 
 
 class _Counted(httpx.AsyncByteStream):
