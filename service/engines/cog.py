@@ -33,7 +33,7 @@ from service.backends.base import Completed
 from service.catalog.engines import CogEngine
 
 from . import common
-from .common import Incomplete, Unreachable, check, collect, inputs_of, patiently
+from .common import Incomplete, Unreachable, bound_inputs, check, collect, patiently
 from .context import Context, Hooks
 from .protocol import Job
 
@@ -103,7 +103,7 @@ class CogJob:
     async def submit(self) -> None:
         req = self.req
         self.hooks = self.ctx.expect_hooks(req.job_id)
-        body = {"id": req.job_id, "input": await trio.to_thread.run_sync(inputs_of, req, self.cfg),
+        body = {"id": req.job_id, "input": await bound_inputs(req, self.cfg),
                 "webhook": self.ctx.hook_url(req.job_id), "webhook_events_filter": ["start", "completed"]}
         self.prediction = await self._create(body)
 
