@@ -1,11 +1,13 @@
 """The jobs waiting on one Cog server share its health checks (service/engines/cog.py,
 `Cog.status`): on trio's mock clock against a scripted Cog (httpx.MockTransport), eight
 jobs waiting together ask the server about once per `poll_s` rather than eight times, each
-job still sees a new answer each turn, and a check whose job is cancelled holds up no one."""
+job still sees a new answer each turn, and a check whose job is cancelled holds up no one.
+And a server of several slots is asked for the `completed` webhook only."""
 
 from __future__ import annotations
 
 import base64
+import json
 from io import BytesIO
 
 import httpx
@@ -32,12 +34,14 @@ class Scripted:
     def __init__(self, status: str = "BUSY", delay: float = 0.0) -> None:
         self.status, self.delay = status, delay
         self.checks = 0
+        self.created: list[dict] = []
 
     async def handler(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/health-check":
             self.checks += 1
             await trio.sleep(self.delay)
             return httpx.Response(200, json={"status": self.status})
+        self.created.append(json.loads(request.content))
         return httpx.Response(202, json={"id": request.url.path.split("/")[-1], "status": "starting"})
 
 
@@ -122,3 +126,25 @@ async def test_a_check_whose_job_is_cancelled_holds_up_no_one(tmp_path, autojump
         first.cancel()
     assert answers == [(True, "BUSY")]
     assert server.checks == 2  # the second asked anew once the first check was given up
+
+
+async def test_a_server_of_several_slots_sends_only_the_completed_webhook(tmp_path, autojump_clock):
+    """The `start` webhook only serves a single-slot server's lost-job rule: one incoming
+    request a job fewer where it serves nothing."""
+    server = Scripted()
+    ctx = Context(httpx.AsyncClient(transport=httpx.MockTransport(server.handler)), lambda: "http://node",
+                  b"hook-secret", lambda *args: None)
+    client = cog.Cog(ctx)
+    cfg = CogEngine(urls=["http://cog"], poll_s=1.0, timeout_s=5.0)
+
+    async def one(job_id: str, slots: int) -> None:
+        await drive(client, cfg, ctx, request(tmp_path, job_id), "http://cog", slots)
+
+    async with ctx.http, trio.open_nursery() as n:
+        n.start_soon(one, "job-1", 1)
+        n.start_soon(one, "job-8", 8)
+        await trio.sleep(2)
+        for job_id in ("job-1", "job-8"):
+            ctx.deliver(job_id, ctx.token(job_id), {"status": "succeeded", "output": png()})
+    filters = {body["id"]: body["webhook_events_filter"] for body in server.created}
+    assert filters == {"job-1": ["start", "completed"], "job-8": ["completed"]}

@@ -104,7 +104,10 @@ class CogJob:
         req = self.req
         self.hooks = self.ctx.expect_hooks(req.job_id)
         body = {"id": req.job_id, "input": await bound_inputs(req, self.cfg),
-                "webhook": self.ctx.hook_url(req.job_id), "webhook_events_filter": ["start", "completed"]}
+                "webhook": self.ctx.hook_url(req.job_id),
+                # the `start` hook only tells a single-slot server's lost job from a queued one
+                # (`wait`); a server of several slots is spared it (one request fewer a job)
+                "webhook_events_filter": ["start", "completed"] if self.single_slot else ["completed"]}
         self.prediction = await self._create(body)
 
     async def _create(self, body: dict[str, Any]) -> dict[str, Any]:
