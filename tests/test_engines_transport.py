@@ -14,7 +14,7 @@ import trio
 from engine_support import cog_catalog, engine_node
 from test_generation_support import submit, wait_status
 
-from service.engines.transport import Sharded
+from service.engines.transport import Sharded, engine_client
 
 
 class Server:
@@ -116,6 +116,22 @@ async def test_a_failed_or_cancelled_request_gives_its_slot_back(server):
             assert transport.busy == [1, 0, 0, 0, 0, 0, 0, 0]  # until the streamed response is closed
             assert await r.aread() == b"ok"
         assert transport.busy == [0] * 8
+
+
+async def test_the_engine_client_still_goes_through_an_environment_proxy(server, monkeypatch):
+    """A client given its own transport drops the environment's proxies: the engine client
+    mounts the shards instead, so HTTP_PROXY still applies (the counting server is the proxy
+    here: an absolute-form request for a host that does not resolve reaches it)."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
+    async with engine_client() as c:
+        r = await c.get("http://engine.invalid/x")
+        assert r.text == "ok" and server.accepted == 1
+    monkeypatch.delenv("HTTP_PROXY")
+    async with engine_client() as c:
+        with pytest.raises(httpx.ConnectError):  # no proxy: the name is looked up, and fails
+            await c.get("http://engine.invalid/x")
+        r = await c.get(f"http://127.0.0.1:{server.port}/x")
+        assert r.text == "ok" and server.accepted == 2
 
 
 def test_the_limits_are_split_over_the_shards():

@@ -11,6 +11,9 @@ each request to the shard with the fewest requests in flight (the first such: at
 one shard takes everything and its keep-alive connections are reused). Each shard's pool
 is then small, and connections are still reused as before: a response's connection goes
 back to its shard's pool when the response is closed.
+
+`engine_client` mounts it for every URL, so the environment's proxies (HTTP_PROXY, NO_PROXY
+...) still apply as httpx applies them (a client given a `transport` would drop them).
 """
 
 from __future__ import annotations
@@ -20,6 +23,15 @@ from collections.abc import AsyncIterator
 import httpx
 
 SHARDS = 8
+MAX_CONNECTIONS, MAX_KEEPALIVE = 256, 64
+
+
+def engine_client() -> httpx.AsyncClient:
+    """The node's client for engine calls: URLs that an environment proxy covers go through
+    that proxy as before (with the same limits), the rest through `Sharded`."""
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE)
+    return httpx.AsyncClient(follow_redirects=False, timeout=30.0, limits=limits,
+                             mounts={"all://": Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE)})
 
 
 class Sharded(httpx.AsyncBaseTransport):
