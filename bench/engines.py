@@ -28,7 +28,8 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    stream as the project's client does (bench/jobdriver.py), after a warm-up of 64 jobs; and
    `healthz_per_s` on the same node just before (16 connections, closed loop), and
    `jobs_vs_healthz_instant_64`, their ratio: the node's work per job in units of its
-   cheapest request. `--quick` runs this part only.
+   cheapest request; and `node_cpu_ms_per_job`, the node's CPU (every thread, /proc) over the
+   measured jobs, steadier than either rate on a shared machine. `--quick` runs this part only.
 
 Every job runs in an organization of its own level; at the end each organization's
 holds and balance are checked: `lost` counts jobs not completed or holds not captured,
