@@ -6,11 +6,13 @@ request grows with the square of the pool's size. A node in front of one engine 
 that runs 64 jobs at once keeps about 64 connections to it, and that scan was the largest
 single cost of a job in the node (bench/README.md, "Where a job's time goes").
 
-`Sharded` splits the same limits over a few ordinary `httpx.AsyncHTTPTransport`s and sends
-each request to the shard with the fewest requests in flight (the first such: at low load
-one shard takes everything and its keep-alive connections are reused). Each shard's pool
-is then small, and connections are still reused as before: a response's connection goes
-back to its shard's pool when the response is closed.
+`Sharded` splits the same limits over a few ordinary `httpx.AsyncHTTPTransport`s. A server
+(an origin) has a home shard (by hash) and goes on to the next shards in turn while the
+one it tries has as many requests in flight as a shard keeps connections alive; past every
+shard, to the least busy. So a server at low load always meets its own idle connections in
+its home shard (many servers spread over the shards, as they shared the one pool), and one
+server running 64 jobs fills the shards evenly. Each shard's pool is then small, and a
+response's connection goes back to its shard's pool when the response is closed.
 
 `engine_client` mounts it for every URL, so the environment's proxies (HTTP_PROXY, NO_PROXY
 ...) still apply as httpx applies them (a client given a `transport` would drop them).
@@ -41,10 +43,21 @@ class Sharded(httpx.AsyncBaseTransport):
         tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
         self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=per) for _ in range(shards)]
         self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
+        self.spill_at = per.max_keepalive_connections or 1  # in flight before a server tries the next shard
+
+    def pick(self, url: httpx.URL) -> int:
+        """The shard for a request to `url` (module docstring)."""
+        busy, n = self.busy, len(self.busy)
+        home = hash((url.scheme, url.host, url.port)) % n
+        for k in range(n):
+            i = (home + k) % n
+            if busy[i] < self.spill_at:
+                return i
+        return busy.index(min(busy))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         busy = self.busy
-        i = busy.index(min(busy))
+        i = self.pick(request.url)
         busy[i] += 1
         try:
             resp = await self.shards[i].handle_async_request(request)
