@@ -28,7 +28,8 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    stream as the project's client does (bench/jobdriver.py), after a warm-up of 64 jobs; and
    `healthz_per_s` on the same node just before (16 connections, closed loop), and
    `jobs_vs_healthz_instant_64`, their ratio: the node's work per job in units of its
-   cheapest request. `--quick` runs this part only.
+   cheapest request; and `node_cpu_ms_per_job`, the node's CPU (every thread, /proc) over the
+   measured jobs, steadier than either rate on a shared machine. `--quick` runs this part only.
 
 Every job runs in an organization of its own level; at the end each organization's
 holds and balance are checked: `lost` counts jobs not completed or holds not captured,
@@ -331,11 +332,11 @@ def main() -> None:
 def instant_part(tmp: Path, jobs: int) -> dict:
     """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog."""
     tmp.mkdir(parents=True, exist_ok=True)
-    with instant_node(tmp) as (_node, url, op, _data, _cog):
-        return trio.run(measure_instant, url, op, jobs, _data)
+    with instant_node(tmp) as (node, url, op, _data, _cog):
+        return trio.run(measure_instant, url, op, jobs, _data, node.pid)
 
 
-async def measure_instant(url: str, op: str, jobs: int, data_dir: str) -> dict:
+async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid: int | None = None) -> dict:
     host, port = url.removeprefix("http://").split(":")
     await run(host, int(port), "/healthz", connections=16, total=500)  # warm-up
     hz = await run(host, int(port), "/healthz", connections=16, total=6000)
@@ -344,7 +345,9 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str) -> dict:
         return {"prompt": f"instant {i}", "seed": i}
 
     warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS, body)
+    cpu0 = cpu_s(node_pid) if node_pid else 0.0
     res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
+    cpu_ms = (cpu_s(node_pid) - cpu0) * 1000 if node_pid else 0.0
     statuses = warm["statuses"] + res["statuses"]
     # a job's capture may commit just after its final status is out (they are separate writes
     # today): read again until the holds settle, and say how many were behind at first
@@ -360,10 +363,12 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str) -> dict:
     out = {"jobs_per_s_instant_64": round(jps, 1), "healthz_per_s": round(hz.rps, 1),
            "jobs_vs_healthz_instant_64": round(jps / hz.rps, 4), "instant_jobs": jobs, "instant_completed": completed,
            "instant_errors": len(warm["errors"]) + len(res["errors"]), "lost": lost + jobs + SLOTS - len(statuses),
-           "double_charged": double, "captures_behind_final_status": behind}
+           "double_charged": double, "captures_behind_final_status": behind,
+           # the node's CPU (every thread) per measured job: steadier than jobs/s on a shared machine
+           "node_cpu_ms_per_job": round(cpu_ms / max(completed, 1), 2)}
     print(f"instant Cog (64 slots), 64 in flight: {out['jobs_per_s_instant_64']} jobs/s; /healthz "
           f"{out['healthz_per_s']} req/s at 16 connections (p50 {hz.pct(0.5):.2f} ms); ratio "
-          f"{out['jobs_vs_healthz_instant_64']}")
+          f"{out['jobs_vs_healthz_instant_64']}; node CPU {out['node_cpu_ms_per_job']} ms a job")
     return out
 
 

@@ -42,6 +42,7 @@ from .drive import drive
 from .pool import Pool
 from .protocol import Engine
 from .table import ENGINES, Row
+from .transport import engine_client
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,8 @@ class Engines:
                  progress: Progress, table: Mapping[str, Row[Any]] | None = None) -> None:
         # Engine URLs are the operator's own servers (often on a private network): no
         # SSRF guard here, unlike webhook calls to addresses a client chose.
-        self.http = httpx.AsyncClient(follow_redirects=False, timeout=30.0,
-                                      limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        # a few small connection pools rather than one large one (transport.py says why)
+        self.http = engine_client()
         self.context = Context(self.http, base_url, hook_secret, progress)
         # one client per engine backend (`table.ENGINES` when not given)
         self.clients: dict[str, Engine[Any]] = {

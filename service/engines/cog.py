@@ -10,7 +10,10 @@
 - While waiting, `/health-check` is polled: a server that stops answering (every check
   failing for ~30 s, `sum(RETRY_S)`: a reset or a slow answer is no outcome) fails the
   job as unavailable; an idle single-slot server (`READY`) that has sent no outcome for a
-  few checks has lost the job (a restart), which fails it as incomplete.
+  few checks has lost the job (a restart), which fails it as incomplete. The jobs waiting
+  on one server share its checks (`Cog.status`): one at a time, and an answer to a check
+  begun less than `poll_s` ago serves every job that asks, so a server running 64 jobs is
+  asked about once per `poll_s`, not 64 times; each job still sees a new answer each turn.
 - Cancel: `POST /predictions/{id}/cancel`.
 - Inputs are bound by name (`[models.engine.bind]`); an input asset goes as a data URL.
   Outputs: data URLs or http(s) URLs become files; plain strings are text (a
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -29,7 +33,7 @@ from service.backends.base import Completed
 from service.catalog.engines import CogEngine
 
 from . import common
-from .common import Incomplete, Unreachable, check, collect, inputs_of, patiently
+from .common import Incomplete, Unreachable, bound_inputs, check, collect, patiently
 from .context import Context, Hooks
 from .protocol import Job
 
@@ -41,9 +45,42 @@ DOWN_AFTER = 2  # failed health checks, failing for sum(RETRY_S) seconds
 FINAL = ("succeeded", "failed", "canceled")
 
 
+@dataclass
+class _Check:
+    """One health check of a server, shared by the jobs that wait on it."""
+
+    started: float
+    done: trio.Event = field(default_factory=trio.Event)
+    answer: tuple[bool, str | None] | None = None  # (answered, status); None: the check was cancelled
+
+
 class Cog:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._checks: dict[tuple[str, float], _Check] = {}  # the last check per (server, timeout)
+
+    async def status(self, url: str, timeout_s: float, fresh_s: float) -> tuple[bool, str | None]:
+        """(answered, status) of the server's `/health-check`: (False, None) when it could
+        not be read, status None for an answer other than 200. A check of the same server
+        under way, or begun less than `fresh_s` ago, gives its answer instead of a new one."""
+        key = (url, timeout_s)
+        while (check := self._checks.get(key)) is not None and trio.current_time() - check.started < fresh_s:
+            await check.done.wait()
+            if check.answer is not None:
+                return check.answer
+            if self._checks.get(key) is check:  # its job was cancelled mid-check: ask anew
+                break
+        check = self._checks[key] = _Check(trio.current_time())
+        try:
+            try:
+                resp = await self.ctx.http.get(f"{url}/health-check", timeout=timeout_s)
+                answer: tuple[bool, str | None] = (True, resp.json().get("status") if resp.status_code == 200 else None)
+            except (httpx.TransportError, ValueError):
+                answer = (False, None)
+            check.answer = answer
+        finally:
+            check.done.set()
+        return answer
 
     def servers(self, cfg: CogEngine) -> list[str]:
         return list(cfg.urls)
@@ -53,12 +90,12 @@ class Cog:
         return resp.status_code == 200 and resp.json().get("status") in ("READY", "BUSY")
 
     def job(self, cfg: CogEngine, job: Job) -> CogJob:
-        return CogJob(self.ctx, cfg, job)
+        return CogJob(self, cfg, job)
 
 
 class CogJob:
-    def __init__(self, ctx: Context, cfg: CogEngine, job: Job) -> None:
-        self.ctx, self.cfg, self.req, self.url = ctx, cfg, job.req, job.url
+    def __init__(self, cog: Cog, cfg: CogEngine, job: Job) -> None:
+        self.cog, self.ctx, self.cfg, self.req, self.url = cog, cog.ctx, cfg, job.req, job.url
         self.single_slot = job.concurrency == 1
         self.hooks: Hooks | None = None
         self.prediction: dict[str, Any] = {}
@@ -66,8 +103,11 @@ class CogJob:
     async def submit(self) -> None:
         req = self.req
         self.hooks = self.ctx.expect_hooks(req.job_id)
-        body = {"id": req.job_id, "input": await trio.to_thread.run_sync(inputs_of, req, self.cfg),
-                "webhook": self.ctx.hook_url(req.job_id), "webhook_events_filter": ["start", "completed"]}
+        body = {"id": req.job_id, "input": await bound_inputs(req, self.cfg),
+                "webhook": self.ctx.hook_url(req.job_id),
+                # the `start` hook only tells a single-slot server's lost job from a queued one
+                # (`wait`); a server of several slots is spared it (one request fewer a job)
+                "webhook_events_filter": ["start", "completed"] if self.single_slot else ["completed"]}
         self.prediction = await self._create(body)
 
     async def _create(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -97,12 +137,11 @@ class CogJob:
                         self.prediction = payload
                         return
                     idle = 0  # a `start`/`processing` hook: it is working on it
-            try:
-                resp = await self.ctx.http.get(f"{url}/health-check", timeout=min(cfg.timeout_s, 5.0))
-                status = resp.json().get("status") if resp.status_code == 200 else None
+            answered, status = await self.cog.status(url, min(cfg.timeout_s, 5.0), cfg.poll_s)
+            if answered:
                 failed = 0
-            except (httpx.TransportError, ValueError):
-                failed, status = failed + 1, None
+            else:
+                failed += 1
                 failing_since = failing_since if failed > 1 else trio.current_time()
                 if failed >= DOWN_AFTER and trio.current_time() - failing_since >= sum(common.RETRY_S):
                     raise Unreachable(f"Cog server {url} stopped answering") from None

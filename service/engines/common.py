@@ -208,6 +208,16 @@ def inputs_of(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
     return out
 
 
+async def bound_inputs(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
+    """`inputs_of` in a worker thread when it has input files to read, else in this task
+    (a thread hop costs the event loop more than binding a prompt and a seed), after a
+    checkpoint as the hop had: a cancel that came before lands here, before the create."""
+    if any(key.startswith("inputs.") and req.inputs.get(key.removeprefix("inputs.")) for key in cfg.bind):
+        return await trio.to_thread.run_sync(inputs_of, req, cfg)
+    await trio.lowlevel.checkpoint()
+    return inputs_of(req, cfg)
+
+
 def data_url(f: InputFile) -> str:
     """An input asset as a data URL (engines that take URLs read these)."""
     return f"data:{f.content_type};base64," + base64.b64encode(f.path.read_bytes()).decode()

@@ -37,10 +37,10 @@ from .common import (
     RETRY_S,
     Incomplete,
     auth,
+    bound_inputs,
     check,
     collect,
     get_settled,
-    inputs_of,
 )
 from .context import Context
 from .protocol import Job
@@ -79,7 +79,7 @@ class FalJob:
 
     async def submit(self) -> None:
         cfg = self.cfg
-        body = await trio.to_thread.run_sync(inputs_of, self.req, cfg)
+        body = await bound_inputs(self.req, cfg)
         # not repeatable (a lost answer leaves a request we cannot find): its answer is waited
         # for as long as a read would be tried again
         self.queued = check(await self.http.post(f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),

@@ -45,10 +45,10 @@ from .common import (
     Incomplete,
     Upstream,
     auth,
+    bound_inputs,
     check,
     collect,
     get_settled,
-    inputs_of,
     read,
 )
 from .context import Context, Hooks, Payload, Verify
@@ -139,7 +139,7 @@ class ReplicateJob:
         ctx, cfg, req = self.ctx, self.cfg, self.req
         key = await self.keys.get(ctx.http, cfg)
         self.hooks = hooks = ctx.expect_hooks(req.job_id, verifier(key))
-        body: dict[str, Any] = {"input": await trio.to_thread.run_sync(inputs_of, req, cfg),
+        body: dict[str, Any] = {"input": await bound_inputs(req, cfg),
                                 "webhook": ctx.hook_url(req.job_id), "webhook_events_filter": ["completed"]}
         if cfg.version:
             body["version"] = cfg.version

@@ -1,0 +1,90 @@
+"""The engine client's connection pool, as several small pools (shards).
+
+httpcore's pool looks at every pooled connection on each request it queues and each
+response it closes (and, for each idle one, counts them all again): the work per
+request grows with the square of the pool's size. A node in front of one engine server
+that runs 64 jobs at once keeps about 64 connections to it, and that scan was the largest
+single cost of a job in the node (bench/README.md, "Where a job's time goes").
+
+`Sharded` splits the same limits over a few ordinary `httpx.AsyncHTTPTransport`s. A server
+(an origin) has a home shard (by hash) and goes on to the next shards in turn while the
+one it tries has as many requests in flight as a shard keeps connections alive; past every
+shard, to the least busy. So a server at low load always meets its own idle connections in
+its home shard (many servers spread over the shards, as they shared the one pool), and one
+server running 64 jobs fills the shards evenly. Each shard's pool is then small, and a
+response's connection goes back to its shard's pool when the response is closed.
+
+`engine_client` mounts it for every URL, so the environment's proxies (HTTP_PROXY, NO_PROXY
+...) still apply as httpx applies them (a client given a `transport` would drop them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+
+SHARDS = 8
+MAX_CONNECTIONS, MAX_KEEPALIVE = 256, 64
+
+
+def engine_client() -> httpx.AsyncClient:
+    """The node's client for engine calls: URLs that an environment proxy covers go through
+    that proxy as before (with the same limits), the rest through `Sharded`."""
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE)
+    return httpx.AsyncClient(follow_redirects=False, timeout=30.0, limits=limits,
+                             mounts={"all://": Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE)})
+
+
+class Sharded(httpx.AsyncBaseTransport):
+    def __init__(self, max_connections: int, max_keepalive_connections: int, shards: int = SHARDS) -> None:
+        per = httpx.Limits(max_connections=-(-max_connections // shards),
+                           max_keepalive_connections=-(-max_keepalive_connections // shards))
+        tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
+        self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=per) for _ in range(shards)]
+        self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
+        self.spill_at = per.max_keepalive_connections or 1  # in flight before a server tries the next shard
+
+    def pick(self, url: httpx.URL) -> int:
+        """The shard for a request to `url` (module docstring)."""
+        busy, n = self.busy, len(self.busy)
+        home = hash((url.scheme, url.host, url.port)) % n
+        for k in range(n):
+            i = (home + k) % n
+            if busy[i] < self.spill_at:
+                return i
+        return busy.index(min(busy))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        busy = self.busy
+        i = self.pick(request.url)
+        busy[i] += 1
+        try:
+            resp = await self.shards[i].handle_async_request(request)
+        except BaseException:
+            busy[i] -= 1
+            raise
+        assert isinstance(resp.stream, httpx.AsyncByteStream)
+        resp.stream = _Counted(resp.stream, busy, i)
+        return resp
+
+    async def aclose(self) -> None:
+        for shard in self.shards:
+            await shard.aclose()
+
+
+class _Counted(httpx.AsyncByteStream):
+    """A response body that gives its shard's slot back when closed (once)."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, busy: list[int], index: int) -> None:
+        self._stream, self._busy, self._index = stream, busy, index
+        self._open = True
+
+    def __aiter__(self) -> AsyncIterator[bytes]:  # the shard's own iterator: no extra step per chunk
+        return self._stream.__aiter__()
+
+    async def aclose(self) -> None:
+        if self._open:
+            self._open = False
+            self._busy[self._index] -= 1
+        await self._stream.aclose()

@@ -1,0 +1,182 @@
+"""The engine client's sharded connection pool (service/engines/transport.py): connections
+are reused across requests, the shards share the load, a shard's slot is given back
+however a request ends."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from engine_support import cog_catalog, engine_node
+from test_generation_support import submit, wait_status
+
+from service.engines.transport import Sharded, engine_client
+
+
+class Server:
+    """An HTTP/1.1 keep-alive server on loopback that counts the connections it accepts;
+    with `hold`, answers nothing until that many requests wait (so they are in flight
+    together)."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.hold = 0
+        self.waiting = 0
+        self.go = trio.Event()
+        self.port = 0
+
+    async def serve(self, nursery: trio.Nursery) -> None:
+        listeners = await nursery.start(partial(trio.serve_tcp, self.handle, 0, host="127.0.0.1"))
+        self.port = listeners[0].socket.getsockname()[1]
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        self.accepted += 1
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    buf += data
+                _, buf = buf.split(b"\r\n\r\n", 1)
+                if self.hold:
+                    self.waiting += 1
+                    if self.waiting >= self.hold:
+                        self.go.set()
+                    await self.go.wait()
+                await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        except trio.BrokenResourceError:
+            pass
+
+
+@pytest.fixture
+async def server(nursery):
+    s = Server()
+    await s.serve(nursery)
+    return s
+
+
+async def test_one_request_at_a_time_uses_one_connection(server):
+    async with httpx.AsyncClient(transport=Sharded(256, 64)) as c:
+        for _ in range(20):
+            r = await c.get(f"http://127.0.0.1:{server.port}/x")
+            assert r.text == "ok"
+        assert server.accepted == 1
+        assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]
+
+
+async def test_requests_in_flight_together_spread_over_the_shards_and_their_connections_are_reused(server):
+    transport = Sharded(256, 64)
+    async with httpx.AsyncClient(transport=transport) as c:
+        async def get() -> None:
+            assert (await c.get(f"http://127.0.0.1:{server.port}/x")).text == "ok"
+
+        for round_ in range(3):
+            server.hold, server.waiting, server.go = 64, 0, trio.Event()
+            async with trio.open_nursery() as n:
+                for _ in range(64):
+                    n.start_soon(get)
+                await server.go.wait()
+                assert transport.busy == [8] * 8  # every shard holds its share, none more
+            assert transport.busy == [0] * 8
+            assert server.accepted == 64, round_  # the second and third rounds open none
+
+
+async def test_many_servers_at_low_load_each_reuse_their_connection(nursery):
+    """16 servers called in turn, one call at a time: each keeps its one connection, as in
+    one pool of 64 kept alive (a server's home shard is always tried first)."""
+    servers = [Server() for _ in range(16)]
+    for s in servers:
+        await s.serve(nursery)
+    async with httpx.AsyncClient(transport=Sharded(256, 64)) as c:
+        for _ in range(5):
+            for s in servers:
+                assert (await c.get(f"http://127.0.0.1:{s.port}/x")).text == "ok"
+    assert [s.accepted for s in servers] == [1] * 16
+
+
+async def test_a_failed_or_cancelled_request_gives_its_slot_back(server):
+    transport = Sharded(256, 64)
+    async with httpx.AsyncClient(transport=transport) as c:
+        with trio.socket.socket() as s:  # a port nobody listens on
+            await s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        with pytest.raises(httpx.ConnectError):
+            await c.get(f"http://127.0.0.1:{closed}/x")
+        assert transport.busy == [0] * 8
+        server.hold, server.go = 2, trio.Event()  # never 2 requests: the one sent waits
+
+        async def cancelled_get(scope: trio.CancelScope) -> None:
+            with scope:
+                await c.get(f"http://127.0.0.1:{server.port}/x")
+
+        scope = trio.CancelScope()
+        async with trio.open_nursery() as n:
+            n.start_soon(cancelled_get, scope)
+            while server.waiting < 1:
+                await trio.lowlevel.checkpoint()
+            assert sorted(transport.busy) == [0] * 7 + [1]
+            scope.cancel()
+        assert scope.cancelled_caught
+        assert transport.busy == [0] * 8
+        async with c.stream("GET", f"http://127.0.0.1:{server.port}/x") as r:
+            server.go.set()
+            assert sorted(transport.busy) == [0] * 7 + [1]  # until the streamed response is closed
+            assert await r.aread() == b"ok"
+        assert transport.busy == [0] * 8
+
+
+async def test_the_engine_client_still_goes_through_an_environment_proxy(server, monkeypatch):
+    """A client given its own transport drops the environment's proxies: the engine client
+    mounts the shards instead, so HTTP_PROXY still applies (the counting server is the proxy
+    here: an absolute-form request for a host that does not resolve reaches it)."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
+    async with engine_client() as c:
+        r = await c.get("http://engine.invalid/x")
+        assert r.text == "ok" and server.accepted == 1
+    monkeypatch.delenv("HTTP_PROXY")
+    async with engine_client() as c:
+        with pytest.raises(httpx.ConnectError):  # no proxy: the name is looked up, and fails
+            await c.get("http://engine.invalid/x")
+        r = await c.get(f"http://127.0.0.1:{server.port}/x")
+        assert r.text == "ok" and server.accepted == 2
+
+
+def test_the_limits_are_split_over_the_shards():
+    t = Sharded(max_connections=256, max_keepalive_connections=64)
+    assert len(t.shards) == 8
+    pools = [s._pool for s in t.shards]
+    assert {(p._max_connections, p._max_keepalive_connections) for p in pools} == {(32, 8)}
+
+
+def sockets_to(port: int) -> set[int]:
+    """Local ports of this machine's TCP sockets to 127.0.0.1:`port` (any state: a closed
+    one lingers in TIME_WAIT), from /proc/net/tcp."""
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote = line.split()[1:3]
+        if remote == f"0100007F:{port:04X}":
+            ports.add(int(local.split(":")[1], 16))
+    return ports
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="counts sockets from /proc/net/tcp")
+async def test_jobs_through_cog_reuse_the_engine_connection(cog, tmp_path):
+    """One job after another through a real Cog server: the node's create (PUT) and health
+    checks go over the connection the first job opened; later jobs open none."""
+    before = sockets_to(cog.port)
+    async with engine_node(tmp_path, cog_catalog(cog.url)) as n:
+        key = (await n.create_org())["api_key"]
+        opened = []
+        for i in range(4):
+            rid = (await submit(n, key, {"prompt": f"fox {i}", "seed": i}, path="/v1/generation/models/cog-image"))[
+                "request_id"]
+            assert (await wait_status(n, key, rid))["status"] == "completed"
+            opened.append(len(sockets_to(cog.port) - before))
+    assert opened[0] >= 1
+    assert opened == [opened[0]] * 4, opened  # no new connection after the first job
