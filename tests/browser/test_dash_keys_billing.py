@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from playwright.sync_api import expect
+from waiting import wait_until_sync
 
 from tests.browser.support import check_page, login_new_org
 
@@ -74,10 +75,8 @@ def test_usage_chart_table_and_csv_follow_a_completed_job(page, node):
     r = node.api("POST", "/v1/generation/capabilities/image.generate", org["api_key"], json={"prompt": "a fox"})
     assert r.status_code == 202
     job_id = r.json()["request_id"]
-    for _ in range(100):
-        if node.api("GET", f"/v1/generation/requests/{job_id}/status", org["api_key"]).json()["status"] == "completed":
-            break
-        page.wait_for_timeout(100)
+    wait_until_sync(lambda: node.api("GET", f"/v1/generation/requests/{job_id}/status", org["api_key"]).json()["status"]
+                    == "completed", 20, every=0.1)
     page.goto("/billing")
     expect(page.locator("table", has_text="Usage per project per day")).to_contain_text("Default")
     assert page.locator("svg.chart rect").count() == 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 from playwright.sync_api import expect
+from waiting import wait_until_sync
 from smtp_server import link_in
 
 from tests.browser.support import Receiver, accept_invitation, check_page, login_new_org
@@ -15,10 +15,7 @@ from tests.browser.support import Receiver, accept_invitation, check_page, login
 
 def mailed_invitation(smtp, email: str, base: str) -> str:
     """The invitation link from the mail (the page never shows it: issue 22, C1)."""
-    deadline = time.monotonic() + 20
-    while not smtp.messages(email):
-        assert time.monotonic() < deadline, f"no invitation mail for {email}"
-        time.sleep(0.05)
+    wait_until_sync(lambda: smtp.messages(email), 20, every=0.05)
     return link_in(smtp.messages(email)[-1], base + "/invitations/accept?token=")
 
 

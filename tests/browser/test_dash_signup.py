@@ -5,24 +5,19 @@ Studio with the new organization's name in the header."""
 from __future__ import annotations
 
 import re
-import time
 import uuid
 
 from playwright.sync_api import expect
+from waiting import wait_until_sync
 
 from tests.browser.support import PASSWORD
 
 
 def mail_link(smtp, to: str, prefix: str) -> str:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        for msg in smtp.messages(to):
-            text = msg.get_body(("plain",)).get_content()
-            for word in text.split():
-                if word.startswith(prefix):
-                    return word
-        time.sleep(0.05)
-    raise AssertionError(f"no {prefix} link mailed to {to}")
+    def link() -> str | None:
+        words = (w for msg in smtp.messages(to) for w in msg.get_body(("plain",)).get_content().split())
+        return next((w for w in words if w.startswith(prefix)), None)
+    return wait_until_sync(link, 20, every=0.05)
 
 
 def test_sign_up_confirm_wait_for_approval_then_use_studio(page, node, smtp):

@@ -6,10 +6,10 @@ Product runs draw their steps as a graph that fills in live."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import expect
+from waiting import wait_until_sync
 
 from tests.browser.studio_shots import SIZES, doc_shot
 from tests.browser.support import check_page, login_new_org
@@ -22,10 +22,8 @@ def make_jobs(node, key: str, n: int, prompt: str = "tile") -> list[str]:
         assert r.status_code == 202, r.text
         ids.append(r.json()["request_id"])
     for job in ids:
-        for _ in range(200):
-            if node.api("GET", f"/v1/generation/requests/{job}/status", key).json()["status"] == "completed":
-                break
-            time.sleep(0.1)
+        wait_until_sync(lambda: node.api("GET", f"/v1/generation/requests/{job}/status", key).json()["status"]  # noqa: B023
+                        == "completed", 20, every=0.1)
     return ids
 
 
