@@ -167,7 +167,9 @@ class RunActor(RunEffects, Actor):
             if step.status != "running":
                 continue
             if step.capability is not None:
-                if step.request_id is None or gen_sql.get_job(self.ctx.store, step.request_id) is None:
+                if step.request_id is None:  # never: it is committed with the step's start
+                    await self._fail(key, MSG_INTERNAL)
+                elif gen_sql.get_job(self.ctx.store, step.request_id) is None:
                     await self._submit(key)  # stopped between the step's commit and its job's
                 else:
                     await self._watch(key)
@@ -256,7 +258,7 @@ class RunActor(RunEffects, Actor):
         now = self.ctx.clock.iso_now()
         new_run: RunRecord | None = None
         if ready and run.status == "queued":
-            new_run = replace(run, status=RUN_EFFECTS.apply(self, "queued", "start").new, started_at=now)
+            new_run = replace(run, status=RUN_EFFECTS.apply(self, "queued", "start", RunMove(now)).new, started_at=now)
         new_steps = dict(finished)
         starts = [STEP_EFFECTS.apply(self, steps[key].status, "start", StepMove(key)) for key in ready]
         for st in starts:
@@ -384,10 +386,10 @@ class RunActor(RunEffects, Actor):
     async def _complete(self, finished: Mapping[str, StepRecord] | None = None, extra: Any = None) -> None:
         run = self.run
         assert run is not None and self.product is not None
-        move = RunMove(steps=dict(finished or {}))
+        move = RunMove(self.ctx.clock.iso_now(), steps=dict(finished or {}))
         rs = RUN_EFFECTS.apply(self, run.status, "all_done", move)
         await self._write(replace(run, status=rs.new, actual_uc=self._spent({**self.steps, **move.steps}),
-                                  finished_at=self.ctx.clock.iso_now(), **rs.fields), move.steps, extra)
+                                  finished_at=move.now, **rs.fields), move.steps, extra)
         self._maybe_done()
 
     def _spent(self, steps: Mapping[str, StepRecord] | None = None) -> int:
@@ -400,10 +402,10 @@ class RunActor(RunEffects, Actor):
         run = self.run
         assert run is not None
         now = self.ctx.clock.iso_now()
-        move = RunMove(now=now, failed_key=failed_key)
+        move = RunMove(now, failed_key=failed_key)
         failed = self.steps.get(failed_key) if failed_key is not None else None
         if failed is not None and not failed.final:
-            move.steps[failed.key] = replace(failed, status=STEP_EFFECTS.apply(self, failed.status, "fail").new,
+            move.steps[failed.key] = replace(failed, status=STEP_EFFECTS.apply(self, failed.status, "fail", StepMove(failed.key)).new,
                                              error=reason, finished_at=now)
         rs = RUN_EFFECTS.apply(self, run.status, event, move)
         error = f"{failed_key}: {reason}" if failed_key is not None else run.error

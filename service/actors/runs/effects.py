@@ -31,7 +31,7 @@ class RunMove:
     and the new records of the steps that commit with it (the actor's and what
     `cancel_unfinished` adds; `fill_outputs` reads them with the held steps)."""
 
-    now: str = ""
+    now: str  # service time of the move (what the steps it cancels record as finished)
     failed_key: str | None = None
     steps: dict[str, StepRecord] = field(default_factory=dict)
 
@@ -40,7 +40,7 @@ class RunMove:
 class StepMove:
     """The facts of a STEP move: which step, and what a finishing step produced and cost."""
 
-    key: str = ""
+    key: str
     outputs: list[str] = field(default_factory=list)
     cost_uc: int = 0
 
@@ -77,7 +77,7 @@ class RunEffects:
                 continue
             if s.status == "running":
                 in_flight.append(key)
-            move.steps[key] = replace(s, status=STEP_EFFECTS.apply(self, s.status, "cancel").new, finished_at=now)
+            move.steps[key] = replace(s, status=STEP_EFFECTS.apply(self, s.status, "cancel", StepMove(key)).new, finished_at=now)
         step.after.append(lambda: self._stop_in_flight(in_flight, now))
 
     async def _stop_in_flight(self, in_flight: list[str], now: str) -> None:
@@ -134,9 +134,10 @@ class RunEffects:
         step.fields.update(outputs=to_json(step.facts.outputs), cost_uc=step.facts.cost_uc)
 
 
-RUN_EFFECTS = EffectHandlers(RUN, RunEffects, {
+# every RUN and STEP move names its facts (no factory: a move without them is a TypeError)
+RUN_EFFECTS: EffectHandlers[RunMove] = EffectHandlers(RUN, RunEffects, {
     "cancel_unfinished": "_on_cancel_unfinished", "release_failed": "_on_release_failed",
     "fill_outputs": "_on_fill_outputs",
-}, facts=RunMove)
-STEP_EFFECTS = EffectHandlers(STEP, RunEffects, {"start": "_on_step_start", "record_outputs": "_on_record_outputs"},
-                              facts=StepMove)
+})
+STEP_EFFECTS: EffectHandlers[StepMove] = EffectHandlers(
+    STEP, RunEffects, {"start": "_on_step_start", "record_outputs": "_on_record_outputs"})
