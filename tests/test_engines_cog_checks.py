@@ -34,12 +34,18 @@ class Scripted:
     def __init__(self, status: str = "BUSY", delay: float = 0.0) -> None:
         self.status, self.delay = status, delay
         self.checks = 0
+        self.in_flight = self.most_in_flight = 0
         self.created: list[dict] = []
 
     async def handler(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/health-check":
             self.checks += 1
-            await trio.sleep(self.delay)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await trio.sleep(self.delay)
+            finally:
+                self.in_flight -= 1
             return httpx.Response(200, json={"status": self.status})
         self.created.append(json.loads(request.content))
         return httpx.Response(202, json={"id": request.url.path.split("/")[-1], "status": "starting"})
@@ -100,6 +106,28 @@ async def test_a_single_slot_job_still_sees_a_new_answer_each_turn(tmp_path, aut
     assert len(lost_after) == 2
     assert all(5 <= t < 6 for t in lost_after), lost_after
     assert server.checks < 10  # the second job took the first one's answers
+
+
+async def test_a_slow_server_gets_one_check_at_a_time(tmp_path, autojump_clock):
+    """A check that outlasts `poll_s` (a slow or hanging server) is still the one check:
+    jobs that ask meanwhile wait for its answer instead of starting others beside it."""
+    server = Scripted(status="BUSY", delay=4.0)
+    ctx = Context(httpx.AsyncClient(transport=httpx.MockTransport(server.handler)), lambda: "http://node",
+                  b"hook-secret", lambda *args: None)
+    client = cog.Cog(ctx)
+    answers: list = []
+
+    async def asking(start: float) -> None:
+        await trio.sleep(start)
+        for _ in range(5):
+            answers.append(await client.status("http://cog", 5.0, 1.0))
+            await trio.sleep(1.0)
+
+    async with ctx.http, trio.open_nursery() as n:
+        for i in range(8):
+            n.start_soon(asking, i * 0.6)
+    assert len(answers) == 40 and set(answers) == {(True, "BUSY")}
+    assert server.most_in_flight == 1
 
 
 async def test_a_check_whose_job_is_cancelled_holds_up_no_one(tmp_path, autojump_clock):

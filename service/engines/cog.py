@@ -62,9 +62,11 @@ class Cog:
     async def status(self, url: str, timeout_s: float, fresh_s: float) -> tuple[bool, str | None]:
         """(answered, status) of the server's `/health-check`: (False, None) when it could
         not be read, status None for an answer other than 200. A check of the same server
-        under way, or begun less than `fresh_s` ago, gives its answer instead of a new one."""
+        under way (however long it takes: one at a time), or begun less than `fresh_s` ago,
+        gives its answer instead of a new one."""
         key = (url, timeout_s)
-        while (check := self._checks.get(key)) is not None and trio.current_time() - check.started < fresh_s:
+        while (check := self._checks.get(key)) is not None and (
+                not check.done.is_set() or trio.current_time() - check.started < fresh_s):
             await check.done.wait()
             if check.answer is not None:
                 return check.answer
