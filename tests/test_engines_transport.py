@@ -147,6 +147,22 @@ async def test_the_engine_client_still_goes_through_an_environment_proxy(server,
         assert r.text == "ok" and server.accepted == 2
 
 
+async def test_all_proxy_applies_and_no_proxy_hosts_keep_the_shards(server, monkeypatch):
+    """ALL_PROXY covers every scheme (httpx names it `all://`, the pattern the shards once
+    took over); a NO_PROXY host goes direct, through the shards."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALL_PROXY", f"http://127.0.0.1:{server.port}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    async with engine_client() as c:
+        r = await c.get("http://engine.invalid/x")  # reaches the counting server: it is the proxy
+        assert r.text == "ok" and server.accepted == 1
+        assert isinstance(c._transport, Sharded)
+        r = await c.get(f"http://127.0.0.1:{server.port}/x")  # NO_PROXY: direct
+        assert r.text == "ok" and server.accepted == 2
+        assert c._transport_for_url(httpx.URL(f"http://127.0.0.1:{server.port}/x")) is c._transport
+
+
 def test_the_limits_are_split_over_the_shards():
     t = Sharded(max_connections=256, max_keepalive_connections=64)
     assert len(t.shards) == 8

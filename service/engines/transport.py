@@ -14,8 +14,10 @@ its home shard (many servers spread over the shards, as they shared the one pool
 server running 64 jobs fills the shards evenly. Each shard's pool is then small, and a
 response's connection goes back to its shard's pool when the response is closed.
 
-`engine_client` mounts it for every URL, so the environment's proxies (HTTP_PROXY, NO_PROXY
-...) still apply as httpx applies them (a client given a `transport` would drop them).
+`engine_client` makes it the client's transport, for every URL no environment proxy covers
+(NO_PROXY hosts included), and mounts a proxy transport per proxy the environment names
+(HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), read by httpx's own reader: a client given a
+`transport` would otherwise drop them.
 """
 
 from __future__ import annotations
@@ -23,17 +25,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import httpx
+from httpx._utils import get_environment_proxies  # the reader httpx uses for a client of its own
 
 SHARDS = 8
 MAX_CONNECTIONS, MAX_KEEPALIVE = 256, 64
 
 
 def engine_client() -> httpx.AsyncClient:
-    """The node's client for engine calls: URLs that an environment proxy covers go through
-    that proxy as before (with the same limits), the rest through `Sharded`."""
+    """The node's client for engine calls: through `Sharded`, or through the proxy the
+    environment names for the URL (with the same limits), as httpx itself would route it."""
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE)
+    proxies: dict[str, httpx.AsyncBaseTransport | None] = {
+        pattern: None if url is None else httpx.AsyncHTTPTransport(proxy=url, limits=limits)
+        for pattern, url in get_environment_proxies().items()}  # None: a NO_PROXY host, the default transport
     return httpx.AsyncClient(follow_redirects=False, timeout=30.0, limits=limits,
-                             mounts={"all://": Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE)})
+                             transport=Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE), mounts=proxies)
 
 
 class Sharded(httpx.AsyncBaseTransport):
