@@ -290,7 +290,7 @@ def main() -> None:
         print(json.dumps(out))
         return
     procs: list = []
-    from engine_support import CogServer, LlamaServer
+    from engine_support import CogServer, LlamaMissing, LlamaServer
 
     cog = CogServer(tmp / "cog.log").start()
     try:
@@ -304,7 +304,7 @@ def main() -> None:
             llama = LlamaServer(tmp).start()
             procs.append(llama)
             llm, llm_name, llm_kind = llama.url, "tiny", "llama-cpp-python server, tiny GGUF"
-        except RuntimeError:  # not set up (tests/engine_support.py llama_python)
+        except LlamaMissing:  # not set up (tests/engine_support.py llama_python); a failed start still fails
             llm, llm_name, llm_kind = f"{oai}/v1", "peer-chat", "the OpenAI peer's instant chat"
         (tmp / "wf.json").write_text(json.dumps(GRAPH))
         (tmp / "catalog.toml").write_text(catalog(cog.url, comfy, oai, llm, llm_name))

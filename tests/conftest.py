@@ -236,7 +236,9 @@ async def org(node):
 def pytest_collection_modifyitems(config, items):
     """The test files that need llama-cpp-python's server (the `llama` fixture or mark) run
     last, in their order: on a fresh machine scripts/test builds it meanwhile (scripts/setup)."""
-    late = {i.nodeid.split("::")[0] for i in items if "llama" in i.fixturenames or i.get_closest_marker("llama")}
+    for i in items:
+        if "llama" in i.fixturenames:
+            i.add_marker("llama")  # so `-m "not llama"` leaves out every user of the server
+    late = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("llama")}
     items[:] = ([i for i in items if i.nodeid.split("::")[0] not in late]
                 + [i for i in items if i.nodeid.split("::")[0] in late])
-

@@ -91,6 +91,10 @@ class CogServer(_ServerProcess):
 LLAMA_ENV = Path(sys.prefix) / "llama"  # where scripts/setup installs llama-cpp-python's server
 
 
+class LlamaMissing(RuntimeError):
+    """llama-cpp-python's server is not installed, or its build failed."""
+
+
 def llama_python(timeout: float = 1800.0) -> str:
     """The Python that runs llama-cpp-python's server: this environment's when it has the
     package, else the one scripts/setup builds beside it (.venv/llama), waited for while its
@@ -102,10 +106,10 @@ def llama_python(timeout: float = 1800.0) -> str:
         log = LLAMA_ENV / "build.log"
         if (LLAMA_ENV / "failed").exists():
             tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
-            raise RuntimeError("building llama-cpp-python failed (scripts/setup); the end of its log:\n"
-                               + "\n".join(tail))
+            raise LlamaMissing("building llama-cpp-python failed (scripts/setup); the end of its log:\n"
+                                + "\n".join(tail))
         if not _building() or time.monotonic() > deadline:
-            raise RuntimeError(f"llama-cpp-python's server is not installed in {LLAMA_ENV}: run scripts/setup")
+            raise LlamaMissing(f"llama-cpp-python's server is not installed in {LLAMA_ENV}: run scripts/setup")
         time.sleep(2)
     return str(LLAMA_ENV / "bin" / "python")
 
