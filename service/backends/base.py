@@ -75,6 +75,9 @@ class Output:
     height: int | None
     duration_s: float | None
     frames: int | None = None  # video: its frame count (bounds the work of a later use)
+    # (sha256 hex, size) when the writer hashed the bytes it wrote (the render task then
+    # reads the file again only for outputs without it: one worker-thread hop fewer a job)
+    digest: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ spec's failure message (operations.md, "Engines"), so every engine fails the sam
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import os
 import re
@@ -235,6 +236,7 @@ async def store_output(req: RenderRequest, index: int, data: bytes, name: str = 
 def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+    digest = (hashlib.sha256(data).hexdigest(), len(data))
     try:
         info = inspect_file(path, None)
     except Unprocessable as e:
@@ -242,19 +244,20 @@ def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | 
         path.unlink(missing_ok=True)
         return None
     kind = "mask" if BY_ID[req.capability].output == "mask" and info.kind == "image" else info.kind
-    return Output(path, info.content_type, kind, info.width, info.height, info.duration_s, info.frames)
+    return Output(path, info.content_type, kind, info.width, info.height, info.duration_s, info.frames, digest)
 
 
 async def store_text(req: RenderRequest, index: int, text: str) -> Output:
     """A `text.llm` reply (or any text output) as a UTF-8 text asset."""
     path = Path(req.work_dir) / f"out-{index}.txt"
+    data = text.encode("utf-8")
 
     def write() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
 
     await trio.to_thread.run_sync(write)
-    return Output(path, TEXT_TYPE, "text", None, None, None)
+    return Output(path, TEXT_TYPE, "text", None, None, None, digest=(hashlib.sha256(data).hexdigest(), len(data)))
 
 
 def decode_data_url(url: str) -> bytes | None:

@@ -305,15 +305,18 @@ class JobActor(JobEffects, Actor):
         self.render = None
         self.progress = None
         ctx.slots.release(job.model, self.job_id)
+        discarded = False
         try:
             if job.status == "canceled":
                 await after(JOB_EFFECTS.apply(self, "canceled", "render_ended"))
             elif job.status == "rendering":
-                await self._render_outcome(msg)
+                discarded = await self._render_outcome(msg)
         finally:
-            await trio.to_thread.run_sync(ctx.files.discard_work, self.job_id)
+            if not discarded:
+                await trio.to_thread.run_sync(ctx.files.discard_work, self.job_id)
 
-    async def _render_outcome(self, msg: RenderDone) -> None:
+    async def _render_outcome(self, msg: RenderDone) -> bool:
+        """Ends the job as its render did; True when its scratch directory is already gone."""
         outcome = msg.outcome
         if isinstance(outcome, Completed) and msg.hashed:
             crashpoint("output_produced")  # output files exist in work/, no asset stored yet
@@ -322,12 +325,13 @@ class JobActor(JobEffects, Actor):
             except StoreUnavailable as e:  # the asset store is down: no asset row, hold released
                 log.error("job %s: storing outputs failed: %s", self.job_id, e)
                 await self._finish("fail", error=MSG_INCOMPLETE)
-                return
+                return False
             except Exception:  # noqa: BLE001
                 log.exception("job %s: storing outputs failed", self.job_id)
                 await self._finish("fail", error=MSG_INTERNAL)
-                return
+                return False
             await self._finish("finish", outputs=msg.hashed, usage=outcome.usage)
+            return True
         elif isinstance(outcome, Failed):
             await self._finish("fail", error=outcome.message)
         elif isinstance(outcome, Flagged):
@@ -335,10 +339,14 @@ class JobActor(JobEffects, Actor):
         else:
             log.error("job %s: render ended without an outcome", self.job_id)
             await self._finish("fail", error=MSG_INTERNAL)
+        return False
 
     def _place(self, hashed: list[Any]) -> None:
+        """The outputs into the store, then the job's scratch directory away, in one worker
+        thread hop (the outputs were all it held that a job needs)."""
         for output, sha, _size in hashed:
             self.ctx.files.place(output.path, sha)
+        self.ctx.files.discard_work(self.job_id)
 
     # final states ---------------------------------------------------------------------------
     async def _finish(self, event: str, *, error: str | None = None, outputs: list[Any] | tuple[Any, ...] = (),

@@ -26,14 +26,21 @@ async def render_task(ctx: JobContext, job_id: str, handle: RenderHandle, req: R
     try:
         with handle.scope:
             paths = [f.path for files in req.inputs.values() for f in files]
-            await trio.to_thread.run_sync(ctx.files.fetch_inputs, paths, abandon_on_cancel=True)
+            if paths:
+                await trio.to_thread.run_sync(ctx.files.fetch_inputs, paths, abandon_on_cancel=True)
+            else:
+                await trio.lowlevel.checkpoint()  # where the hop was (a cancel lands here as before)
             model = ctx.model_for(job_id, req.model)
             if model is not None and model.engine is not None:
                 outcome = await ctx.engine_render(req, model)
             else:
                 outcome = await render(req, limiter=ctx.render_limiter)
             if isinstance(outcome, Completed):
-                hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
+                if all(o.digest is not None for o in outcome.outputs):
+                    hashed = _hash_outputs(outcome.outputs)  # hashed as they were written: no file read
+                    await trio.lowlevel.checkpoint()
+                else:
+                    hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
     except (StoreUnavailable, ObjectMissing) as e:
         log.error("job %s: an input could not be read from the asset store: %r", job_id, e)
         outcome, hashed = Failed(MSG_INCOMPLETE), []
@@ -47,9 +54,10 @@ async def render_task(ctx: JobContext, job_id: str, handle: RenderHandle, req: R
 
 
 def _hash_outputs(outputs: list[Any]) -> list[Any]:
+    """(output, sha256, size) for each; the file is read only when its writer did not hash it."""
     out = []
     for o in outputs:
-        sha, size = hash_file(o.path)
+        sha, size = o.digest if o.digest is not None else hash_file(o.path)
         out.append((o, sha, size))
     return out
 
