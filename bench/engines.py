@@ -29,7 +29,11 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    `healthz_per_s` on the same node just before (16 connections, closed loop), and
    `jobs_vs_healthz_instant_64`, their ratio: the node's work per job in units of its
    cheapest request; and `node_cpu_ms_per_job`, the node's CPU (every thread, /proc) over the
-   measured jobs, steadier than either rate on a shared machine. `--quick` runs this part only.
+   measured jobs, steadier than either rate on a shared machine; the CPU per job of the Cog
+   server and of this load generator beside it, and how busy the three kept the cores; and
+   `cog_alone_per_s_64`, the same Cog server driven alone as the node drives it (async
+   creates, completed webhooks to a bare receiver: bench/cog_alone.py), the engine's own
+   bound on this machine, with `jobs_vs_cog_alone_64`. `--quick` runs this part only.
 
 Every job runs in an organization of its own level; at the end each organization's
 holds and balance are checked: `lost` counts jobs not completed or holds not captured,
@@ -63,6 +67,7 @@ HERE = Path(__file__).parent
 TESTS = HERE.parent / "tests"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(TESTS))
+import cog_alone
 import jobdriver
 from instant_engine import MODEL as INSTANT_MODEL
 from instant_engine import SLOTS, instant_node
@@ -333,10 +338,17 @@ def instant_part(tmp: Path, jobs: int) -> dict:
     """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog."""
     tmp.mkdir(parents=True, exist_ok=True)
     with instant_node(tmp) as (node, url, op, _data, _cog):
-        return trio.run(measure_instant, url, op, jobs, _data, node.pid)
+        alone = trio.run(cog_alone.predictions_per_s, _cog.url, jobs)  # the node idle meanwhile
+        out = trio.run(measure_instant, url, op, jobs, _data, node.pid, _cog.proc.pid)
+    out.update(alone)
+    out["jobs_vs_cog_alone_64"] = round(out["jobs_per_s_instant_64"] / max(alone["cog_alone_per_s_64"], 0.1), 3)
+    print(f"the same Cog alone (64 in flight, completed webhooks to a bare receiver): {alone['cog_alone_per_s_64']} "
+          f"predictions/s; jobs through the node over that: {out['jobs_vs_cog_alone_64']}")
+    return out
 
 
-async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid: int | None = None) -> dict:
+async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid: int | None = None,
+                          cog_pid: int | None = None) -> dict:
     host, port = url.removeprefix("http://").split(":")
     await run(host, int(port), "/healthz", connections=16, total=500)  # warm-up
     hz = await run(host, int(port), "/healthz", connections=16, total=6000)
@@ -346,8 +358,11 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid:
 
     warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS, body)
     cpu0 = cpu_s(node_pid) if node_pid else 0.0
+    cog0, me0, load0 = cpu_s(cog_pid) if cog_pid else 0.0, time.process_time(), os.getloadavg()[0]
     res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
     cpu_ms = (cpu_s(node_pid) - cpu0) * 1000 if node_pid else 0.0
+    cog_ms = (cpu_s(cog_pid) - cog0) * 1000 if cog_pid else 0.0
+    driver_ms = (time.process_time() - me0) * 1000
     statuses = warm["statuses"] + res["statuses"]
     # a job's capture may commit just after its final status is out (they are separate writes
     # today): read again until the holds settle, and say how many were behind at first
@@ -365,10 +380,17 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid:
            "instant_errors": len(warm["errors"]) + len(res["errors"]), "lost": lost + jobs + SLOTS - len(statuses),
            "double_charged": double, "captures_behind_final_status": behind,
            # the node's CPU (every thread) per measured job: steadier than jobs/s on a shared machine
-           "node_cpu_ms_per_job": round(cpu_ms / max(completed, 1), 2)}
+           "node_cpu_ms_per_job": round(cpu_ms / max(completed, 1), 2),
+           # who else used the 2 cores meanwhile: the Cog server and this load generator
+           "cog_cpu_ms_per_job": round(cog_ms / max(completed, 1), 2),
+           "driver_cpu_ms_per_job": round(driver_ms / max(completed, 1), 2),
+           "machine_busy": round((cpu_ms + cog_ms + driver_ms) / 1000 / res["wall"] / (os.cpu_count() or 1), 2),
+           "load_at_start": round(load0, 2)}
     print(f"instant Cog (64 slots), 64 in flight: {out['jobs_per_s_instant_64']} jobs/s; /healthz "
           f"{out['healthz_per_s']} req/s at 16 connections (p50 {hz.pct(0.5):.2f} ms); ratio "
-          f"{out['jobs_vs_healthz_instant_64']}; node CPU {out['node_cpu_ms_per_job']} ms a job")
+          f"{out['jobs_vs_healthz_instant_64']}; CPU per job: node {out['node_cpu_ms_per_job']} ms, Cog "
+          f"{out['cog_cpu_ms_per_job']} ms, this load generator {out['driver_cpu_ms_per_job']} ms (the three kept "
+          f"{out['machine_busy']:.0%} of the cores busy)")
     return out
 
 

@@ -2,8 +2,9 @@
 
 `level` workers in a closed loop: each submits a job (`POST /v1/generation/models/{model}`
 on its own keep-alive connection), then follows it on the job's event stream
-(`GET /v1/generation/requests/{id}/events`, a connection per job, as the Python client's
-`wait` does) until the final status arrives. No polling: the node's work per job is the
+(`GET /v1/generation/requests/{id}/events`) on the same connection, read to the stream's end
+after the final status, as the Python client's `wait` does (httpx's pool hands the connection
+back once the stream is read, and the next submit reuses it). No polling: the node's work per job is the
 job's, not a poller's. Raw sockets keep the client's own CPU small on a 2-core machine
 (httpx would cost the node's cores about a millisecond per request).
 """
@@ -20,25 +21,50 @@ from loadgen import read_response
 FINAL = (b'"status":"failed"', b'"status":"completed"', b'"status":"canceled"', b'"status":"nsfw"')
 
 
-async def follow(host: str, port: int, key: str, job_id: str) -> dict:
-    """The job's final status object, from its event stream."""
-    stream = await trio.open_tcp_stream(host, port)
-    async with stream:
-        await stream.send_all((f"GET /v1/generation/requests/{job_id}/events HTTP/1.1\r\nHost: {host}\r\n"
-                               f"Authorization: Bearer {key}\r\n\r\n").encode())
-        buf, first = b"", True
-        while True:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                raise ConnectionError(f"the event stream of {job_id} closed before its final status: {buf[:300]!r}")
-            if first and not chunk.startswith(b"HTTP/1.1 200"):
-                raise ConnectionError(f"the event stream of {job_id} was refused: {chunk[:300]!r}")
-            first = False
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if line.startswith(b"data: ") and any(f in line for f in FINAL):
-                    return json.loads(line[6:])
+async def read_chunked(stream, buf: bytearray) -> bytes:
+    """A chunked body's next chunk (b"" for the last one); the rest stays in `buf`."""
+    while b"\r\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed inside a chunked body")
+        buf += chunk
+    size_line, _, _ = bytes(buf).partition(b"\r\n")
+    size = int(size_line.split(b";")[0], 16)
+    need = len(size_line) + 2 + size + 2
+    while len(buf) < need:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed inside a chunk")
+        buf += chunk
+    data = bytes(buf[len(size_line) + 2:len(size_line) + 2 + size])
+    del buf[:need]
+    return data
+
+
+async def follow(stream, buf: bytearray, host: str, key: str, job_id: str) -> dict:
+    """The job's final status object, from its event stream, read to its end (the node ends
+    it after the final status) so that the connection is free for the next request."""
+    await stream.send_all((f"GET /v1/generation/requests/{job_id}/events HTTP/1.1\r\nHost: {host}\r\n"
+                           f"Authorization: Bearer {key}\r\n\r\n").encode())
+    while b"\r\n\r\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError(f"the event stream of {job_id} closed before its head")
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200") or b"transfer-encoding: chunked" not in head.lower():
+        raise ConnectionError(f"the event stream of {job_id} was refused: {bytes(buf)[:300]!r}")
+    buf[:] = rest
+    text, final = b"", None
+    while data := await read_chunked(stream, buf):
+        text += data
+        while b"\n" in text:
+            line, text = text.split(b"\n", 1)
+            if line.startswith(b"data: ") and any(f in line for f in FINAL):
+                final = json.loads(line[6:])
+    if final is None:
+        raise ConnectionError(f"the event stream of {job_id} ended without a final status")
+    return final
 
 
 async def run_jobs(host: str, port: int, key: str, model: str, jobs: int, level: int, body) -> dict:
@@ -76,7 +102,7 @@ async def run_jobs(host: str, port: int, key: str, model: str, jobs: int, level:
                 if status != 202:
                     errors.append(f"submit {status}: {answer[:200]!r}")
                     continue
-                done.append(await follow(host, port, key, json.loads(answer)["request_id"]))
+                done.append(await follow(conn[0], conn[1], host, key, json.loads(answer)["request_id"]))
         finally:
             if conn[0] is not None:
                 await conn[0].aclose()
