@@ -348,3 +348,59 @@ async def test_a_render_with_no_outcome_within_the_timeout_fails_and_releases(no
     assert 600 <= trio.current_time() - started < 601
     assert (await wait_hold(node, key, rid, "released"))["captured"] is None
     assert (await balance(node, key))["held"] == "0.00"
+
+
+async def test_a_capture_whose_commit_fails_is_tried_again_and_settles_with_the_job(node, org, autojump_clock,
+                                                                                    monkeypatch):
+    """The balance's commit of a completed job's capture fails once (Unavailable): the job
+    does not mark its hold settled (it did, and the hold stayed held for good); it tries
+    again SETTLE_RETRY_S later, and the capture and the job's `hold_settled` commit in one
+    transaction. The final status reaches the job's stream only after the settle attempt."""
+    from service.actors.jobs.effects import SETTLE_RETRY_S
+    from service.storage import billing as bsql
+    key = org["api_key"]
+    real, failed = bsql.persist, []
+
+    def persist_failing_a_capture_once(conn, org_id, w):
+        real(conn, org_id, w)
+        if not failed and any(u[0] == "captured" for u in w.hold_updates):
+            failed.append(trio.current_time())
+            raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(bsql, "persist", persist_failing_a_capture_once)
+    rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
+    assert (await wait_status(node, key, rid))["status"] == "completed"
+    await wait_until(lambda: failed)
+    assert job_row(node, rid)["hold_settled"] == 0
+    assert (await hold_of(node, key, rid))["status"] == "held"
+    h = await wait_hold(node, key, rid, "captured", timeout=SETTLE_RETRY_S + 5)
+    assert trio.current_time() - failed[0] >= SETTLE_RETRY_S - 1e-6
+    assert h["captured"] == "1.00" and job_row(node, rid)["hold_settled"] == 1
+    assert (await balance(node, key))["available"] == "199.00"
+
+
+async def test_the_job_and_its_hold_are_settled_in_one_commit(node, org, monkeypatch):
+    """`hold_settled` is written inside the balance's transaction (Capture.also): a failing
+    job write there rolls the capture back too, and the job tries again."""
+    import sqlite3
+
+    from service.storage import generation as gsql_mod
+    key = org["api_key"]
+    real, calls = gsql_mod.update_job, []
+    q = "SELECT status FROM credit_holds WHERE job_id = ?"
+
+    def update_job(conn, job_id, fields):
+        if fields == {"hold_settled": 1}:
+            outside = sqlite3.connect(f"file:{node.store.path}?mode=ro", uri=True)  # sees only what is committed
+            try:
+                calls.append((conn.execute(q, (job_id,)).fetchone()["status"], outside.execute(q, (job_id,)).fetchone()[0]))
+            finally:
+                outside.close()
+        return real(conn, job_id, fields)
+
+    monkeypatch.setattr(gsql_mod, "update_job", update_job)
+    rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
+    assert (await wait_status(node, key, rid))["status"] == "completed"
+    await wait_hold(node, key, rid, "captured")
+    assert calls == [("captured", "held")]  # inside the capture's transaction: not yet committed
+    assert job_row(node, rid)["hold_settled"] == 1

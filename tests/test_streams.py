@@ -219,3 +219,33 @@ async def test_shutdown_ends_500_open_streams(node, org, autojump_clock):
     assert len(ended) == 500
     assert all(frames == [{"comment": "the node is shutting down"}] for frames in ended)
     assert node.parts.streams.open_streams == 0
+
+
+async def test_completed_reaches_the_stream_once_the_charge_is_committed(node, org, monkeypatch):
+    """A client that reads its balance when the stream says `completed` sees the charge: the
+    final status is published after the hold's capture commits (made slow here), not before."""
+    import time
+
+    from service.storage import billing as bsql
+    from test_generation_support import balance, hold_of
+
+    key = org["api_key"]
+    real = bsql.persist
+
+    def slow_capture(conn, org_id, w):
+        if any(u[0] == "captured" for u in w.hold_updates):
+            time.sleep(0.3)  # in the writer's thread: the commit lands 0.3 s later
+        return real(conn, org_id, w)
+
+    monkeypatch.setattr(bsql, "persist", slow_capture)
+    monkeypatch.setattr(node.store, "inline", False)  # commits in the writer's thread, the loop serving meanwhile
+    monkeypatch.setattr(node.store, "_fast_path_ok", lambda: False)
+    rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
+    async with open_stream(node, job_events(rid), key) as s:
+        events = await s.events()
+        assert events[-1]["data"]["status"] == "completed"
+        # what is committed (the API's ledger routes would wait for the balance to settle)
+        row = node.store.one("SELECT status, captured_uc FROM credit_holds WHERE job_id = ?", (rid,))
+        assert (row["status"], row["captured_uc"]) == ("captured", 1_000_000)
+    assert (await hold_of(node, key, rid))["status"] == "captured"
+    assert (await balance(node, key))["available"] == "199.00"

@@ -199,6 +199,11 @@ class Actor:
         """Called when service time reaches `next_deadline()`."""
 
 
+def refused(reply: Any) -> bool:
+    """Whether a reply a handler returned is a failure (`fail`) the asker will raise."""
+    return type(reply) is _Failure
+
+
 def fail(error: BaseException) -> _Failure:
     """Wrap an error as a reply value (for handle_batch implementations)."""
     return _Failure(error)

@@ -52,7 +52,7 @@ import trio
 
 from service.actors.balance.messages import (Capture, Grant, LimitPut, PlaceHold, Release, SettingsPut, Snapshot,
                                             SpendCheck, Stop, Sync)
-from service.actors.runtime import Actor, Deferred, fail, on
+from service.actors.runtime import Actor, Deferred, fail, on, refused
 from service.clock import iso, parse_iso
 from service.credits.book import CreditBook, Unread
 from service.credits.limits import month_of
@@ -226,8 +226,11 @@ class BalanceActor(Actor):
         book.expire_due()
         replies = [self._apply(m) for m in msgs]
         w = self._flush()
+        # the callers' writes that go with a settlement that was not refused (Capture.also)
+        also = [m.also for m, r in zip(msgs, replies)
+                if (type(m) is Capture or type(m) is Release) and m.also is not None and not refused(r)]
         batch = _Batch(replies, self._epoch, self._tail, book.trace, book.settled)
-        if not w.empty():
+        if not w.empty() or also:
             org_id, link = self.org_id, [self._last_write]
 
             def write(conn: Any) -> Any:
@@ -236,6 +239,8 @@ class BalanceActor(Actor):
                     raise ChainBroken(f"balance {org_id}: the previous batch did not commit")
                 sql.persist(conn, org_id, w)
                 notices.queue_warnings(conn, org_id, w)
+                for extra in also:
+                    extra(conn)
                 return True
 
             if optimistic:

@@ -11,6 +11,10 @@ Replies:
   held returns the remainder; more than held is refused. Capturing twice charges once.
 - Release -> dict[str, Any] hold row, status released. Releasing twice settles once. Capture of a
   released hold or release of a captured one raises Conflict.
+- Capture and Release may carry `also`, the caller's writes that go with the settlement: they
+  run in the same transaction as the batch's rows when the message is not refused (a repeat
+  included), so a normal reply means they are committed; a refusal or `Unavailable` means
+  they are not.
 - Grant -> dict[str, Any] lot row (id, source, amount, remaining, expires_at, reason, created_at);
   repeating a grant_id returns the original lot (a top-up paid twice adds one lot).
 - LimitPut -> {scope, id, limit, spent} (decimal strings; re-arms the limit's warning).
@@ -28,9 +32,10 @@ Replies:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -67,11 +72,15 @@ class SpendCheck:
 class Capture:
     hold_id: str
     amount_uc: int | None = None
+    # the caller's own rows that go with the settlement (a job's `hold_settled`): run in the
+    # batch's transaction when the capture is not refused, so both commit or neither does
+    also: Callable[[Any], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Release:
     hold_id: str
+    also: Callable[[Any], None] | None = field(default=None, compare=False)  # as Capture.also
 
 
 @dataclass(frozen=True)

@@ -394,12 +394,17 @@ class JobActor(JobEffects, Actor):
 
         await ctx.store.write(tx)
         self.job = final
-        self._publish(final, status)
         ctx.metrics.jobs.labels(job.capability, job.model, new).inc()
         if job.started_at and new != "canceled":
             ctx.metrics.render.labels(job.model, job.backend).observe(
                 max(0.0, ctx.clock.now() - parse_iso(job.started_at)))
-        await after(step)  # the hold's capture or release
+        try:
+            await after(step)  # the hold's capture or release
+        finally:
+            # the streams hear of the final status once the hold is settled (or its settling
+            # failed and will be retried): a client that reads its balance on `completed`
+            # sees the charge (bench/engines.py counted captures behind the final status)
+            self._publish(final, status)
         crashpoint("final_committed")  # final status and capture/release committed, webhook not due yet
         if hook_due_after_settle:  # the store wakes the job-webhook dispatcher after this commit
             await ctx.store.write(lambda c: sql.release_waiting_webhook(c, job_id))

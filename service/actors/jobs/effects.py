@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service.actors.balance.messages import Capture, Release
 from service.effects import EffectHandlers, Step
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.messages import RenderHandle
 from service.actors.jobs.record import JobRecord
-from service.errors import ActorGone, AskTimeout, ServiceError
+from service.errors import ActorGone, AskTimeout, ServiceError, Unavailable
 from service.machines import JOB
 from service.storage import generation as sql
 
@@ -79,26 +79,33 @@ class JobEffects:
         await self.ctx.store.write(lambda c: sql.release_waiting_webhook(c, job_id))
 
     async def _settle(self) -> None:
-        """Capture (completed) or release (any other final status) the hold, once."""
+        """Capture (completed) or release (any other final status) the hold, once. The job's
+        `hold_settled` commits in the balance's own transaction (`Capture.also`): one write
+        a job fewer, and no state in which the hold is settled and the job says it is not."""
         ctx, job = self.ctx, self.job
         assert job is not None
         if job.hold_settled:
             return
-        msg = Capture(job.hold_id) if SETTLE_EFFECT[job.status] == "capture" else Release(job.hold_id)
+        job_id = self.job_id
+
+        def settled(conn: Any) -> None:
+            sql.update_job(conn, job_id, {"hold_settled": 1})
+
+        capture = SETTLE_EFFECT[job.status] == "capture"
+        msg = Capture(job.hold_id, also=settled) if capture else Release(job.hold_id, also=settled)
         try:
             await ctx.balances.ask(job.organization_id, msg)
-        except (ActorGone, AskTimeout) as e:
+        except (ActorGone, AskTimeout, Unavailable) as e:  # Unavailable: its commit failed, nothing settled
             log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job.hold_id, e)
             self.retry_at = ctx.clock.now() + SETTLE_RETRY_S
             return
-        except ServiceError as e:
+        except ServiceError as e:  # refused (e.g. capture of a released hold): it will not change
             log.error("job %s: hold %s refused %s: %r", self.job_id, job.hold_id, type(msg).__name__, e)
+            await ctx.store.write(settled)
         except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
             log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job.hold_id)
             self.retry_at = ctx.clock.now() + SETTLE_RETRY_S
             return
-        job_id = self.job_id
-        await ctx.store.write(lambda c: sql.update_job(c, job_id, {"hold_settled": 1}))
         self.job = replace(self.job or job, hold_settled=1)
         ctx.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
         self.retry_at = None
