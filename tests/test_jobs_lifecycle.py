@@ -404,3 +404,37 @@ async def test_the_job_and_its_hold_are_settled_in_one_commit(node, org, monkeyp
     await wait_hold(node, key, rid, "captured")
     assert calls == [("captured", "held")]  # inside the capture's transaction: not yet committed
     assert job_row(node, rid)["hold_settled"] == 1
+
+
+async def test_a_settle_whose_ask_times_out_after_the_balance_took_it_writes_everything_once(
+        node, org, autojump_clock, monkeypatch, nursery):
+    """The job's final state rides in the balance's transaction. When the ask times out but
+    the balance actor still commits the capture later, the job has meanwhile written its
+    final state itself: the late run only records the settlement (no second asset row),
+    and the retry charges nothing more."""
+    from service.actors.balance.messages import Capture
+    from service.errors import AskTimeout
+    balances = node.parts.balances
+    real_ask, late = balances.ask, []
+
+    async def ask(org_id, msg, *a, **kw):
+        if isinstance(msg, Capture) and not late:
+            async def deliver_later():
+                await trio.sleep(1)  # the job has given up and written its final state by now
+                late.append(await real_ask(org_id, msg, *a, **kw))
+            nursery.start_soon(deliver_later)
+            raise AskTimeout("the balance did not answer in time")
+        return await real_ask(org_id, msg, *a, **kw)
+
+    monkeypatch.setattr(balances, "ask", ask)
+    key = org["api_key"]
+    rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
+    assert (await wait_status(node, key, rid))["status"] == "completed"
+    assert job_row(node, rid)["status"] == "completed"  # committed by the job itself after the timeout
+    await wait_until(lambda: late)
+    await wait_until(lambda: job_row(node, rid)["hold_settled"] == 1)
+    await trio.sleep(10)  # past the retry
+    rows = node.store.all("SELECT id FROM assets WHERE job_id = ?", (rid,))
+    assert len(rows) == 1
+    assert (await hold_of(node, key, rid))["captured"] == "1.00"
+    assert (await balance(node, key))["available"] == "199.00"

@@ -42,6 +42,11 @@ def update_job(conn: sqlite3.Connection, job_id: str, fields: Row) -> None:
     _update(conn, "jobs", "id", job_id, fields)
 
 
+def job_is_final(conn: sqlite3.Connection, job_id: str) -> bool:
+    row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return row is not None and row["status"] not in ("queued", "rendering")
+
+
 def get_job(conn_or_store: Source, job_id: str) -> Row | None:
     return one(conn_or_store, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
 

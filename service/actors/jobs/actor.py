@@ -38,6 +38,7 @@ import json
 import logging
 import uuid
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -72,6 +73,7 @@ class JobActor(JobEffects, Actor):
         self.ctx = ctx
         self.job: JobRecord | None = None
         self.retry_at: float | None = None
+        self.final_tx: Callable[[Any], None] | None = None  # a final state its settle commits (_finish)
         # owned in memory, handed to a successor after a crash (`adopt`)
         self.render: RenderHandle | None = None  # until the actor has taken its RenderDone
         self.watchers: list[Notify] = []
@@ -392,19 +394,28 @@ class JobActor(JobEffects, Actor):
             if hook is not None:
                 sql.insert_webhook(conn, hook)
 
-        await ctx.store.write(tx)
+        if ("capture" in step.effects or "release" in step.effects) and not job.hold_settled:
+            # the final state commits with the hold's capture or release, in the balance's
+            # transaction (effects._settle): one write, and no moment in which the job is
+            # final and its hold not yet settled
+            self.final_tx = tx
+        else:
+            await ctx.store.write(tx)
         self.job = final
+        try:
+            await after(step)  # the hold's capture or release
+        finally:
+            if self.final_tx is not None:  # the settle did not run: the final state still commits
+                self.final_tx = None
+                await ctx.store.write(tx)
+            # the streams hear of the final status once it and the hold's settlement are
+            # committed (or the settling failed and will be retried): a client that reads its
+            # balance on `completed` sees the charge
+            self._publish(final, status)
         ctx.metrics.jobs.labels(job.capability, job.model, new).inc()
         if job.started_at and new != "canceled":
             ctx.metrics.render.labels(job.model, job.backend).observe(
                 max(0.0, ctx.clock.now() - parse_iso(job.started_at)))
-        try:
-            await after(step)  # the hold's capture or release
-        finally:
-            # the streams hear of the final status once the hold is settled (or its settling
-            # failed and will be retried): a client that reads its balance on `completed`
-            # sees the charge (bench/engines.py counted captures behind the final status)
-            self._publish(final, status)
         crashpoint("final_committed")  # final status and capture/release committed, webhook not due yet
         if hook_due_after_settle:  # the store wakes the job-webhook dispatcher after this commit
             await ctx.store.write(lambda c: sql.release_waiting_webhook(c, job_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from service.actors.balance.messages import Capture, Release
@@ -42,6 +43,7 @@ class JobEffects:
     ctx: JobContext
     retry_at: float | None
     render: RenderHandle | None
+    final_tx: Callable[[Any], None] | None
 
     if TYPE_CHECKING:  # provided by JobActor
         @property
@@ -84,11 +86,18 @@ class JobEffects:
         a job fewer, and no state in which the hold is settled and the job says it is not."""
         ctx, job = self.ctx, self.job
         assert job is not None
+        final, self.final_tx = self.final_tx, None  # the job's final state, when not yet committed
         if job.hold_settled:
+            if final is not None:
+                await ctx.store.write(final)
             return
         job_id = self.job_id
 
         def settled(conn: Any) -> None:
+            # a late run (its ask timed out, the job then wrote its final state itself) only
+            # records the settlement
+            if final is not None and not sql.job_is_final(conn, job_id):
+                final(conn)
             sql.update_job(conn, job_id, {"hold_settled": 1})
 
         capture = SETTLE_EFFECT[job.status] == "capture"
@@ -97,18 +106,31 @@ class JobEffects:
             await ctx.balances.ask(job.organization_id, msg)
         except (ActorGone, AskTimeout, Unavailable) as e:  # Unavailable: its commit failed, nothing settled
             log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job.hold_id, e)
-            self.retry_at = ctx.clock.now() + SETTLE_RETRY_S
+            await self._retry_settle(final)
             return
         except ServiceError as e:  # refused (e.g. capture of a released hold): it will not change
             log.error("job %s: hold %s refused %s: %r", self.job_id, job.hold_id, type(msg).__name__, e)
             await ctx.store.write(settled)
         except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
             log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job.hold_id)
-            self.retry_at = ctx.clock.now() + SETTLE_RETRY_S
+            await self._retry_settle(final)
             return
         self.job = replace(self.job or job, hold_settled=1)
         ctx.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
         self.retry_at = None
+
+    async def _retry_settle(self, final: Callable[[Any], None] | None) -> None:
+        """The settle failed: the final state commits now on its own (it must not wait for
+        the balance), and the settle is tried again SETTLE_RETRY_S later."""
+        if final is not None:
+            job_id = self.job_id
+
+            def unless_written(conn: Any) -> None:  # a late run of the settle may have written it
+                if not sql.job_is_final(conn, job_id):
+                    final(conn)
+
+            await self.ctx.store.write(unless_written)
+        self.retry_at = self.ctx.clock.now() + SETTLE_RETRY_S
 
 
 JOB_EFFECTS = EffectHandlers(JOB, JobEffects, {
