@@ -438,3 +438,36 @@ async def test_a_settle_whose_ask_times_out_after_the_balance_took_it_writes_eve
     assert len(rows) == 1
     assert (await hold_of(node, key, rid))["captured"] == "1.00"
     assert (await balance(node, key))["available"] == "199.00"
+
+
+async def test_the_status_route_shows_a_final_status_only_once_it_and_the_charge_are_committed(node, org,
+                                                                                                monkeypatch):
+    """The capture's commit is made slow (0.3 s in the writer's thread): every answer of the
+    status route meanwhile is either not final, or final with its outputs stored and its hold
+    captured in the database (no image URL that 404s, no completed job not yet charged)."""
+    import time
+
+    from service.storage import billing as bsql
+    key = org["api_key"]
+    real = bsql.persist
+
+    def slow_capture(conn, org_id, w):
+        if any(u[0] == "captured" for u in w.hold_updates):
+            time.sleep(0.3)
+        return real(conn, org_id, w)
+
+    monkeypatch.setattr(bsql, "persist", slow_capture)
+    monkeypatch.setattr(node.store, "inline", False)  # commits in the writer's thread, the loop serving meanwhile
+    monkeypatch.setattr(node.store, "_fast_path_ok", lambda: False)
+    rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
+    seen = []
+    with trio.fail_after(30):
+        while not seen or seen[-1] != "completed":
+            st = await status(node, key, rid)
+            seen.append(st["status"])
+            if st["status"] == "completed":
+                row = node.store.one("SELECT status, captured_uc FROM credit_holds WHERE job_id = ?", (rid,))
+                assert (row["status"], row["captured_uc"]) == ("captured", 1_000_000)
+                assert len(node.store.all("SELECT id FROM assets WHERE job_id = ?", (rid,))) == 1
+            await trio.sleep(0.02)
+    assert "rendering" in seen  # the status was read while the job was ending, not only after

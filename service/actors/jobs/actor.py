@@ -73,7 +73,9 @@ class JobActor(JobEffects, Actor):
         self.ctx = ctx
         self.job: JobRecord | None = None
         self.retry_at: float | None = None
-        self.final_tx: Callable[[Any], None] | None = None  # a final state its settle commits (_finish)
+        # a final state (its write, its record) that the settle commits (_finish); the record
+        # becomes `job` only once committed, so no reader sees outputs not yet stored
+        self.final_tx: tuple[Callable[[Any], None], JobRecord] | None = None
         # owned in memory, handed to a successor after a crash (`adopt`)
         self.render: RenderHandle | None = None  # until the actor has taken its RenderDone
         self.watchers: list[Notify] = []
@@ -398,16 +400,17 @@ class JobActor(JobEffects, Actor):
             # the final state commits with the hold's capture or release, in the balance's
             # transaction (effects._settle): one write, and no moment in which the job is
             # final and its hold not yet settled
-            self.final_tx = tx
+            self.final_tx = (tx, final)
         else:
             await ctx.store.write(tx)
-        self.job = final
+            self.job = final
         try:
             await after(step)  # the hold's capture or release
         finally:
             if self.final_tx is not None:  # the settle did not run: the final state still commits
                 self.final_tx = None
                 await ctx.store.write(tx)
+                self.job = final
             # the streams hear of the final status once it and the hold's settlement are
             # committed (or the settling failed and will be retried): a client that reads its
             # balance on `completed` sees the charge

@@ -43,7 +43,7 @@ class JobEffects:
     ctx: JobContext
     retry_at: float | None
     render: RenderHandle | None
-    final_tx: Callable[[Any], None] | None
+    final_tx: tuple[Callable[[Any], None], JobRecord] | None
 
     if TYPE_CHECKING:  # provided by JobActor
         @property
@@ -84,12 +84,13 @@ class JobEffects:
         """Capture (completed) or release (any other final status) the hold, once. The job's
         `hold_settled` commits in the balance's own transaction (`Capture.also`): one write
         a job fewer, and no state in which the hold is settled and the job says it is not."""
-        ctx, job = self.ctx, self.job
+        ctx, pending, self.final_tx = self.ctx, self.final_tx, None
+        final, job = pending if pending is not None else (None, self.job)  # a final state not yet committed
         assert job is not None
-        final, self.final_tx = self.final_tx, None  # the job's final state, when not yet committed
         if job.hold_settled:
             if final is not None:
                 await ctx.store.write(final)
+                self.job = job
             return
         job_id = self.job_id
 
@@ -106,20 +107,20 @@ class JobEffects:
             await ctx.balances.ask(job.organization_id, msg)
         except (ActorGone, AskTimeout, Unavailable) as e:  # Unavailable: its commit failed, nothing settled
             log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job.hold_id, e)
-            await self._retry_settle(final)
+            await self._retry_settle(final, job)
             return
         except ServiceError as e:  # refused (e.g. capture of a released hold): it will not change
             log.error("job %s: hold %s refused %s: %r", self.job_id, job.hold_id, type(msg).__name__, e)
             await ctx.store.write(settled)
         except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
             log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job.hold_id)
-            await self._retry_settle(final)
+            await self._retry_settle(final, job)
             return
-        self.job = replace(self.job or job, hold_settled=1)
+        self.job = replace(job, hold_settled=1)
         ctx.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
         self.retry_at = None
 
-    async def _retry_settle(self, final: Callable[[Any], None] | None) -> None:
+    async def _retry_settle(self, final: Callable[[Any], None] | None, job: JobRecord) -> None:
         """The settle failed: the final state commits now on its own (it must not wait for
         the balance), and the settle is tried again SETTLE_RETRY_S later."""
         if final is not None:
@@ -130,6 +131,7 @@ class JobEffects:
                     final(conn)
 
             await self.ctx.store.write(unless_written)
+            self.job = job
         self.retry_at = self.ctx.clock.now() + SETTLE_RETRY_S
 
 
