@@ -364,8 +364,8 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid:
     cog_ms = (cpu_s(cog_pid) - cog0) * 1000 if cog_pid else 0.0
     driver_ms = (time.process_time() - me0) * 1000
     statuses = warm["statuses"] + res["statuses"]
-    # a job's capture may commit just after its final status is out (they are separate writes
-    # today): read again until the holds settle, and say how many were behind at first
+    # the final status and the capture commit together now (bench/README.md, "Throughput III"),
+    # so none should be behind; still read again until the holds settle, and count any that were
     lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
     behind = lost
     for _ in range(20):
