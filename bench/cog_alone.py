@@ -19,7 +19,7 @@ import uuid
 
 import trio
 
-from loadgen import read_response
+from loadgen import read_message, read_response
 
 
 async def _receiver(listeners, done: dict[str, trio.Event]) -> None:
@@ -28,7 +28,7 @@ async def _receiver(listeners, done: dict[str, trio.Event]) -> None:
         async with stream:
             while True:
                 try:
-                    _line, body = await read_request(stream, buf)
+                    _head, body = await read_message(stream, buf)  # a webhook
                 except (ConnectionError, trio.BrokenResourceError):
                     return
                 await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
@@ -37,27 +37,6 @@ async def _receiver(listeners, done: dict[str, trio.Event]) -> None:
                     done.pop(payload["id"]).set()
 
     await trio.serve_listeners(handle, listeners)
-
-
-async def read_request(stream, buf: bytearray) -> tuple[bytes, bytes]:
-    """One request with a Content-Length body (as Cog's webhooks are): (request line, body)."""
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    length = next((int(v) for k, _, v in (line.partition(b":") for line in lines[1:])
-                   if k.strip().lower() == b"content-length"), 0)
-    body = bytearray(rest)
-    while len(body) < length:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        body += chunk
-    buf[:] = body[length:]
-    return lines[0], bytes(body[:length])
 
 
 async def predictions_per_s(cog_url: str, jobs: int, level: int = 64) -> dict:

@@ -16,7 +16,7 @@ import time
 
 import trio
 
-from loadgen import read_response
+from loadgen import read_head, read_response, receive_more
 
 FINAL = (b'"status":"failed"', b'"status":"completed"', b'"status":"canceled"', b'"status":"nsfw"')
 
@@ -24,20 +24,14 @@ FINAL = (b'"status":"failed"', b'"status":"completed"', b'"status":"canceled"', 
 async def read_chunked(stream, buf: bytearray) -> bytes:
     """A chunked body's next chunk (b"" for the last one); the rest stays in `buf`."""
     while b"\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed inside a chunked body")
-        buf += chunk
-    size_line, _, _ = bytes(buf).partition(b"\r\n")
+        await receive_more(stream, buf)
+    size_line = bytes(buf).partition(b"\r\n")[0]
+    start = len(size_line) + 2
     size = int(size_line.split(b";")[0], 16)
-    need = len(size_line) + 2 + size + 2
-    while len(buf) < need:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed inside a chunk")
-        buf += chunk
-    data = bytes(buf[len(size_line) + 2:len(size_line) + 2 + size])
-    del buf[:need]
+    while len(buf) < start + size + 2:
+        await receive_more(stream, buf)
+    data = bytes(buf[start:start + size])
+    del buf[:start + size + 2]
     return data
 
 
@@ -46,15 +40,9 @@ async def follow(stream, buf: bytearray, host: str, key: str, job_id: str) -> di
     it after the final status) so that the connection is free for the next request."""
     await stream.send_all((f"GET /v1/generation/requests/{job_id}/events HTTP/1.1\r\nHost: {host}\r\n"
                            f"Authorization: Bearer {key}\r\n\r\n").encode())
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError(f"the event stream of {job_id} closed before its head")
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    head = await read_head(stream, buf)
     if not head.startswith(b"HTTP/1.1 200") or b"transfer-encoding: chunked" not in head.lower():
-        raise ConnectionError(f"the event stream of {job_id} was refused: {bytes(buf)[:300]!r}")
-    buf[:] = rest
+        raise ConnectionError(f"the event stream of {job_id} was refused: {head[:300]!r} {bytes(buf)[:200]!r}")
     text, final = b"", None
     while data := await read_chunked(stream, buf):
         text += data

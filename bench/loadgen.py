@@ -30,28 +30,43 @@ class Result:
                 "requests": self.requests, "statuses": self.statuses}
 
 
-async def read_response(stream, buf: bytearray) -> tuple[int, bytes]:
-    """One HTTP/1.1 response with a Content-Length: (status, body); the rest stays in `buf`."""
+async def receive_more(stream, buf: bytearray) -> None:
+    """Append what the peer sends next to `buf`; ConnectionError if it closed."""
+    chunk = await stream.receive_some(65536)
+    if not chunk:
+        raise ConnectionError("closed")
+    buf += chunk
+
+
+async def read_head(stream, buf: bytearray) -> bytes:
+    """One HTTP/1.1 message's head (start line and headers), taken out of `buf`."""
     while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
+        await receive_more(stream, buf)
     head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
+    buf[:] = rest
+    return head
+
+
+async def read_message(stream, buf: bytearray) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 request or response with a Content-Length (or no body): (head, body);
+    the rest stays in `buf`."""
+    head = await read_head(stream, buf)
     length = 0
-    for line in lines[1:]:
+    for line in head.split(b"\r\n")[1:]:
         k, _, v = line.partition(b":")
         if k.strip().lower() == b"content-length":
             length = int(v)
-    body = bytearray(rest)
-    while len(body) < length:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        body += chunk
-    buf[:] = body[length:]
-    return int(lines[0].split()[1]), bytes(body[:length])
+    while len(buf) < length:
+        await receive_more(stream, buf)
+    body = bytes(buf[:length])
+    del buf[:length]
+    return head, body
+
+
+async def read_response(stream, buf: bytearray) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length: (status, body); the rest stays in `buf`."""
+    head, body = await read_message(stream, buf)
+    return int(head.split(None, 2)[1]), body
 
 
 async def run(host: str, port: int, path: str, *, headers: dict | None = None, connections: int = 10,
