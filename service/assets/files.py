@@ -34,6 +34,11 @@ class ObjectMissing(Exception):
     """An asset row names bytes the store no longer has (deleted behind the node's back)."""
 
 
+def hash_bytes(data: bytes) -> tuple[str, int]:
+    """SHA-256 hex digest and size of bytes in memory (as `hash_file` gives for a file of them)."""
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
 def hash_file(path: str | Path) -> tuple[str, int]:
     """SHA-256 hex digest and size of the file."""
     h = hashlib.sha256()

@@ -7,7 +7,6 @@ spec's failure message (operations.md, "Engines"), so every engine fails the sam
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import trio
 
+from service.assets.files import hash_bytes
 from service.backends.base import InputFile, Output, RenderRequest
 from service.catalog.capabilities import BY_ID
 from service.catalog.engines import Bound
@@ -236,7 +236,7 @@ async def store_output(req: RenderRequest, index: int, data: bytes, name: str = 
 def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    digest = (hashlib.sha256(data).hexdigest(), len(data))
+    digest = hash_bytes(data)
     try:
         info = inspect_file(path, None)
     except Unprocessable as e:
@@ -257,7 +257,7 @@ async def store_text(req: RenderRequest, index: int, text: str) -> Output:
         path.write_bytes(data)
 
     await trio.to_thread.run_sync(write)
-    return Output(path, TEXT_TYPE, "text", None, None, None, digest=(hashlib.sha256(data).hexdigest(), len(data)))
+    return Output(path, TEXT_TYPE, "text", None, None, None, digest=hash_bytes(data))
 
 
 def decode_data_url(url: str) -> bytes | None:

@@ -38,7 +38,8 @@ def engine_client() -> httpx.AsyncClient:
     proxies: dict[str, httpx.AsyncBaseTransport | None] = {
         pattern: None if url is None else httpx.AsyncHTTPTransport(proxy=url, limits=limits)
         for pattern, url in get_environment_proxies().items()}  # None: a NO_PROXY host, the default transport
-    return httpx.AsyncClient(follow_redirects=False, timeout=30.0, limits=limits,
+    # no `limits=` here: a client given its transport and mounts does not read it
+    return httpx.AsyncClient(follow_redirects=False, timeout=30.0,
                              transport=Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE), mounts=proxies)
 
 

@@ -396,14 +396,10 @@ class JobActor(JobEffects, Actor):
             if hook is not None:
                 sql.insert_webhook(conn, hook)
 
-        if ("capture" in step.effects or "release" in step.effects) and not job.hold_settled:
-            # the final state commits with the hold's capture or release, in the balance's
-            # transaction (effects._settle): one write, and no moment in which the job is
-            # final and its hold not yet settled
-            self.final_tx = (tx, final)
-        else:
-            await ctx.store.write(tx)
-            self.job = final
+        # every final move settles the hold (capture or release, machines.JOB), and the final
+        # state commits with it in the balance's transaction (effects._settle): one write, and
+        # no moment in which the job is final and its hold not yet settled
+        self.final_tx = (tx, final)
         try:
             await after(step)  # the hold's capture or release
         finally:

@@ -84,21 +84,21 @@ class JobEffects:
         """Capture (completed) or release (any other final status) the hold, once. The job's
         `hold_settled` commits in the balance's own transaction (`Capture.also`): one write
         a job fewer, and no state in which the hold is settled and the job says it is not."""
-        ctx, pending, self.final_tx = self.ctx, self.final_tx, None
+        ctx, pending = self.ctx, self.final_tx
         final, job = pending if pending is not None else (None, self.job)  # a final state not yet committed
         assert job is not None
         if job.hold_settled:
-            if final is not None:
-                await ctx.store.write(final)
-                self.job = job
-            return
+            return  # (a final state still pending is committed by JobActor._finish)
+        self.final_tx = None
         job_id = self.job_id
 
-        def settled(conn: Any) -> None:
-            # a late run (its ask timed out, the job then wrote its final state itself) only
-            # records the settlement
+        def final_once(conn: Any) -> None:
+            # a late run of a settle whose ask timed out finds it written by the job itself
             if final is not None and not sql.job_is_final(conn, job_id):
                 final(conn)
+
+        def settled(conn: Any) -> None:
+            final_once(conn)
             sql.update_job(conn, job_id, {"hold_settled": 1})
 
         capture = SETTLE_EFFECT[job.status] == "capture"
@@ -107,14 +107,14 @@ class JobEffects:
             await ctx.balances.ask(job.organization_id, msg)
         except (ActorGone, AskTimeout, Unavailable) as e:  # Unavailable: its commit failed, nothing settled
             log.warning("job %s: settling hold %s failed (%r); retrying", self.job_id, job.hold_id, e)
-            await self._retry_settle(final, job)
+            await self._retry_settle(final_once if final is not None else None, job)
             return
         except ServiceError as e:  # refused (e.g. capture of a released hold): it will not change
             log.error("job %s: hold %s refused %s: %r", self.job_id, job.hold_id, type(msg).__name__, e)
             await ctx.store.write(settled)
         except Exception:  # noqa: BLE001 - e.g. billing not attached: retry
             log.exception("job %s: settling hold %s crashed; retrying", self.job_id, job.hold_id)
-            await self._retry_settle(final, job)
+            await self._retry_settle(final_once if final is not None else None, job)
             return
         self.job = replace(job, hold_settled=1)
         ctx.metrics.holds.labels("captured" if isinstance(msg, Capture) else "released").inc()
@@ -124,13 +124,7 @@ class JobEffects:
         """The settle failed: the final state commits now on its own (it must not wait for
         the balance), and the settle is tried again SETTLE_RETRY_S later."""
         if final is not None:
-            job_id = self.job_id
-
-            def unless_written(conn: Any) -> None:  # a late run of the settle may have written it
-                if not sql.job_is_final(conn, job_id):
-                    final(conn)
-
-            await self.ctx.store.write(unless_written)
+            await self.ctx.store.write(final)
             self.job = job
         self.retry_at = self.ctx.clock.now() + SETTLE_RETRY_S
 
