@@ -88,6 +88,7 @@ class CogServer(_ServerProcess):
         return self._wait(timeout, self.log_path)
 
 
+_pause = time.sleep  # between looks at a background build (tests replace it, not time.sleep)
 LLAMA_ENV = Path(sys.prefix) / "llama"  # where scripts/setup installs llama-cpp-python's server
 
 
@@ -110,7 +111,7 @@ def llama_python(timeout: float = 1800.0) -> str:
                                 + "\n".join(tail))
         if not _building() or time.monotonic() > deadline:
             raise LlamaMissing(f"llama-cpp-python's server is not installed in {LLAMA_ENV}: run scripts/setup")
-        time.sleep(2)
+        _pause(2)
     return str(LLAMA_ENV / "bin" / "python")
 
 

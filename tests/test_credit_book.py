@@ -10,9 +10,8 @@ import itertools
 import pytest
 
 from service.credits import rules
-from service.credits.book import HOLD_EFFECTS, LOW_BALANCE_EFFECTS, CreditBook, Unread
+from service.credits.book import CreditBook, Unread
 from service.errors import Conflict, InsufficientCredits, NotFound, Unprocessable
-from service.machines import HOLD, LOW_BALANCE
 from service.money import MAX_UC, UC
 
 LEDGER_KIND, LEDGER_AMOUNT, LEDGER_LOT, LEDGER_HOLD = 3, 4, 6, 7
@@ -62,15 +61,6 @@ class Book:
 @pytest.fixture
 def b() -> Book:
     return Book()
-
-
-def test_every_effect_of_the_hold_and_low_balance_tables_is_bound_to_a_method_of_the_book():
-    for machine, bound in ((HOLD, HOLD_EFFECTS), (LOW_BALANCE, LOW_BALANCE_EFFECTS)):
-        named = {e for _, effects in machine.table.values() for e in effects}
-        assert named, machine.name
-        assert bound.machine is machine and bound.owner_cls is CreditBook
-        assert set(bound.handlers) == named, machine.name  # none missing, none the table does not name
-        assert all(callable(getattr(CreditBook, m)) for m in bound.handlers.values())
 
 
 def test_the_book_runs_the_handlers_the_tables_name():

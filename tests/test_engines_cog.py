@@ -173,3 +173,24 @@ async def test_a_completed_webhook_that_comes_before_the_create_answer_ends_the_
         done = await drive(cog.Cog(ctx), CogEngine(urls=["http://cog"], poll_s=30), ctx, req, "http://cog", 1)
         [out] = done.outputs
     assert (out.content_type, out.width, seen) == ("image/png", 8, ["PUT /predictions/job-1"])
+
+
+async def test_a_server_of_several_slots_is_asked_only_for_the_completed_webhook(cog, tmp_path, monkeypatch):
+    """For a model of concurrency > 1 the node asks Cog for the `completed` webhook only
+    (`webhook_events_filter`): the real server accepts that filter, sends no `start`, and the
+    jobs still end through it (the one-slot test server answers the second job 409 until the
+    first is done: backpressure, as at capacity)."""
+    from service.engines.context import Context
+    real, seen = Context.deliver, []
+
+    def deliver(self, job_id, token, payload, *rest):
+        seen.append(payload.get("status"))
+        return real(self, job_id, token, payload, *rest)
+
+    monkeypatch.setattr(Context, "deliver", deliver)
+    async with engine_node(tmp_path, cog_catalog(cog.url, concurrency=2)) as n:
+        key = (await n.create_org())["api_key"]
+        rids = [(await submit(n, key, {"prompt": f"fox {i}"}, path=COG))["request_id"] for i in range(2)]
+        for rid in rids:
+            assert (await wait_status(n, key, rid))["status"] == "completed"
+    assert seen == ["succeeded", "succeeded"], seen

@@ -13,6 +13,7 @@ import pytest
 import trio
 from engine_support import cog_catalog, engine_node
 from test_generation_support import submit, wait_status
+from waiting import wait_until
 
 from service.engines.transport import Sharded, engine_client
 
@@ -118,8 +119,7 @@ async def test_a_failed_or_cancelled_request_gives_its_slot_back(server):
         scope = trio.CancelScope()
         async with trio.open_nursery() as n:
             n.start_soon(cancelled_get, scope)
-            while server.waiting < 1:
-                await trio.lowlevel.checkpoint()
+            await wait_until(lambda: server.waiting >= 1)
             assert sorted(transport.busy) == [0] * 7 + [1]
             scope.cancel()
         assert scope.cancelled_caught
@@ -131,10 +131,18 @@ async def test_a_failed_or_cancelled_request_gives_its_slot_back(server):
         assert transport.busy == [0] * 8
 
 
+def clear_proxies(monkeypatch) -> None:
+    """No proxy setting of the machine running the tests leaks into them."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
 async def test_the_engine_client_still_goes_through_an_environment_proxy(server, monkeypatch):
     """A client given its own transport drops the environment's proxies: the engine client
     mounts the shards instead, so HTTP_PROXY still applies (the counting server is the proxy
     here: an absolute-form request for a host that does not resolve reaches it)."""
+    clear_proxies(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
     async with engine_client() as c:
         r = await c.get("http://engine.invalid/x")
@@ -150,8 +158,7 @@ async def test_the_engine_client_still_goes_through_an_environment_proxy(server,
 async def test_all_proxy_applies_and_no_proxy_hosts_keep_the_shards(server, monkeypatch):
     """ALL_PROXY covers every scheme (httpx names it `all://`, the pattern the shards once
     took over); a NO_PROXY host goes direct, through the shards."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
+    clear_proxies(monkeypatch)
     monkeypatch.setenv("ALL_PROXY", f"http://127.0.0.1:{server.port}")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     async with engine_client() as c:

@@ -136,3 +136,22 @@ async def running_node(tmp_path: Path, **settings):
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def slow_captures(monkeypatch, node, seconds: float = 0.3) -> None:
+    """Every balance batch that captures a hold commits `seconds` late, in the writer's
+    thread, while the event loop keeps serving: a window in which a job's end is decided
+    and not yet committed (what a reader may see in it is the question)."""
+    import time
+
+    from service.storage import billing as bsql
+    real = bsql.persist
+
+    def persist(conn, org_id, w):
+        if any(u[0] == "captured" for u in w.hold_updates):
+            time.sleep(seconds)
+        return real(conn, org_id, w)
+
+    monkeypatch.setattr(bsql, "persist", persist)
+    monkeypatch.setattr(node.store, "inline", False)
+    monkeypatch.setattr(node.store, "_fast_path_ok", lambda: False)

@@ -17,7 +17,8 @@ from service.clock import parse_iso
 from service.errors import ActorGone, NotFound
 from service.storage import generation as gsql
 from test_generation_support import (
-    VIDEO, balance, hold_of, holds, job_row, running_node, status, submit, upload_ok, wait_hold, wait_status,
+    VIDEO, balance, hold_of, holds, job_row, running_node, slow_captures, status, submit, upload_ok, wait_hold,
+    wait_status,
 )
 from test_media_samples import image_bytes
 from waiting import settle, wait_until
@@ -445,20 +446,8 @@ async def test_the_status_route_shows_a_final_status_only_once_it_and_the_charge
     """The capture's commit is made slow (0.3 s in the writer's thread): every answer of the
     status route meanwhile is either not final, or final with its outputs stored and its hold
     captured in the database (no image URL that 404s, no completed job not yet charged)."""
-    import time
-
-    from service.storage import billing as bsql
     key = org["api_key"]
-    real = bsql.persist
-
-    def slow_capture(conn, org_id, w):
-        if any(u[0] == "captured" for u in w.hold_updates):
-            time.sleep(0.3)
-        return real(conn, org_id, w)
-
-    monkeypatch.setattr(bsql, "persist", slow_capture)
-    monkeypatch.setattr(node.store, "inline", False)  # commits in the writer's thread, the loop serving meanwhile
-    monkeypatch.setattr(node.store, "_fast_path_ok", lambda: False)
+    slow_captures(monkeypatch, node)
     rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
     seen = []
     with trio.fail_after(30):

@@ -45,5 +45,5 @@ def test_this_environments_own_package_comes_first(monkeypatch):
 
 def test_a_build_under_way_is_waited_for(llama_env, monkeypatch):
     (llama_env / "build.pid").write_text(str(os.getpid()))  # a live process: the build is running
-    monkeypatch.setattr(engine_support.time, "sleep", lambda s: (llama_env / "ready").touch())
+    monkeypatch.setattr(engine_support, "_pause", lambda s: (llama_env / "ready").touch())
     assert engine_support.llama_python() == str(llama_env / "bin" / "python")

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from sse_client import open_stream
-from test_generation_support import status, submit, wait_status
+from test_generation_support import balance, hold_of, slow_captures, status, submit, wait_status
 
 
 def job_events(rid: str) -> str:
@@ -224,22 +224,8 @@ async def test_shutdown_ends_500_open_streams(node, org, autojump_clock):
 async def test_completed_reaches_the_stream_once_the_charge_is_committed(node, org, monkeypatch):
     """A client that reads its balance when the stream says `completed` sees the charge: the
     final status is published after the hold's capture commits (made slow here), not before."""
-    import time
-
-    from service.storage import billing as bsql
-    from test_generation_support import balance, hold_of
-
     key = org["api_key"]
-    real = bsql.persist
-
-    def slow_capture(conn, org_id, w):
-        if any(u[0] == "captured" for u in w.hold_updates):
-            time.sleep(0.3)  # in the writer's thread: the commit lands 0.3 s later
-        return real(conn, org_id, w)
-
-    monkeypatch.setattr(bsql, "persist", slow_capture)
-    monkeypatch.setattr(node.store, "inline", False)  # commits in the writer's thread, the loop serving meanwhile
-    monkeypatch.setattr(node.store, "_fast_path_ok", lambda: False)
+    slow_captures(monkeypatch, node)
     rid = (await submit(node, key, {"prompt": "a hill"}))["request_id"]
     async with open_stream(node, job_events(rid), key) as s:
         events = await s.events()

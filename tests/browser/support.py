@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from serve_process import HARNESS_ENV, ServeProcess
+from waiting import wait_until_sync
 
 OPERATOR = "browser-operator-token"
 PASSWORD = "correct horse battery staple"
@@ -53,6 +54,17 @@ class Node:
             g = self.op("POST", f"/organizations/{org['organization_id']}/grants", {"credits": credits})
             assert g.status_code in (200, 201), g.text
         return org
+
+    def wait_job(self, key: str, job_id: str, timeout: float = 20.0) -> dict:
+        """The job's status once final; it must have completed (a failure says so at once,
+        with its status, instead of waiting out the timeout)."""
+        def final() -> dict | None:
+            st = self.api("GET", f"/v1/generation/requests/{job_id}/status", key).json()
+            return st if st["status"] in ("completed", "failed", "nsfw", "canceled") else None
+
+        st = wait_until_sync(final, timeout, every=0.1)
+        assert st["status"] == "completed", st
+        return st
 
     def invite(self, org_id: str, email: str, role: str) -> str:
         r = self.op("POST", f"/organizations/{org_id}/invitations", {"email": email, "role": role})

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 from playwright.sync_api import expect
-from waiting import wait_until_sync
 
 from tests.browser.support import check_page, login_new_org
 
@@ -75,8 +74,7 @@ def test_usage_chart_table_and_csv_follow_a_completed_job(page, node):
     r = node.api("POST", "/v1/generation/capabilities/image.generate", org["api_key"], json={"prompt": "a fox"})
     assert r.status_code == 202
     job_id = r.json()["request_id"]
-    wait_until_sync(lambda: node.api("GET", f"/v1/generation/requests/{job_id}/status", org["api_key"]).json()["status"]
-                    == "completed", 20, every=0.1)
+    node.wait_job(org["api_key"], job_id)
     page.goto("/billing")
     expect(page.locator("table", has_text="Usage per project per day")).to_contain_text("Default")
     assert page.locator("svg.chart rect").count() == 1

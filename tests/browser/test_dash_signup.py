@@ -20,7 +20,7 @@ def mail_link(smtp, to: str, prefix: str) -> str:
     return wait_until_sync(link, 20, every=0.05)
 
 
-def test_sign_up_confirm_wait_for_approval_then_use_studio(page, node, smtp):
+def test_sign_up_confirm_wait_for_approval_then_use_studio(page, browser, node, smtp):
     tag = uuid.uuid4().hex[:8]
     email, name = f"new-{tag}@example.test", f"Sign-up Co {tag}"
     page.goto("/signup")
@@ -30,8 +30,13 @@ def test_sign_up_confirm_wait_for_approval_then_use_studio(page, node, smtp):
     page.get_by_role("button", name="Sign up").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Check your email")
     link = mail_link(smtp, email, node.url + "/confirm?token=")
-    page.goto(link)
-    expect(page.get_by_role("heading", level=1)).to_have_text("Email confirmed")
+    mailbox = browser.new_context(base_url=node.url)  # a mail is opened where the mail is read, not in the sign-up tab
+    try:
+        opened = mailbox.new_page()
+        opened.goto(link)
+        expect(opened.get_by_role("heading", level=1)).to_have_text("Email confirmed")
+    finally:
+        mailbox.close()
 
     page.goto("/login?next=/studio")
     page.get_by_label("Email").fill(email)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import expect
-from waiting import wait_until_sync
 
 from tests.browser.studio_shots import SIZES, doc_shot
 from tests.browser.support import check_page, login_new_org
@@ -19,8 +18,7 @@ def test_a_job_is_one_line_charged_with_its_unit_and_local_times(page, node, siz
     org = login_new_org(page, node)
     key = org["api_key"]
     job = node.api("POST", "/v1/generation/capabilities/image.generate", key, json={"prompt": "a fox"}).json()["request_id"]
-    wait_until_sync(lambda: node.api("GET", f"/v1/generation/requests/{job}/status", key).json()["status"]
-                    == "completed", 20, every=0.2)
+    node.wait_job(key, job)
     kinds = [e["kind"] for e in node.api("GET", "/v1/billing/ledger", key).json()["data"] if e["job_id"] == job]
     assert sorted(kinds) == ["capture", "hold"]  # the API keeps both entries
     page.goto("/billing")

@@ -9,7 +9,6 @@ import re
 
 import pytest
 from playwright.sync_api import expect
-from waiting import wait_until_sync
 
 from tests.browser.studio_shots import SIZES, doc_shot
 from tests.browser.support import check_page, login_new_org
@@ -22,8 +21,7 @@ def make_jobs(node, key: str, n: int, prompt: str = "tile") -> list[str]:
         assert r.status_code == 202, r.text
         ids.append(r.json()["request_id"])
     for job in ids:
-        wait_until_sync(lambda: node.api("GET", f"/v1/generation/requests/{job}/status", key).json()["status"]  # noqa: B023
-                        == "completed", 20, every=0.1)
+        node.wait_job(key, job)
     return ids
 
 

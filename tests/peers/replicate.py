@@ -67,6 +67,7 @@ class Peer:
         self.predictions: dict[str, dict] = {}
         self.canceled: set[str] = set()
         self.webhook_answers: list[int] = []
+        self.webhook_answered_at: list[float] = []  # time.time() of each answer, in the same order
         self.auth_seen: list[str] = []
         self._cancel: dict[str, trio.CancelScope] = {}
         self._done: dict[str, trio.Event] = {}
@@ -127,6 +128,7 @@ class Peer:
             except httpx.HTTPError:
                 status = 0
             self.webhook_answers.append(status)
+            self.webhook_answered_at.append(time.time())
             if 200 <= status < 300:
                 return
             await trio.sleep(0.05)
