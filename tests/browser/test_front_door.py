@@ -87,8 +87,11 @@ def test_history_reflows_on_a_phone_with_times_in_the_readers_zone(browser, node
         # the feed re-renders its rows as the jobs move on: measure the rows once both are done
         expect(page.locator("tr[data-id] td.status-completed")).to_have_count(2, timeout=60_000)
         assert fits_the_width(page), "History is wider than a phone"
-        box = page.locator("tr[data-id] td[data-label=Created]").first.bounding_box()
-        assert box is not None and box["x"] + box["width"] <= WIDTHS["phone"][0], "Created falls off the screen"
+        # one evaluate measures every Created cell at once: a swap of the feed between finding a
+        # cell and measuring it (Playwright's bounding_box) would see a detached node
+        right = page.evaluate("""() => Math.max(...[...document.querySelectorAll(
+            'tr[data-id] td[data-label=Created]')].map(c => c.getBoundingClientRect().right))""")
+        assert 0 < right <= WIDTHS["phone"][0], "Created falls off the screen"
         created = page.locator("tr[data-id] td[data-label=Created] time").first
         expect(created).to_have_attribute("data-local", "1")
         assert "UTC" not in created.inner_text() and created.get_attribute("title").endswith(" UTC")
