@@ -9,6 +9,7 @@ import json
 import logging
 import time
 
+QUIET = ("httpx",)  # its warnings and errors still show
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 
@@ -31,3 +32,9 @@ def configure(level: str, fmt: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    # httpx logs every request's full URL at INFO: a query can carry a token (a presigned
+    # output URL, a webhook URL's own), and a line for each engine call cost the node a
+    # fortieth of its CPU at 64 jobs in flight (bench/README.md). httpcore's DEBUG lines name
+    # no URL and stay for DEBUG.
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)

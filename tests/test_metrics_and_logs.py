@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import start_node, stop_node
+from service import logs
 from service.logs import REQUEST_ID, JsonFormatter
 from test_generation_support import submit, wait_status
 
@@ -70,3 +72,27 @@ def test_json_log_lines_carry_the_request_id():
     assert line["level"] == "WARNING" and line["logger"] == "service.http" and line["message"] == "refused x"
     assert line["request_id"] == "req-123" and line["time"].endswith("Z")
     assert "request_id" not in json.loads(formatter.format(record))  # outside a request: none
+
+
+@pytest.fixture
+def restored_logging():
+    """logs.configure replaces the root handlers: put them (and the levels it sets) back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    quiet = {name: logging.getLogger(name).level for name in logs.QUIET}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, old in quiet.items():
+        logging.getLogger(name).setLevel(old)
+
+
+def test_an_outgoing_request_writes_no_line_with_its_url(restored_logging, capfd):
+    logs.configure("DEBUG", "plain")
+    with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(500))) as c:
+        c.get("https://outputs.example/a.png?X-Amz-Signature=sig_0123456789abcdef")
+    logging.getLogger("httpx").warning("a warning of httpx's still shows")
+    logging.getLogger("service").debug("a line of ours at DEBUG")
+    err = capfd.readouterr().err
+    assert "sig_0123456789abcdef" not in err and "HTTP Request" not in err
+    assert "a warning of httpx's still shows" in err and "a line of ours at DEBUG" in err

@@ -11,6 +11,7 @@ the data directory and the log finds:
   /v1/webhooks`, `/v1/webhooks/{id}`, `/deliveries`), and not in the database (a secret must
   be kept to sign, so it is kept sealed with the node key, a file outside the database:
   service/sealing.py); the deliveries were signed with them all the same;
+- no token of a webhook URL's query in the log (httpx would log each request's URL);
 - the same after a clean shutdown (SIGTERM, exit 0); the WAL file stays after shutdown, so
   both moments scan the database file and its WAL.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets as secrets_module
 import signal
 import stat
 from pathlib import Path
@@ -30,6 +32,7 @@ from test_webhooks_receiver import receiver
 from waiting import wait_until
 
 KEY_RE = re.compile(rb"aak_[0-9a-f]{48}")
+URL_TOKEN = "qs_" + secrets_module.token_hex(16)  # a token in a webhook URL's query: theirs, never in our log
 
 
 def files_of(data_dir: Path, log: Path) -> dict[str, bytes]:
@@ -88,7 +91,7 @@ async def test_no_key_or_webhook_secret_at_rest_or_in_logs(tmp_path):
                     hook_ids = []
                     for n in range(2):
                         r = await call("POST", "/v1/webhooks", owner,
-                                       json={"url": rx.url(f"/ok?org={i}&n={n}"),
+                                       json={"url": rx.url(f"/ok?org={i}&n={n}&token={URL_TOKEN}"),
                                              "events": ["api_key.created", "api_key.revoked", "member.joined"],
                                              "description": "secrets test"})
                         assert r.status_code == 201, r.text
@@ -137,6 +140,8 @@ async def test_no_key_or_webhook_secret_at_rest_or_in_logs(tmp_path):
 
     log_text = stopped["log"].decode(errors="replace")
     assert " DEBUG " in log_text, "the server did not log at DEBUG level"
+    assert any(URL_TOKEN in h.target for h in rx.hits)  # the URL with its token was called
+    assert URL_TOKEN not in log_text
     for label, files in (("running", running), ("stopped", stopped)):
         found = scan(files, keys + ["aak_" + "f" * 48], secrets)
         assert found["key_pattern"] == [], (label, found["key_pattern"][:5])
