@@ -23,7 +23,6 @@ from service import crash
 from service.clock import Clock
 from service.config import Settings
 from service.descriptors import quiet_accept_loop, raise_nofile
-from service.http import head_with_body
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.local_node import ensure_operator_token, write_url
@@ -99,7 +98,6 @@ async def _end_streams_at(shutdown: trio.Event, node) -> None:
 
 
 def hypercorn_config(settings: Settings, sock: socket.socket | None = None) -> Config:
-    head_with_body.install()  # an answer's head and body in one write (service/http/head_with_body.py)
     cfg = Config()
     # a pre-bound socket is handed over by its descriptor (Hypercorn owns it from then on)
     cfg.bind = [f"fd://{sock.detach()}"] if sock is not None else [f"{settings.host}:{settings.port}"]
