@@ -14,6 +14,8 @@ its home shard (many servers spread over the shards, as they shared the one pool
 server running 64 jobs fills the shards evenly. Each shard's pool is then small, and a
 response's connection goes back to its shard's pool when the response is closed.
 
+Each shard's connections send a request's head and body in one write (`one_send`).
+
 `engine_client` makes it the client's transport, for every URL no environment proxy covers
 (NO_PROXY hosts included), and mounts a proxy transport per proxy the environment names
 (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), read by httpx's own reader: a client given a
@@ -22,10 +24,14 @@ response's connection goes back to its shard's pool when the response is closed.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 
+import httpcore
 import httpx
 from httpx._utils import get_environment_proxies  # the reader httpx uses for a client of its own
+
+from .one_send import OneSendBackend
 
 SHARDS = 8
 MAX_CONNECTIONS, MAX_KEEPALIVE = 256, 64
@@ -48,7 +54,7 @@ class Sharded(httpx.AsyncBaseTransport):
         per = httpx.Limits(max_connections=-(-max_connections // shards),
                            max_keepalive_connections=-(-max_keepalive_connections // shards))
         tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
-        self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=per) for _ in range(shards)]
+        self.shards = [_shard(tls, per) for _ in range(shards)]
         self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
         self.spill_at = per.max_keepalive_connections or 1  # in flight before a server tries the next shard
 
@@ -78,6 +84,18 @@ class Sharded(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         for shard in self.shards:
             await shard.aclose()
+
+
+def _shard(tls: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """An httpx transport whose pool sends each request in one write (`one_send`). httpx
+    does not take a network backend, so its pool is replaced by the same pool with one
+    (as httpx 0.28 builds it for a transport without a proxy)."""
+    shard = httpx.AsyncHTTPTransport(verify=tls, limits=limits)
+    shard._pool = httpcore.AsyncConnectionPool(
+        ssl_context=tls, max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
+        network_backend=OneSendBackend())
+    return shard
 
 
 class _Counted(httpx.AsyncByteStream):

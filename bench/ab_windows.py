@@ -1,0 +1,127 @@
+"""Two versions of the node compared in short alternating windows, for a change of a few
+per cent that whole runs cannot show.
+
+This machine's speed drifts by 15 % or more over minutes (bench/README.md, "This machine's
+speed drifts"), so two whole `engines.py` runs a few minutes apart differ by more than most
+changes do. Here both versions run at once, each with its own instant Cog server
+(bench/instant_engine.py), and each is driven in turn for one window: `--jobs` jobs at 64
+in flight, as `jobs_per_s_instant_64` (bench/jobdriver.py). Only the node being driven
+works; the other waits idle. The order flips each pair (A B, B A, A B, ...), so a drift
+within a pair favours neither.
+
+Per window: jobs/s and the node's CPU per job (/proc: every thread). Printed: each
+version's median, and for each figure the median of the pairs' B/A ratios with how many
+pairs moved each way. The last line is one JSON object.
+
+    .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640]
+
+A TREE is a checkout of the project (`git worktree add /tmp/a COMMIT`) with a `.venv`
+(a link to this one's will do); its node runs its own code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+# Runs in each version's own process, from its tree: its bench code, its service package.
+CHILD = r"""
+import json, os, sys, tempfile, time
+from pathlib import Path
+tree = sys.argv[1]
+sys.path[:0] = [f"{tree}/bench", f"{tree}/tests", tree]
+os.chdir(tree)
+import trio
+import jobdriver
+from engines import cpu_s
+from instant_engine import MODEL, SLOTS, instant_node
+from server import create_org
+
+with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, op, data, cog):
+    host, port = url.removeprefix("http://").split(":")
+    key = create_org(url, op, "ab")["api_key"]
+    n = 0
+
+    def body(i):
+        return {"prompt": f"window job {i}"}
+
+    def window(jobs):
+        global n
+        c0, t0 = cpu_s(node.pid), time.perf_counter()
+        r = trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(n + i))
+        wall = time.perf_counter() - t0
+        n += jobs
+        if r["errors"] or len(r["statuses"]) != jobs:
+            raise SystemExit(f"window failed: {r['errors'][:3]}")
+        return {"jobs_per_s": jobs / wall, "node_ms_per_job": (cpu_s(node.pid) - c0) * 1000 / jobs}
+
+    window(SLOTS * 2)  # warm-up
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(window(int(line))), flush=True)
+"""
+
+
+class Version:
+    def __init__(self, tree: str) -> None:
+        self.tree = str(Path(tree).resolve())
+        self.proc = subprocess.Popen([f"{self.tree}/.venv/bin/python", "-c", CHILD, self.tree], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{tree}: the node did not start")
+        self.windows: list[dict] = []
+
+    def window(self, jobs: int) -> dict:
+        self.proc.stdin.write(f"{jobs}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{self.tree}: the window failed")
+        w = json.loads(line)
+        self.windows.append(w)
+        return w
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def compare(a: list[dict], b: list[dict], field: str) -> dict:
+    ratios = [y[field] / x[field] for x, y in zip(a, b)]
+    return {f"a_{field}": round(statistics.median(w[field] for w in a), 2),
+            f"b_{field}": round(statistics.median(w[field] for w in b), 2),
+            f"b_vs_a_{field}": round(statistics.median(ratios), 3),
+            f"pairs_b_higher_{field}": sum(r > 1 for r in ratios), f"pairs_b_lower_{field}": sum(r < 1 for r in ratios)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tree_a")
+    ap.add_argument("tree_b")
+    ap.add_argument("--pairs", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=640, help="jobs per window (64 in flight)")
+    args = ap.parse_args()
+    load = os.getloadavg()[0]
+    a, b = Version(args.tree_a), Version(args.tree_b)
+    try:
+        for i in range(args.pairs):
+            first, second = (a, b) if i % 2 == 0 else (b, a)
+            w1, w2 = first.window(args.jobs), second.window(args.jobs)
+            wa, wb = (w1, w2) if first is a else (w2, w1)
+            print(f"pair {i + 1}: A {wa['jobs_per_s']:.1f} jobs/s {wa['node_ms_per_job']:.2f} ms/job | "
+                  f"B {wb['jobs_per_s']:.1f} jobs/s {wb['node_ms_per_job']:.2f} ms/job", file=sys.stderr)
+    finally:
+        a.stop()
+        b.stop()
+    out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "load_at_start": round(load, 2),
+           **compare(a.windows, b.windows, "jobs_per_s"), **compare(a.windows, b.windows, "node_ms_per_job")}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
