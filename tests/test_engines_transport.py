@@ -15,7 +15,7 @@ from engine_support import cog_catalog, engine_node
 from test_generation_support import submit, wait_status
 from waiting import wait_until
 
-from service.engines.transport import Sharded, engine_client
+from service.engines.transport import Sharded, engine_client, send_plain
 
 
 class Server:
@@ -203,3 +203,34 @@ async def test_jobs_through_cog_reuse_the_engine_connection(cog, tmp_path):
             opened.append(len(sockets_to(cog.port) - before))
     assert opened[0] >= 1
     assert opened == [opened[0]] * 4, opened  # no new connection after the first job
+
+
+async def test_a_plain_send_is_read_in_full_and_keeps_its_connection(server):
+    async with engine_client() as c:
+        for _ in range(3):
+            r = await send_plain(c, "PUT", f"http://127.0.0.1:{server.port}/predictions/1", json={"input": {}},
+                                 headers={"Prefer": "respond-async"}, timeout=5)
+            assert r.status_code == 200 and r.text == "ok" and r.is_closed
+            assert r.request.method == "PUT" and r.request.headers["prefer"] == "respond-async"
+            assert r.request.headers["content-type"] == "application/json"
+        assert server.accepted == 1
+        assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]  # the slot given back
+
+
+async def test_a_plain_send_goes_through_an_environment_proxy(server, monkeypatch):
+    clear_proxies(monkeypatch)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
+    async with engine_client() as c:
+        r = await send_plain(c, "PUT", "http://engine.invalid/predictions/1", json={}, timeout=5)
+        assert r.text == "ok" and server.accepted == 1
+
+
+async def test_a_plain_send_fails_with_the_clients_own_errors(server, monkeypatch, autojump_clock):
+    clear_proxies(monkeypatch)
+    async with engine_client() as c:
+        with pytest.raises(httpx.ConnectError):  # nothing listens on the discard port
+            await send_plain(c, "PUT", "http://127.0.0.1:9/predictions/1", json={}, timeout=5)
+        server.hold = 2  # the one request waits for a second that never comes: no answer
+        with pytest.raises(httpx.ReadTimeout):
+            await send_plain(c, "PUT", f"http://127.0.0.1:{server.port}/predictions/1", json={}, timeout=3)
+        assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]

@@ -36,6 +36,7 @@ from . import common
 from .common import Incomplete, Unreachable, bound_inputs, check, collect, patiently
 from .context import Context, Hooks
 from .protocol import Job
+from .transport import send_plain
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ class CogJob:
         http, where = self.ctx.http, f"{self.url}/predictions/{self.req.job_id}"
         wait = BUSY_RETRY_S[0]
         while True:
-            resp = await patiently(lambda: http.put(where, json=body, headers={"Prefer": "respond-async"},
-                                                    timeout=self.cfg.timeout_s))
+            resp = await patiently(lambda: send_plain(http, "PUT", where, json=body, timeout=self.cfg.timeout_s,
+                                                      headers={"Prefer": "respond-async"}))
             if resp.status_code != 409:
                 answer: dict[str, Any] = check(resp).json()
                 return answer

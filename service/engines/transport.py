@@ -15,6 +15,7 @@ server running 64 jobs fills the shards evenly. Each shard's pool is then small,
 response's connection goes back to its shard's pool when the response is closed.
 
 Each shard's connections send a request's head and body in one write (`one_send`).
+`send_plain` skips the client's layers for the hottest engine call.
 
 `engine_client` makes it the client's transport, for every URL no environment proxy covers
 (NO_PROXY hosts included), and mounts a proxy transport per proxy the environment names
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpcore
 import httpx
@@ -47,6 +49,25 @@ def engine_client() -> httpx.AsyncClient:
     # no `limits=` here: a client given its transport and mounts does not read it
     return httpx.AsyncClient(follow_redirects=False, timeout=30.0,
                              transport=Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE), mounts=proxies)
+
+
+async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: Any = None,
+                     headers: dict[str, str] | None = None, timeout: float) -> httpx.Response:
+    """One request, read in full, handed straight to the transport `client` routes its URL
+    to (its shards, or the environment's proxy): without the client's own layers (cookies,
+    the auth flow, redirects, default headers, event hooks), which cost about 5 % of the
+    node's CPU a job on the one engine call every Cog job makes (bench/README.md,
+    "Throughput IV"). Only for calls that need none of them. Errors are httpx's own, as from
+    the client (the transport maps httpcore's)."""
+    request = httpx.Request(method, url, json=json, headers=headers,
+                            extensions={"timeout": httpx.Timeout(timeout).as_dict()})
+    response = await client._transport_for_url(request.url).handle_async_request(request)
+    response.request = request
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
+    return response
 
 
 class Sharded(httpx.AsyncBaseTransport):
