@@ -55,7 +55,7 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
                      headers: dict[str, str] | None = None, timeout: float) -> httpx.Response:
     """One request, read in full, handed straight to the transport `client` routes its URL
     to (its shards, or the environment's proxy): without the client's own layers (cookies,
-    the auth flow, redirects, default headers, event hooks), which cost about 5 % of the
+    the auth flow, redirects, default headers, event hooks), which cost about 9 % of the
     node's CPU a job on the one engine call every Cog job makes (bench/README.md,
     "Throughput IV"). Only for calls that need none of them. Errors are httpx's own, as from
     the client (the transport maps httpcore's)."""
