@@ -1,6 +1,7 @@
 """The engine client's sharded connection pool (service/engines/transport.py): connections
 are reused across requests, the shards share the load, a shard's slot is given back
-however a request ends."""
+however a request ends; a plain send goes the client's route; each request leaves in one
+socket write (service/engines/one_send.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from functools import partial
 from pathlib import Path
 
+import httpcore
 import httpx
 import pytest
 import trio
@@ -15,16 +17,18 @@ from engine_support import cog_catalog, engine_node
 from test_generation_support import submit, wait_status
 from waiting import wait_until
 
+from service.engines import one_send
 from service.engines.transport import Sharded, engine_client, send_plain
 
 
 class Server:
-    """An HTTP/1.1 keep-alive server on loopback that counts the connections it accepts;
-    with `hold`, answers nothing until that many requests wait (so they are in flight
-    together)."""
+    """An HTTP/1.1 keep-alive server on loopback that counts the connections it accepts and
+    reads each request's body (Content-Length), keeping its size in `bodies`; with `hold`,
+    answers nothing until that many requests wait (so they are in flight together)."""
 
     def __init__(self) -> None:
         self.accepted = 0
+        self.bodies: list[int] = []
         self.hold = 0
         self.waiting = 0
         self.go = trio.Event()
@@ -44,7 +48,16 @@ class Server:
                     if not data:
                         return
                     buf += data
-                _, buf = buf.split(b"\r\n\r\n", 1)
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(buf) < length:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    buf += data
+                buf = buf[length:]
+                self.bodies.append(length)
                 if self.hold:
                     self.waiting += 1
                     if self.waiting >= self.hold:
@@ -213,7 +226,7 @@ async def test_a_plain_send_is_read_in_full_and_keeps_its_connection(server):
             assert r.status_code == 200 and r.text == "ok" and r.is_closed
             assert r.request.method == "PUT" and r.request.headers["prefer"] == "respond-async"
             assert r.request.headers["content-type"] == "application/json"
-        assert server.accepted == 1
+        assert server.accepted == 1 and server.bodies == [len(b'{"input":{}}')] * 3
         assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]  # the slot given back
 
 
@@ -225,12 +238,98 @@ async def test_a_plain_send_goes_through_an_environment_proxy(server, monkeypatc
         assert r.text == "ok" and server.accepted == 1
 
 
-async def test_a_plain_send_fails_with_the_clients_own_errors(server, monkeypatch, autojump_clock):
+async def test_a_plain_send_fails_with_the_clients_own_errors(server, monkeypatch, autojump_clock, socket_writes):
     clear_proxies(monkeypatch)
     async with engine_client() as c:
         with pytest.raises(httpx.ConnectError):  # nothing listens on the discard port
             await send_plain(c, "PUT", "http://127.0.0.1:9/predictions/1", json={}, timeout=5)
+        assert socket_writes == []
         server.hold = 2  # the one request waits for a second that never comes: no answer
         with pytest.raises(httpx.ReadTimeout):
             await send_plain(c, "PUT", f"http://127.0.0.1:{server.port}/predictions/1", json={}, timeout=3)
         assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]
+
+
+# One write per request (service/engines/one_send.py), counted where writes reach the socket
+
+
+class Recorded(httpcore.AsyncNetworkStream):
+    """A stream that logs each write it passes on."""
+
+    def __init__(self, inner, writes: list[bytes]) -> None:
+        self.inner, self.writes = inner, writes
+
+    async def read(self, max_bytes, timeout=None):
+        return await self.inner.read(max_bytes, timeout)
+
+    async def write(self, buffer, timeout=None):
+        self.writes.append(bytes(buffer))
+        await self.inner.write(buffer, timeout)
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+    def get_extra_info(self, info):
+        return self.inner.get_extra_info(info)
+
+
+@pytest.fixture
+def socket_writes(monkeypatch) -> list[bytes]:
+    """Every write the engine client's connections make to their sockets."""
+    writes: list[bytes] = []
+    connect = httpcore.TrioBackend.connect_tcp
+
+    async def recorded(self, *args, **kwargs):
+        return Recorded(await connect(self, *args, **kwargs), writes)
+
+    monkeypatch.setattr(httpcore.TrioBackend, "connect_tcp", recorded)
+    return writes
+
+
+async def test_the_engine_client_sends_each_request_in_one_write(server, socket_writes):
+    bodies = [f'{{"input":{{"prompt":"{"x" * i}"}}}}' for i in range(3)]
+    async with engine_client() as c:
+        for i in range(3):
+            r = await c.put(f"http://127.0.0.1:{server.port}/predictions/{i}", json={"input": {"prompt": "x" * i}})
+            assert r.status_code == 200 and r.text == "ok"
+    assert server.bodies == [len(b) for b in bodies] and server.accepted == 1
+    assert len(socket_writes) == 3
+    for i, w in enumerate(socket_writes):
+        assert w.startswith(f"PUT /predictions/{i} HTTP/1.1\r\n".encode()) and w.endswith(bodies[i].encode())
+
+
+async def test_a_body_past_the_flush_size_goes_out_without_waiting_for_the_read(server, socket_writes):
+    big = b"y" * (one_send.FLUSH_AT * 3)
+    async with engine_client() as c:
+        r = await c.post(f"http://127.0.0.1:{server.port}/upload", content=big)
+    assert r.text == "ok" and server.bodies == [len(big)]
+    assert len(socket_writes) == 1 and socket_writes[0].endswith(big)  # head and body: past FLUSH_AT, at once
+
+
+class Failing(httpcore.AsyncNetworkStream):
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def write(self, buffer, timeout=None):
+        raise httpcore.WriteError("the engine reset the connection")
+
+    async def read(self, max_bytes, timeout=None):  # pragma: no cover - never reached
+        raise AssertionError("read before the write was flushed")
+
+    async def aclose(self):
+        self.closed = True
+
+
+async def test_a_write_that_fails_raises_write_error_from_the_read_that_flushes_it():
+    stream = one_send.OneSendStream(Failing())
+    await stream.write(b"PUT /predictions/1 HTTP/1.1\r\n\r\n")  # held: nothing sent yet
+    with pytest.raises(httpcore.WriteError, match="the engine reset the connection"):
+        await stream.read(65536)
+
+
+async def test_closing_drops_what_was_never_sent():
+    inner = Failing()
+    stream = one_send.OneSendStream(inner)
+    await stream.write(b"head")
+    await stream.aclose()  # no write attempted, so no WriteError
+    assert inner.closed and stream.pending == []
