@@ -33,7 +33,9 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    server and of this load generator beside it, and how busy the three kept the cores; and
    `cog_alone_per_s_64`, the same Cog server driven alone as the node drives it (async
    creates, completed webhooks to a bare receiver: bench/cog_alone.py), the engine's own
-   bound on this machine, with `jobs_vs_cog_alone_64`. `--quick` runs this part only.
+   bound on this machine, with `jobs_vs_cog_alone_64`. Then the same on a fresh node whose
+   model has `outcome = "response"` (the PUT answers the prediction's end, no webhook:
+   docs/engines.md): the same figures ending in `_response`. `--quick` runs this part only.
 
 Every job runs in an organization of its own level; at the end each organization's
 holds and balance are checked: `lost` counts jobs not completed or holds not captured,
@@ -335,15 +337,23 @@ def main() -> None:
 
 
 def instant_part(tmp: Path, jobs: int) -> dict:
-    """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog."""
+    """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog;
+    then again on a fresh node whose model takes the outcome from the PUT's answer
+    (`outcome = "response"`, docs/engines.md): the same figures with `_response` appended."""
     tmp.mkdir(parents=True, exist_ok=True)
-    with instant_node(tmp) as (node, url, op, _data, _cog):
+    with instant_node(tmp, outcome="webhook") as (node, url, op, _data, _cog):
         alone = trio.run(cog_alone.predictions_per_s, _cog.url, jobs)  # the node idle meanwhile
         out = trio.run(measure_instant, url, op, jobs, _data, node.pid, _cog.proc.pid)
     out.update(alone)
     out["jobs_vs_cog_alone_64"] = round(out["jobs_per_s_instant_64"] / max(alone["cog_alone_per_s_64"], 0.1), 3)
     print(f"the same Cog alone (64 in flight, completed webhooks to a bare receiver): {alone['cog_alone_per_s_64']} "
           f"predictions/s; jobs through the node over that: {out['jobs_vs_cog_alone_64']}")
+    print('the same with outcome = "response" (the PUT answers the prediction\'s end; no webhook):')
+    with instant_node(tmp / "response", outcome="response") as (node, url, op, _data, _cog):
+        resp = trio.run(measure_instant, url, op, jobs, _data, node.pid, _cog.proc.pid)
+    out["lost"] += resp.pop("lost")
+    out["double_charged"] += resp.pop("double_charged")
+    out.update({f"{k}_response": v for k, v in resp.items() if k not in ("instant_jobs", "load_at_start")})
     return out
 
 

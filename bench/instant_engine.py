@@ -44,20 +44,25 @@ class InstantCog(CogServer):
         return self._wait(timeout, self.log_path)
 
 
-def catalog_entry(url: str, price: str = "0.01") -> str:
+def catalog_entry(url: str, price: str = "0.01", outcome: str = "webhook") -> str:
+    """`outcome`: how the prediction's end reaches the node (docs/engines.md, Cog)."""
     return (f'[[models]]\nid = "{MODEL}"\ncapability = "image.generate"\nbackend = "cog"\nresolutions = ["1k"]\n'
             f'concurrency = {SLOTS}\nprices = [{{ resolution = "1k", credits = "{price}" }}]\n'
-            f'[models.engine]\nurls = ["{url}"]\n[models.engine.bind]\nprompt = "prompt"\nseed = "seed"\n')
+            f'[models.engine]\nurls = ["{url}"]\noutcome = "{outcome}"\n'
+            f'[models.engine.bind]\nprompt = "prompt"\nseed = "seed"\n')
 
 
 @contextmanager
-def instant_node(tmp: Path, extra_env: dict | None = None):
-    """(node, url, operator_token, data_dir, cog) with only the instant Cog model."""
+def instant_node(tmp: Path, extra_env: dict | None = None, outcome: str | None = None):
+    """(node, url, operator_token, data_dir, cog) with only the instant Cog model; `outcome`
+    defaults to BENCH_COG_OUTCOME, else "webhook" (the node's default)."""
     from server import start_server
 
+    tmp.mkdir(parents=True, exist_ok=True)
     cog = InstantCog(tmp / "cog-instant.log").start()
     try:
-        (tmp / "catalog.toml").write_text(catalog_entry(cog.url))
+        outcome = outcome or os.environ.get("BENCH_COG_OUTCOME", "webhook")
+        (tmp / "catalog.toml").write_text(catalog_entry(cog.url, outcome=outcome))
         port = free_port()
         node, url, op, data = start_server({"GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml"),
                                             "GENSERVICE_PORT": str(port),

@@ -19,7 +19,11 @@ each on a fresh node and after a warm-up of 64 jobs, the node measured over the 
    Python code more than C code, so the split is an estimate; the raw profiled figures are
    printed too). The other threads are one area of their own (cProfile sees one thread).
 
-    .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25]
+    .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25] [--sites 40]
+
+`--sites N` also records, in pass 1, where each task step ended (the task's innermost
+awaits) and prints the N most frequent: which awaits cost the steps. BENCH_COG_OUTCOME=response
+profiles the model with `outcome = "response"` (docs/engines.md) instead of the webhook.
 
 The last line is one JSON object. Needs no profiler installed beyond the standard library.
 """
@@ -125,10 +129,11 @@ def wait_report(out: Path, timeout: float = 60.0) -> dict:
     raise RuntimeError(f"the node wrote no window.json in {out}")
 
 
-def one_pass(mode: str, tmp: Path, jobs: int) -> dict:
+def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False) -> dict:
     out = tmp / mode
     out.mkdir(parents=True)
     env = {"GENSERVICE_BENCH_PROFILE": mode, "GENSERVICE_BENCH_PROFILE_DIR": str(out),
+           "GENSERVICE_BENCH_SITES": "1" if sites else "0",
            "PYTHONPATH": os.pathsep.join([str(HERE / "profiling"), os.environ.get("PYTHONPATH", "")])}
     with instant_node(out, env) as (node, url, op, _data, _cog):
         host, port = url.removeprefix("http://").split(":")
@@ -168,10 +173,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=640, help="measured jobs per pass (after 64 of warm-up)")
     ap.add_argument("--top", type=int, default=25, help="functions printed, by own CPU")
+    ap.add_argument("--sites", type=int, default=0,
+                    help="also print the N places task steps most often suspend at (pass 1, a little slower)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     load0 = os.getloadavg()
-    cpu = one_pass("cpu", tmp, args.jobs)
+    cpu = one_pass("cpu", tmp, args.jobs, sites=args.sites > 0)
     prof = one_pass("profile", tmp, args.jobs)
     n = max(cpu["jobs"], 1)
     main_ms = cpu["main_thread_cpu_s"] * 1000 / n
@@ -209,6 +216,10 @@ def main() -> None:
           f"the instrument) {(cpu['main_thread_cpu_s_fine'] - step_total) * 1000 / n:.2f} ms per job")
     for name, t in tasks[:12]:
         print(f"  {t * 1000 / n:7.3f} ms/job  {cpu['task_steps'][name] / n:6.2f} steps/job  {name}")
+    if args.sites:
+        print(f"\nwhere task steps suspend (task @ its innermost awaits), steps per job, top {args.sites}:")
+        for where, count in sorted(cpu["sites"].items(), key=lambda kv: -kv[1])[:args.sites]:
+            print(f"  {count / n:6.2f}  {where}")
     final = {"jobs_per_s_instant_64": round(cpu["jobs"] / cpu["client_wall_s"], 1),
              "cpu_ms_per_job": round(main_ms + other_ms, 3), "trio_thread_ms_per_job": round(main_ms, 3),
              "other_threads_ms_per_job": round(other_ms, 3), "commits_per_job": round(cpu["commits"] / n, 3),

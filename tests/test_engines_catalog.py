@@ -81,6 +81,8 @@ def test_a_complete_comfyui_model_loads_with_its_graph(tmp_path):
      "model 'm1': engine.urls: List should have at least 1 item after validation, not 0"),
     (model("cog", '[models.engine]\nurls = ["http://a"]\ntoken = "x"\n'),
      "model 'm1': engine.token: Extra inputs are not permitted"),
+    (model("cog", '[models.engine]\nurls = ["http://a"]\noutcome = "poll"\n'),
+     "model 'm1': engine.outcome: Input should be 'webhook' or 'response'"),
     (model("replicate", '[models.engine]\nmodel = "acme/sdxl"\ntoken_env = "GENSERVICE_TEST_UNSET_TOKEN"\n'),
      "model 'm1': engine.token_env: the variable GENSERVICE_TEST_UNSET_TOKEN is not set"),
     (model("replicate", '[models.engine]\ntoken_env = "GENSERVICE_TEST_UNSET_TOKEN"\n'),

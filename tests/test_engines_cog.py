@@ -194,3 +194,119 @@ async def test_a_server_of_several_slots_is_asked_only_for_the_completed_webhook
         for rid in rids:
             assert (await wait_status(n, key, rid))["status"] == "completed"
     assert seen == ["succeeded", "succeeded"], seen
+
+
+RESPONSE = 'outcome = "response"'
+
+
+async def test_response_mode_takes_the_outcome_from_the_put_answer_with_no_webhook(cog, tmp_path, monkeypatch):
+    """`outcome = "response"`: the PUT waits for the prediction and answers its end. No
+    webhook is asked for or sent, so a node Cog cannot reach still completes the job. The
+    answer may take longer than `timeout_s` (a bound per call, not on the prediction)."""
+    from service.engines.context import Context
+    real, hooks = Context.deliver, []
+
+    def deliver(self, *args, **kw):
+        hooks.append(args)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Context, "deliver", deliver)
+    async with engine_node(tmp_path, cog_catalog(cog.url, extra=RESPONSE + "\ntimeout_s = 0.5")) as n:
+        n.parts.settings.base_url = "http://127.0.0.1:9"  # the discard port: no webhook could arrive
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, {"prompt": "a red fox [slow:1.5]", "seed": 7}, path=COG))["request_id"]
+        st = await wait_status(n, key, rid)
+        assert (st["status"], st["error"]) == ("completed", None)
+        r = await n.call("GET", st["outputs"][0]["url"].removeprefix("http://testserver"), key)
+        r = await n.call("GET", r.headers["Location"].removeprefix("http://testserver"), None)
+        from io import BytesIO
+
+        from PIL import Image
+        digest = hashlib.sha256(b"7:a red fox [slow:1.5]").digest()
+        assert Image.open(BytesIO(await r.get_data())).convert("RGB").getpixel((0, 0)) == tuple(digest[:3])
+        assert (await wait_hold(n, key, rid, "captured"))["amount"] == "3.00"
+        assert (await balance(n, key))["available"] == "197.00"
+    assert hooks == []
+
+
+async def test_response_mode_failures_and_cancel(cog, tmp_path):
+    async with engine_node(tmp_path, cog_catalog(cog.url, extra=RESPONSE)) as n:
+        key = (await n.create_org())["api_key"]
+        failed = (await submit(n, key, {"prompt": "x [fail]"}, path=COG))["request_id"]
+        assert ((await wait_status(n, key, failed))["error"]) == INCOMPLETE
+        empty = (await submit(n, key, {"prompt": "x [empty]"}, path=COG))["request_id"]
+        assert ((await wait_status(n, key, empty))["error"]) == NO_OUTPUT
+        rid = (await submit(n, key, {"prompt": "long [slow:30]"}, path=COG))["request_id"]
+        await wait_status(n, key, rid, wanted=("rendering",))
+        await wait_until(lambda: health_is(cog.url, "BUSY"), 10, every=0.05)
+        r = await n.call("POST", f"/v1/generation/requests/{rid}/cancel", key)
+        assert r.status_code == 200 and (await r.get_json())["status"] == "canceled"
+        await wait_until(lambda: health_is(cog.url, "READY"), 15, every=0.1)  # stopped, not left to run 30 s
+        for done in (failed, empty, rid):
+            await wait_hold(n, key, done, "released")
+        assert (await balance(n, key))["available"] == "200.00"
+
+
+async def test_response_mode_a_server_killed_mid_job_fails_it_as_unavailable(tmp_path, short_retries):
+    server = CogServer(tmp_path / "cog.log").start()
+    try:
+        async with engine_node(tmp_path, cog_catalog(server.url, extra=RESPONSE)) as n:
+            key = (await n.create_org())["api_key"]
+            rid = (await submit(n, key, {"prompt": "doomed [slow:60]"}, path=COG))["request_id"]
+            await wait_status(n, key, rid, wanted=("rendering",))
+            await wait_until(lambda: health_is(server.url, "BUSY"), 10, every=0.05)
+            server.stop()
+            st = await wait_status(n, key, rid, timeout=30)
+            assert (st["status"], st["error"]) == ("failed", UNAVAILABLE)
+            await wait_hold(n, key, rid, "released")
+            assert (await balance(n, key))["available"] == "200.00"
+    finally:
+        server.stop()
+
+
+async def test_response_mode_runs_again_a_prediction_no_request_follows(cog, tmp_path):
+    """A PUT answered 202 (its id runs, started by an earlier request that is gone, as after
+    a node restart before Cog saw the connection close): that prediction is cancelled and
+    this job's own input runs. The picture is the one of this job's prompt."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from service.backends.base import RenderRequest
+    from service.catalog.engines import CogEngine
+    from service.engines import cog as cog_engine
+    from service.engines.context import Context
+    from service.engines.drive import drive
+    from service.engines.transport import engine_client
+
+    async with httpx.AsyncClient() as c:
+        r = await c.put(f"{cog.url}/predictions/job-orphan", json={"input": {"prompt": "orphan [slow:30]"}},
+                        headers={"Prefer": "respond-async"})
+        assert r.status_code == 202
+    async with engine_client() as http:
+        ctx = Context(http, lambda: "http://127.0.0.1:9", b"s" * 32, lambda *a: None)
+        req = RenderRequest("job-orphan", "image.generate", "cog-image", "cog", "a fox", 7, None, "1k", None, {},
+                            tmp_path, True)
+        cfg = CogEngine(urls=[cog.url], outcome="response", bind={"prompt": "prompt", "seed": "seed"})
+        done = await drive(cog_engine.Cog(ctx), cfg, ctx, req, cog.url, 1)
+    [out] = done.outputs
+    pixel = Image.open(BytesIO(out.path.read_bytes())).convert("RGB").getpixel((0, 0))
+    assert pixel == tuple(hashlib.sha256(b"7:a fox").digest()[:3])
+    assert await health(cog.url) == "READY"
+
+
+async def test_response_mode_a_node_restart_runs_the_prediction_again_and_charges_once(cog, tmp_path):
+    """A stopping node closes the PUT's connection and Cog cancels the prediction (response
+    mode's price, docs/engines.md); the restarted node runs it again and charges it once."""
+    catalog = cog_catalog(cog.url, extra=RESPONSE)
+    async with engine_node(tmp_path / "n", catalog) as n1:
+        key = (await n1.create_org())["api_key"]
+        rid = (await submit(n1, key, {"prompt": "fox [slow:1]", "seed": 3}, path=COG))["request_id"]
+        await wait_status(n1, key, rid, wanted=("rendering",))
+        await wait_until(lambda: health_is(cog.url, "BUSY"), 10, every=0.05)
+    await wait_until(lambda: health_is(cog.url, "READY"), 10, every=0.05)  # cancelled with its connection
+    async with engine_node(tmp_path / "n", catalog) as n2:
+        st = await wait_status(n2, key, rid)
+        assert (st["status"], st["error"]) == ("completed", None)
+        assert (await wait_hold(n2, key, rid, "captured"))["amount"] == "3.00"
+        assert (await balance(n2, key))["available"] == "197.00"

@@ -16,7 +16,7 @@ from PIL import Image
 
 from service.backends.base import RenderRequest
 from service.catalog.engines import CogEngine
-from service.engines import cog
+from service.engines import cog, common
 from service.engines.context import Context
 from service.engines.drive import drive
 
@@ -176,3 +176,52 @@ async def test_a_server_of_several_slots_sends_only_the_completed_webhook(tmp_pa
             ctx.deliver(job_id, ctx.token(job_id), {"status": "succeeded", "output": png()})
     filters = {body["id"]: body["webhook_events_filter"] for body in server.created}
     assert filters == {"job-1": ["start", "completed"], "job-8": ["completed"]}
+
+
+async def test_response_mode_sends_no_webhook_and_no_prefer(tmp_path, autojump_clock):
+    """`outcome = "response"`: the PUT asks for no webhook and no async answer, and its
+    answer is the outcome (no health check was needed)."""
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        await trio.sleep(3)  # the prediction runs; the PUT's answer waits for it
+        return httpx.Response(200, json={"id": "job-1", "status": "succeeded", "output": png()})
+
+    ctx = Context(httpx.AsyncClient(transport=httpx.MockTransport(handler)), lambda: "http://node",
+                  b"hook-secret", lambda *args: None)
+    cfg = CogEngine(urls=["http://cog"], poll_s=5.0, timeout_s=1.0, outcome="response")
+    async with ctx.http:
+        result = await drive(cog.Cog(ctx), cfg, ctx, request(tmp_path, "job-1"), "http://cog", 8)
+    assert len(result.outputs) == 1
+    [put] = seen
+    assert (put.method, put.url.path) == ("PUT", "/predictions/job-1")
+    assert "prefer" not in put.headers
+    assert json.loads(put.content) == {"id": "job-1", "input": {}}
+
+
+async def test_response_mode_a_hung_server_fails_the_job_as_unreachable(tmp_path, autojump_clock):
+    """A server that hangs keeps the PUT's connection open and never answers it: its failing
+    health checks end the job as unreachable after sum(RETRY_S), as in webhook mode."""
+    calls = {"put": 0, "checks": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health-check":
+            calls["checks"] += 1
+            raise httpx.ConnectTimeout("timed out", request=request)
+        calls["put"] += 1
+        await trio.sleep_forever()
+
+    ctx = Context(httpx.AsyncClient(transport=httpx.MockTransport(handler)), lambda: "http://node",
+                  b"hook-secret", lambda *args: None)
+    cfg = CogEngine(urls=["http://cog"], poll_s=1.0, timeout_s=5.0, outcome="response")
+    start = trio.current_time()
+    async with ctx.http:
+        try:
+            await drive(cog.Cog(ctx), cfg, ctx, request(tmp_path, "job-1"), "http://cog", 1)
+        except cog.Unreachable:
+            took = trio.current_time() - start
+        else:
+            raise AssertionError("the job did not fail")
+    assert sum(common.RETRY_S) <= took < sum(common.RETRY_S) + 2, took
+    assert calls["put"] == 1 and calls["checks"] >= cog.DOWN_AFTER

@@ -12,8 +12,9 @@ CPU of the main thread and of the other threads from /proc) in GENSERVICE_BENCH_
 
 Both modes run a trio Instrument that adds up the CPU of every task step by task name and
 counts steps over the window (two `thread_time` calls a step), so the trio thread's CPU
-splits into task steps and the run loop itself. `profile` also runs, over the window only,
-cProfile on the trio thread with a CPU-time clock (`time.thread_time`: waiting in epoll
+splits into task steps and the run loop itself. With GENSERVICE_BENCH_SITES=1 it also counts
+where each step ended: the task's innermost awaits (profile_job.py --sites). `profile` also
+runs, over the window only, cProfile on the trio thread with a CPU-time clock (`time.thread_time`: waiting in epoll
 costs nothing, as it costs no CPU), written to `main.pstats`.
 """
 
@@ -53,6 +54,7 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
             self.cpu: dict[str, float] = {}
             self.steps: dict[str, int] = {}
             self._t = 0.0
+            self.sites: dict[str, int] = {}
 
         def before_task_step(self, task) -> None:
             self._t = time.thread_time()
@@ -62,6 +64,21 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
                 dt = time.thread_time() - self._t
                 self.cpu[task.name] = self.cpu.get(task.name, 0.0) + dt
                 self.steps[task.name] = self.steps.get(task.name, 0) + 1
+                if SITES:
+                    key = task.name + " @ " + where(task)
+                    self.sites[key] = self.sites.get(key, 0) + 1
+
+    SITES = os.environ.get("GENSERVICE_BENCH_SITES") == "1"
+
+    def where(task) -> str:
+        """Where a task is suspended: the innermost four frames of its chain of awaits."""
+        chain, c = [], task.coro
+        while c is not None:
+            f = getattr(c, "cr_frame", None) or getattr(c, "ag_frame", None) or getattr(c, "gi_frame", None)
+            if f is not None:
+                chain.append(f"{f.f_code.co_filename.rsplit('/', 2)[-1]}:{f.f_lineno}({f.f_code.co_name})")
+            c = getattr(c, "cr_await", None) or getattr(c, "ag_await", None) or getattr(c, "gi_yieldfrom", None)
+        return " < ".join(reversed(chain[-4:]))
 
     CLOCK = StepClock()
     PROFILE = cProfile.Profile(time.thread_time) if MODE == "profile" else None
@@ -93,6 +110,7 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
                      main_cpu=time.thread_time())
         CLOCK.cpu.clear()
         CLOCK.steps.clear()
+        CLOCK.sites.clear()
         CLOCK.on = True
         if PROFILE is not None:
             PROFILE.enable()
@@ -108,7 +126,7 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
                   - STATE["batches"], "writes": sum(s.writes for s in STORES) - STATE["writes"],
                   "stores": len(STORES), "main_thread_cpu_s": main, "other_threads_cpu_s": others,
                   "threads": len(cpu), "main_thread_cpu_s_fine": time.thread_time() - STATE["main_cpu"],
-                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps}
+                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps, "sites": CLOCK.sites}
         if PROFILE is not None:
             PROFILE.dump_stats(str(OUT / "main.pstats"))
         (OUT / "window.json.tmp").write_text(json.dumps(report))

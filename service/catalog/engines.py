@@ -13,6 +13,8 @@ Extra keys (beyond operations.md's), all optional:
     url             replicate / fal: the API's base URL (for a proxy or a peer)
     max_tokens      openai: the longest text.llm reply asked of the server
     temperature     openai: text.llm sampling temperature (0: one reply per seed)
+    outcome         cog: "webhook" (default) or "response": how a prediction's end
+                    reaches the node (service/engines/cog.py, docs/engines.md)
 
 Whether `token_env` is set is checked at node start (`missing_tokens`), not here:
 the catalog is data, the environment belongs to the running node.
@@ -31,7 +33,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -100,6 +102,7 @@ class ComfyEngine(Pooled):
 
 class CogEngine(Pooled):
     poll_s: float = Field(default=1.0, gt=0, le=60)
+    outcome: Literal["webhook", "response"] = "webhook"
 
 
 class ReplicateEngine(Bound):

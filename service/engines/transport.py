@@ -52,7 +52,7 @@ def engine_client() -> httpx.AsyncClient:
 
 
 async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: Any = None,
-                     headers: dict[str, str] | None = None, timeout: float) -> httpx.Response:
+                     headers: dict[str, str] | None = None, timeout: float | httpx.Timeout) -> httpx.Response:
     """One request, read in full, handed straight to the transport `client` routes its URL
     to (its shards, or the environment's proxy): without the client's own layers (cookies,
     the auth flow, redirects, default headers, event hooks), which cost about 9 % of the
