@@ -14,9 +14,12 @@ version's median, and for each figure the median of the pairs' B/A ratios with h
 pairs moved each way. The last line is one JSON object.
 
     .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640]
+                                         [--outcome-a webhook] [--outcome-b response]
 
 A TREE is a checkout of the project (`git worktree add /tmp/a COMMIT`) with a `.venv`
-(a link to this one's will do); its node runs its own code.
+(a link to this one's will do); its node runs its own code. The same tree twice with
+`--outcome-b response` compares the Cog model's two ways of getting a prediction's end
+(BENCH_COG_OUTCOME, read by bench/instant_engine.py from 219525b on).
 """
 
 from __future__ import annotations
@@ -68,10 +71,11 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
 
 
 class Version:
-    def __init__(self, tree: str) -> None:
+    def __init__(self, tree: str, outcome: str) -> None:
         self.tree = str(Path(tree).resolve())
         self.proc = subprocess.Popen([f"{self.tree}/.venv/bin/python", "-c", CHILD, self.tree], text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "BENCH_COG_OUTCOME": outcome})
         if self.proc.stdout.readline().strip() != "ready":
             raise SystemExit(f"{tree}: the node did not start")
         self.windows: list[dict] = []
@@ -105,9 +109,12 @@ def main() -> None:
     ap.add_argument("tree_b")
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=640, help="jobs per window (64 in flight)")
+    for v in ("a", "b"):
+        ap.add_argument(f"--outcome-{v}", default="webhook", choices=("webhook", "response"),
+                        help=f"how the Cog model of {v.upper()} gets a prediction's end (docs/engines.md)")
     args = ap.parse_args()
     load = os.getloadavg()[0]
-    a, b = Version(args.tree_a), Version(args.tree_b)
+    a, b = Version(args.tree_a, args.outcome_a), Version(args.tree_b, args.outcome_b)
     try:
         for i in range(args.pairs):
             first, second = (a, b) if i % 2 == 0 else (b, a)
@@ -119,6 +126,7 @@ def main() -> None:
         a.stop()
         b.stop()
     out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "load_at_start": round(load, 2),
+           "outcome_a": args.outcome_a, "outcome_b": args.outcome_b,
            **compare(a.windows, b.windows, "jobs_per_s"), **compare(a.windows, b.windows, "node_ms_per_job")}
     print(json.dumps(out))
 
