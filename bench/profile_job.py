@@ -188,6 +188,8 @@ def main() -> None:
           f"jobs/s), node CPU per job {main_ms + other_ms:.2f} ms (trio thread {main_ms:.2f}, other threads "
           f"{other_ms:.2f}), commits per job {cpu['commits'] / n:.2f} carrying {cpu['writes'] / n:.2f} writes per job "
           f"(Store.write calls; group commit shares a COMMIT between jobs)")
+    print(f"the cyclic collector (pass 1, whichever thread ran it): {cpu['gc_s'] * 1000 / n:.3f} ms per job, "
+          f"runs by generation {cpu['gc_runs']}")
     by_area, funcs = areas(Path(prof["dir"]) / "main.pstats")
     left_out = by_area.pop(MEASUREMENT, 0.0)
     total = sum(by_area.values()) or 1.0
@@ -223,7 +225,7 @@ def main() -> None:
     final = {"jobs_per_s_instant_64": round(cpu["jobs"] / cpu["client_wall_s"], 1),
              "cpu_ms_per_job": round(main_ms + other_ms, 3), "trio_thread_ms_per_job": round(main_ms, 3),
              "other_threads_ms_per_job": round(other_ms, 3), "commits_per_job": round(cpu["commits"] / n, 3),
-             "writes_per_job": round(cpu["writes"] / n, 3),
+             "writes_per_job": round(cpu["writes"] / n, 3), "gc_ms_per_job": round(cpu["gc_s"] * 1000 / n, 3),
              "areas_ms_per_job": split, "task_steps_per_job": round(sum(cpu["task_steps"].values()) / n, 1),
              "run_loop_ms_per_job": round((cpu["main_thread_cpu_s_fine"] - step_total) * 1000 / n, 3),
              "errors": len(cpu["errors"]) + len(prof["errors"]), "load_start": load0, "load_end": os.getloadavg()}

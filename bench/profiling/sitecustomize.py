@@ -13,7 +13,8 @@ CPU of the main thread and of the other threads from /proc) in GENSERVICE_BENCH_
 Both modes run a trio Instrument that adds up the CPU of every task step by task name and
 counts steps over the window (two `thread_time` calls a step), so the trio thread's CPU
 splits into task steps and the run loop itself. With GENSERVICE_BENCH_SITES=1 it also counts
-where each step ended: the task's innermost awaits (profile_job.py --sites). `profile` also
+where each step ended: the task's innermost awaits (profile_job.py --sites). A `gc` callback
+adds up the cyclic collector's CPU and runs over the window. `profile` also
 runs, over the window only, cProfile on the trio thread with a CPU-time clock (`time.thread_time`: waiting in epoll
 costs nothing, as it costs no CPU), written to `main.pstats`.
 """
@@ -111,6 +112,7 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
         CLOCK.cpu.clear()
         CLOCK.steps.clear()
         CLOCK.sites.clear()
+        GC.update(s=0.0, runs=[0, 0, 0])
         CLOCK.on = True
         if PROFILE is not None:
             PROFILE.enable()
@@ -126,12 +128,25 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
                   - STATE["batches"], "writes": sum(s.writes for s in STORES) - STATE["writes"],
                   "stores": len(STORES), "main_thread_cpu_s": main, "other_threads_cpu_s": others,
                   "threads": len(cpu), "main_thread_cpu_s_fine": time.thread_time() - STATE["main_cpu"],
-                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps, "sites": CLOCK.sites}
+                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps, "sites": CLOCK.sites, "gc_s": GC["s"], "gc_runs": GC["runs"]}
         if PROFILE is not None:
             PROFILE.dump_stats(str(OUT / "main.pstats"))
         (OUT / "window.json.tmp").write_text(json.dumps(report))
         (OUT / "window.json.tmp").rename(OUT / "window.json")
 
+    import gc
+
+    GC = {"s": 0.0, "runs": [0, 0, 0], "t0": 0.0}
+
+    def _collector(phase: str, info: dict) -> None:
+        """The cyclic collector's CPU over the window, and its runs by generation."""
+        if phase == "start":
+            GC["t0"] = time.thread_time()
+        elif CLOCK.on:
+            GC["s"] += time.thread_time() - GC["t0"]
+            GC["runs"][info["generation"]] += 1
+
+    gc.callbacks.append(_collector)
     signal.signal(signal.SIGUSR1, _open)
     signal.signal(signal.SIGUSR2, _close)
     try:
