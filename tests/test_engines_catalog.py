@@ -119,3 +119,26 @@ def test_serve_refuses_to_start_with_one_line_per_problem(tmp_path):
     assert [ln.split(": ", 2)[2].split(" (known")[0] for ln in lines] == [
         "model 'm1': backend: unknown backend 'stable_diffusion'", "model 'm2': backend: unknown backend 'nope'"]
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+def test_response_mode_cog_models_may_not_hold_more_than_half_the_engine_connections(tmp_path):
+    """`outcome = "response"` holds an engine connection for each running prediction: the
+    catalog's response-mode models together may run at most HELD_MAX, so other engine calls
+    always find a connection. The webhook models do not count."""
+    from service.catalog.engines import ENGINE_CONNECTIONS, HELD_MAX
+    from service.engines.transport import MAX_CONNECTIONS
+
+    assert (HELD_MAX, MAX_CONNECTIONS) == (ENGINE_CONNECTIONS // 2, ENGINE_CONNECTIONS) == (128, 256)
+
+    def cog(model_id: str, urls: int, concurrency: int, outcome: str) -> str:
+        listed = ", ".join(f'"http://gpu{i}:5000"' for i in range(urls))
+        return model("cog", f'[models.engine]\nurls = [{listed}]\noutcome = "{outcome}"\n',
+                     model_id=model_id).replace("concurrency = 1", f"concurrency = {concurrency}")
+
+    ok = cog("a", 4, 16, "response") + cog("b", 2, 32, "response") + cog("c", 8, 64, "webhook")  # 64 + 64 held
+    (tmp_path / "catalog.toml").write_text(ok)
+    assert [m.id for m in read_catalog(str(tmp_path / "catalog.toml")).models] == ["a", "b", "c"]
+    too_many = cog("a", 4, 16, "response") + cog("b", 1, 65, "response")
+    assert refused(tmp_path, too_many, graph=None) == (
+        'engine.outcome: "response" holds an engine connection for each running prediction: 129 at once '
+        "(concurrency x urls: 'a' 64, 'b' 65), more than the node's 128; give some of them the webhook")

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from service.money import fmt, to_uc
 
 from .capabilities import BY_ID, CAPABILITIES
-from .engines import NO_ENGINES, EngineConfigError, EngineTable, EngineTables, parse_engine
+from .engines import NO_ENGINES, EngineConfigError, EngineTable, EngineTables, held_connections, parse_engine
 from .schema import CatalogFile, ModelEntry, tier_label
 
 if TYPE_CHECKING:  # the shapes read the catalog's names: imported for mypy only
@@ -214,6 +214,8 @@ def loads_catalog(text: str, source: str = "<string>", base_dir: Path | None = N
         models = [Model.from_entry(m, base_dir or Path("."), engines) for m in parsed.models]
     except EngineConfigError as e:
         raise CatalogError(f"{source}: {e}") from None
+    if (problem := held_connections(models)) is not None:
+        raise CatalogError(f"{source}: {problem}")
     return Catalog(models, source=source)
 
 

@@ -42,6 +42,13 @@ _URL = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 _ENV = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
+# The node's engine client keeps at most this many connections (service/engines/transport.py).
+ENGINE_CONNECTIONS = 256
+# A Cog model with `outcome = "response"` holds one of them for each running prediction: at
+# most half may be held that way, so health checks, creates and output reads still find one.
+HELD_MAX = ENGINE_CONNECTIONS // 2
+
+
 class EngineConfigError(ValueError):
     """One line: which key of which model's engine table is wrong."""
 
@@ -170,6 +177,22 @@ class _Served(Protocol):
 
     @property
     def engine(self) -> EngineTable | None: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+
+def held_connections(models: Iterable[_Served]) -> str | None:
+    """The problem, if the Cog models in response mode could hold more than HELD_MAX engine
+    connections at once (each server runs `concurrency` predictions; the node sends no more)."""
+    held = [(m.id, m.concurrency * len(m.engine.urls)) for m in models
+            if isinstance(m.engine, CogEngine) and m.engine.outcome == "response"]
+    total = sum(n for _, n in held)
+    if total <= HELD_MAX:
+        return None
+    each = ", ".join(f"{model_id!r} {n}" for model_id, n in held)
+    return (f"engine.outcome: \"response\" holds an engine connection for each running prediction: {total} at "
+            f"once (concurrency x urls: {each}), more than the node's {HELD_MAX}; give some of them the webhook")
 
 
 def missing_tokens(models: Iterable[_Served]) -> list[str]:

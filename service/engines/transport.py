@@ -33,10 +33,12 @@ import httpcore
 import httpx
 from httpx._utils import get_environment_proxies  # the reader httpx uses for a client of its own
 
+from service.catalog.engines import ENGINE_CONNECTIONS
+
 from .one_send import OneSendBackend
 
 SHARDS = 8
-MAX_CONNECTIONS, MAX_KEEPALIVE = 256, 64
+MAX_CONNECTIONS, MAX_KEEPALIVE = ENGINE_CONNECTIONS, 64
 
 
 def engine_client() -> httpx.AsyncClient:
