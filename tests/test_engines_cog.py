@@ -1,6 +1,8 @@
 """The Cog engine against a real Cog server (`python -m cog.server.http`, no Docker) with a
 small Pillow predictor (tests/engines/cog_predictor.py): outcome by webhook, cancel, 409 at
-capacity as backpressure, a server killed mid-job, the webhook route's refusals."""
+capacity as backpressure, a server killed mid-job, the webhook route's refusals; and the
+same for `outcome = "response"` (the PUT's answer), with an orphaned prediction and a node
+restart.
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
   `Prefer: respond-async`; the outcome arrives only by webhook to this node (Cog has no
   GET of a prediction).
 - Or, with `outcome = "response"`, the PUT without `Prefer` waits for the prediction and
-  answers its end: no webhook, so one HTTP exchange a job fewer for the node (-15 % of its
+  answers its end: no webhook, so one HTTP exchange a job fewer for the node (-25 % of its
   CPU a job, bench/README.md "Throughput V") and the node need not be reachable from Cog.
   The price: Cog cancels a prediction whose request is gone, so a node restart or a broken
   connection runs it again (charged once) instead of re-attaching. A PUT answered `202`
