@@ -154,8 +154,11 @@ class Workload:
         await self.client.aclose()
 
     def new_client(self) -> None:
+        # idle connections let go before the node's 5 s keep-alive closes them (docs/clients.md):
+        # with httpx's default (also 5 s) a request can meet that close and get a reset
         self.client = httpx.AsyncClient(base_url=self.url, timeout=30,
-                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64,
+                                                            keepalive_expiry=4.0))
 
     async def idle_sample(self, proc: "Proc") -> dict:
         """The server with no client connection open (ours closed, a moment to notice)."""

@@ -13,7 +13,7 @@ import anyio
 import httpx
 from httpx_sse import aconnect_sse
 
-from .client import FINAL, RETRY_STATUS, RUN_FINAL, _backoff, _file_part, asset_id, seen
+from .client import FINAL, IDLE_S, RETRY_STATUS, RUN_FINAL, _backoff, _file_part, asset_id, seen
 from .errors import GenserviceError, JobFailed, from_response
 from .models import Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
 
@@ -60,7 +60,8 @@ class AsyncClient:
         headers = {"Authorization": f"Bearer {key}"}
         if project:
             headers["X-Service-Project"] = project
-        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout,
+                                      limits=httpx.Limits(keepalive_expiry=IDLE_S))
         self.max_retries = max_retries
         self.products = AsyncProducts(self)
 
