@@ -2,7 +2,7 @@
 small Pillow predictor (tests/engines/cog_predictor.py): outcome by webhook, cancel, 409 at
 capacity as backpressure, a server killed mid-job, the webhook route's refusals; and the
 same for `outcome = "response"` (the PUT's answer), with an orphaned prediction and a node
-restart.
+restart."""
 
 from __future__ import annotations
 
