@@ -185,12 +185,13 @@ async def test_response_mode_sends_no_webhook_and_no_prefer(tmp_path, autojump_c
 
     async def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        await trio.sleep(3)  # the prediction runs; the PUT's answer waits for it
+        await trio.sleep(3)  # the prediction runs; the PUT's answer waits for it (within poll_s:
+        # no health check; a mock transport applies no timeout: the real-Cog test covers timeout_s)
         return httpx.Response(200, json={"id": "job-1", "status": "succeeded", "output": png()})
 
     ctx = Context(httpx.AsyncClient(transport=httpx.MockTransport(handler)), lambda: "http://node",
                   b"hook-secret", lambda *args: None)
-    cfg = CogEngine(urls=["http://cog"], poll_s=5.0, timeout_s=1.0, outcome="response")
+    cfg = CogEngine(urls=["http://cog"], poll_s=5.0, outcome="response")
     async with ctx.http:
         result = await drive(cog.Cog(ctx), cfg, ctx, request(tmp_path, "job-1"), "http://cog", 8)
     assert len(result.outputs) == 1

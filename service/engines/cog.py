@@ -179,8 +179,12 @@ class CogJob:
         with scope:
             while True:
                 await trio.sleep(self.cfg.poll_s)
-                answered, _ = await self.cog.status(self.url, min(self.cfg.timeout_s, 5.0), self.cfg.poll_s)
+                answered, _ = await self._health()
                 down.seen(answered)
+
+    async def _health(self) -> tuple[bool, str | None]:
+        """This job's turn of its server's shared health check (`Cog.status`)."""
+        return await self.cog.status(self.url, min(self.cfg.timeout_s, 5.0), self.cfg.poll_s)
 
     async def wait(self) -> None:
         """The final prediction from the webhooks, or an error when the server dies or forgets it."""
@@ -196,7 +200,7 @@ class CogJob:
                         self.prediction = payload
                         return
                     idle = 0  # a `start`/`processing` hook: it is working on it
-            answered, status = await self.cog.status(url, min(cfg.timeout_s, 5.0), cfg.poll_s)
+            answered, status = await self._health()
             down.seen(answered)
             idle = idle + 1 if self.single_slot and status == "READY" else 0
             if idle >= LOST_AFTER:
