@@ -25,6 +25,7 @@ from service.config import Settings
 from service.descriptors import quiet_accept_loop, raise_nofile
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
+from service.http.connection import install as install_connection
 from service.local_node import ensure_operator_token, write_url
 from service.node import build
 from service.reload import reload_on_sighup
@@ -133,6 +134,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     # before the node is built: the streams' node-wide bound is read from the raised limit
     soft, hard = raise_nofile()
     quiet_accept_loop()
+    install_connection()  # Hypercorn's connection without its per-request costs (service/http/connection.py)
     sock = prebind(settings)
     apply_all(settings.db_path)
     node_key = NodeKey(settings.node_key_path)

@@ -1,0 +1,131 @@
+"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without three costs it paid on
+every request, none of which a client can see (bench/README.md, "Throughput VI"):
+
+- Sending took the connection's send lock with `async with`, and trio's `Lock` yields to
+  the scheduler even when free. The lock is now taken at once when free (the send that
+  follows is a checkpoint of its own) and waited for only when another task holds it.
+- The end of a body of known length is `b""` from h11; writing it cost a lock and a
+  checkpoint for no bytes. It is skipped.
+- The keep-alive timer was a task cancelled when a request began and started anew when it
+  ended, under a lock of its own. It is now one task per connection whose cancel scope's
+  deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
+  is in flight. What it does when it fires is Hypercorn's own: the idle connection is closed,
+  at once when the server shuts down. That timer is also what closes a connection whose
+  request head trickles in (the connection is idle until the head is complete).
+
+`install()` puts the class where `hypercorn.trio.serve` builds its connections; Hypercorn
+offers no argument for it. Checked against Hypercorn 0.18 (tests/test_http_connection.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import hypercorn.trio.run
+import trio
+from hypercorn.events import Closed, RawData
+from hypercorn.trio.tcp_server import TCPServer as HypercornTCPServer
+
+
+class KeepAliveTimer:
+    """Stands in for Hypercorn's `TrioSingleTask` as the connection's `idle_task`: `restart`
+    (the connection is idle from now) and `stop` (a request began) only move a deadline once
+    the connection's one timer task runs."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.scope: trio.CancelScope | None = None  # the running timer's; None before and after
+        self.busy = False
+        self.idle_again: trio.Event | None = None  # set when a shutdown waits for the request's end
+        self.closed = False
+
+    async def restart(self, task_group: Any, action: Any) -> None:
+        self.busy = False
+        if self.scope is None:
+            if not self.closed:
+                await task_group._nursery.start(action)
+            return
+        self.scope.deadline = trio.current_time() + self.timeout
+        if self.idle_again is not None:
+            self.idle_again.set()
+
+    async def stop(self) -> None:
+        self.busy = True
+        if self.scope is not None:
+            self.scope.deadline = math.inf
+
+    def close(self) -> None:
+        """The connection is closed: the timer has nothing left to do."""
+        self.closed = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class TCPServer(HypercornTCPServer):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.idle_task = KeepAliveTimer(self.config.keep_alive_timeout)
+        self.held = b""  # a response head held back to go out with its body (`_sized_head`)
+
+    async def protocol_send(self, event: Any) -> None:
+        if isinstance(event, RawData):
+            data = event.data
+            if self.held:  # a response head waits for its body
+                data, self.held = self.held + data, b""
+            elif _sized_head(data):
+                self.held = data
+                return
+            if data:
+                await self._send(data)
+        else:
+            if self.held:
+                data, self.held = self.held, b""
+                await self._send(data)
+            if isinstance(event, Closed):
+                self.idle_task.close()
+            await super().protocol_send(event)
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            self.send_lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self.send_lock.acquire()
+        try:
+            with trio.CancelScope(shield=True):
+                await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.protocol.handle(Closed())
+        finally:
+            self.send_lock.release()
+
+    async def _idle_timeout(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        timer = self.idle_task
+        with trio.CancelScope(deadline=trio.current_time() + timer.timeout) as timer.scope:
+            task_status.started()
+            while True:
+                await self.context.terminated.wait()
+                if not timer.busy:
+                    break
+                # a shutdown began during a request: Hypercorn closes the connection when the
+                # request ends; should it go idle instead, close it then (as Hypercorn did)
+                timer.idle_again = trio.Event()
+                await timer.idle_again.wait()
+                timer.idle_again = None
+        timer.scope = None
+        if timer.closed:
+            return
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+
+def _sized_head(data: bytes) -> bool:
+    """A response head that declares its body's length: the app's next message is that
+    body (or its end), so the two can go out in one write instead of two. A streamed
+    response (chunked) sends its head at once: its first event may be a while coming."""
+    return data[:5] == b"HTTP/" and b"\r\ncontent-length: " in data[:data.find(b"\r\n\r\n")].lower()
+
+
+def install() -> None:
+    """Hypercorn's trio worker builds its connections from this name (idempotent)."""
+    hypercorn.trio.run.TCPServer = TCPServer

@@ -1,0 +1,177 @@
+"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with three
+per-request costs taken out, on trio's mock clock: keep-alive and the trickled-head cut
+still at `keep_alive_timeout`, never during a request, shutdown still closing idle
+connections at once and busy ones after their answer; a sized response in one write, a
+streamed response's head at once."""
+
+from __future__ import annotations
+
+import hypercorn.trio.run
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from service.http.connection import TCPServer, _sized_head, install
+
+KEEP_ALIVE_S = 5.0
+
+
+async def app(scope, receive, send) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            m = await receive()
+            if m["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    await receive()  # the request's (empty) body
+    if scope["path"] == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await trio.sleep(10)
+        await send({"type": "http.response.body", "body": b"late", "more_body": False})
+        return
+    if scope["path"] == "/slow":
+        await trio.sleep(3 * KEEP_ALIVE_S)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.fixture
+async def server(nursery):
+    """(port, shutdown event) of Hypercorn serving `app` with the node's connection class."""
+    install()
+    cfg = Config()
+    cfg.bind = ["127.0.0.1:0"]
+    cfg.accesslog = None
+    cfg.keep_alive_timeout = KEEP_ALIVE_S
+    cfg.graceful_timeout = 10
+    shutdown = trio.Event()
+    binds = await nursery.start(lambda task_status: serve(app, cfg, shutdown_trigger=shutdown.wait,
+                                                          task_status=task_status))
+    return int(binds[0].rsplit(":", 1)[1]), shutdown
+
+
+async def answer(stream: trio.SocketStream) -> bytes:
+    """One whole response with a 2-byte body (or b"" when the server closed first)."""
+    buf = b""
+    while not buf.endswith(b"\r\n\r\nok"):
+        data = await stream.receive_some()
+        if not data:
+            return buf
+        buf += data
+    return buf
+
+
+async def closed_at(stream: trio.SocketStream) -> float:
+    """The (virtual) time the server closed `stream`."""
+    while await stream.receive_some():
+        pass
+    return trio.current_time()
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode()
+
+
+def test_the_node_serves_with_this_connection_class():
+    install()
+    assert hypercorn.trio.run.TCPServer is TCPServer
+
+
+async def test_an_idle_connection_closes_after_the_keep_alive_timeout(server, autojump_clock):
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/"))
+        assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t0 = trio.current_time()
+        await trio.sleep(KEEP_ALIVE_S - 1)  # idle, but not for long enough: still served
+        await s.send_all(get("/"))
+        assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t1 = trio.current_time()
+        assert t1 - t0 >= KEEP_ALIVE_S - 1
+        assert await closed_at(s) - t1 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
+
+
+async def test_a_trickled_request_head_is_cut_at_the_keep_alive_timeout(server, autojump_clock):
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        t0 = trio.current_time()
+        for piece in (b"GET / HT", b"TP/1.1\r\n", b"Host: t\r\n"):  # never complete
+            await s.send_all(piece)
+            await trio.sleep(1.5)  # each piece in time: the timer runs from the accept
+        assert await closed_at(s) - t0 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
+
+
+async def test_a_request_longer_than_the_timeout_is_answered(server, autojump_clock):
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        t0 = trio.current_time()
+        await s.send_all(get("/slow"))
+        assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t1 = trio.current_time()
+        assert t1 - t0 == pytest.approx(3 * KEEP_ALIVE_S, abs=0.01)
+        assert await closed_at(s) - t1 == pytest.approx(KEEP_ALIVE_S, abs=0.01)  # idle again from the answer
+
+
+async def test_shutdown_closes_idle_connections_at_once_and_busy_ones_after_their_answer(server, autojump_clock):
+    port, shutdown = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as idle, \
+            await trio.open_tcp_stream("127.0.0.1", port) as busy:
+        await busy.send_all(get("/slow"))
+        await trio.sleep(7)
+        await idle.send_all(get("/"))
+        await answer(idle)
+        await trio.sleep(1)  # idle for 1 s; the slow answer comes 7 s after the shutdown (grace: 10 s)
+        t0 = trio.current_time()
+        shutdown.set()
+        assert await closed_at(idle) - t0 < 0.01
+        got = await answer(busy)
+        assert got.startswith(b"HTTP/1.1 200"), got
+        assert trio.current_time() - t0 == pytest.approx(3 * KEEP_ALIVE_S - 8, abs=0.01)
+        assert await closed_at(busy) - trio.current_time() < 0.01
+
+
+async def test_a_sized_response_goes_in_one_write(server, autojump_clock, monkeypatch):
+    port, _ = server
+    writes: list[bytes] = []
+    send_all = trio.SocketStream.send_all
+
+    async def counted(self, data):
+        writes.append(bytes(data))
+        await send_all(self, data)
+
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+        await s.send_all(get("/"))
+        await answer(s)
+        answers = [w for w in writes if w.startswith(b"HTTP/1.1")]
+        assert len(answers) == 1 and answers[0].endswith(b"\r\n\r\nok"), writes
+        assert len(writes) == 2, writes  # the request, the answer: no empty write for the body's end
+
+
+async def test_a_streamed_response_sends_its_head_at_once(server, autojump_clock):
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        t0 = trio.current_time()
+        await s.send_all(get("/stream"))
+        head = await s.receive_some()
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+        assert trio.current_time() - t0 < 0.01  # not held for the body, 10 s later
+        rest = b""
+        while not rest.endswith(b"0\r\n\r\n"):
+            rest += await s.receive_some()
+        assert b"late" in rest and trio.current_time() - t0 == pytest.approx(10, abs=0.01)
+
+
+@pytest.mark.parametrize("data, sized", [
+    (b"HTTP/1.1 200 \r\ncontent-length: 2\r\n\r\n", True),
+    (b"HTTP/1.1 204 \r\nContent-Length: 0\r\nserver: x\r\n\r\n", True),
+    (b"HTTP/1.1 200 \r\ntransfer-encoding: chunked\r\n\r\n", False),
+    (b"HTTP/1.1 100 \r\n\r\n", False),
+    (b"ok", False),
+    (b"HTTP/1.1 200 \r\nx: 1\r\n\r\n\r\ncontent-length: 2\r\n", False),  # past the head: a body's bytes
+])
+def test_which_heads_wait_for_their_body(data, sized):
+    assert _sized_head(data) is sized
