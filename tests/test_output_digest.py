@@ -48,3 +48,21 @@ def test_an_output_without_a_digest_is_read_and_hashed(tmp_path):
     path.write_bytes(b"abcd")  # a digest given is trusted: the file is not read again
     given = Output(path, "image/png", "image", 1, 1, None, digest=("0" * 64, 3))
     assert _hash_outputs([given]) == [(given, "0" * 64, 3)]
+
+
+@pytest.mark.parametrize("leftover", [None, "empty", "files"])
+def test_a_jobs_scratch_directory_goes_whatever_it_holds(tmp_path, leftover):
+    """`discard_work` removes an empty scratch directory with one rmdir, and still removes
+    one an engine left files in (and does nothing for one never made)."""
+    from service.assets.files import FileStore
+
+    files = FileStore(tmp_path / "assets")
+    work = files.work_dir("j1")
+    if leftover is not None:
+        work.mkdir(parents=True)
+    if leftover == "files":
+        (work / "sub").mkdir()
+        (work / "sub" / "x.bin").write_bytes(b"x")
+        (work / "out-0.png").write_bytes(png())
+    files.discard_work("j1")
+    assert not work.exists()

@@ -235,3 +235,21 @@ async def test_completed_reaches_the_stream_once_the_charge_is_committed(node, o
         assert (row["status"], row["captured_uc"]) == ("captured", 1_000_000)
     assert (await hold_of(node, key, rid))["status"] == "captured"
     assert (await balance(node, key))["available"] == "199.00"
+
+
+async def test_whose_job_it_is_comes_from_the_live_actor_or_else_the_store(node, org, monkeypatch):
+    """The stream's 404 check asks the job's actor while it lives and the store after: both
+    keep another organization out."""
+    other = await node.create_org(name="Other", email="o2@other.test")
+    rid = (await submit(node, org["api_key"], {"prompt": "a hill"}))["request_id"]
+    gen = node.parts.generation
+    assert gen.jobs.peek(rid) is not None  # the job's actor runs: its record answers
+    assert gen.exists(rid, org["organization_id"]) and not gen.exists(rid, other["organization_id"])
+    await wait_status(node, org["api_key"], rid)
+    monkeypatch.setattr(gen.jobs, "peek", lambda key: None)  # the actor gone: the store answers
+    assert gen.exists(rid, org["organization_id"]) and not gen.exists(rid, other["organization_id"])
+    assert not gen.exists("req_nope", org["organization_id"])
+    async with open_stream(node, job_events(rid), other["api_key"]) as s:
+        assert s.status == 404
+    async with open_stream(node, job_events(rid), org["api_key"]) as s:
+        assert [e["data"]["status"] for e in await s.events()] == ["completed"]

@@ -151,6 +151,14 @@ class Generation:
         return m.concurrency * m.servers if m is not None else 1
 
     # reads ----------------------------------------------------------------------------------
+    def exists(self, job_id: str, org_id: str) -> bool:
+        """Whether `org_id` has the job: from its live actor's record while it runs (an event
+        stream asks just after the submit), else from the store."""
+        actor = self.jobs.peek(job_id)
+        if actor is not None and actor.job is not None:
+            return actor.job.organization_id == org_id
+        return sql.job_in_org(self.store, org_id, job_id) is not None
+
     def status(self, job_id: str, org_id: str | None = None) -> JobStatus | None:
         job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
         if job is None:

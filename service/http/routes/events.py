@@ -31,7 +31,7 @@ class EventsQuery(Query):
 @requires("generation:read")
 async def job_events(job_id: str):
     org_id = principal().org_id
-    if node().generation.status(job_id, org_id) is None:
+    if not node().generation.exists(job_id, org_id):
         raise NotFound("Generation request not found.")
     return respond(job_stream(job_id, org_id, still_allowed()))
 
