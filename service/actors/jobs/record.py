@@ -14,6 +14,8 @@ from service.storage import generation as sql
 from service.views import jobs as views
 from service.views.shapes import JobStatus, Progress
 
+OPEN = JOB.states - JOB.final  # queued, rendering
+
 
 @dataclass(frozen=True)
 class JobRecord(RowRecord):
@@ -51,8 +53,9 @@ class JobRecord(RowRecord):
 
 def job_status(store: Any, base_url: str, job: dict[str, Any], progress: Progress | None) -> JobStatus:
     """The status object of a job row, its outputs read from the store; an engine's last
-    progress is shown while the job renders."""
-    outputs = sql.assets_of_jobs(store, [job["id"]])[job["id"]]
+    progress is shown while the job renders. An open job has none: its outputs are written
+    in the transaction of its final state, so only a final job's are read."""
+    outputs = [] if job["status"] in OPEN else sql.assets_of_jobs(store, [job["id"]])[job["id"]]
     status = views.status_object(job, outputs, base_url)
     if progress is not None and job["status"] == "rendering":
         status["progress"] = progress
