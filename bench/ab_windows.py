@@ -15,6 +15,11 @@ pairs moved each way. The last line is one JSON object.
 
     .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640]
                                          [--outcome-a webhook] [--outcome-b response]
+                                         [--healthz 6000]
+
+`--healthz N` adds, in each pair, a window of N `/healthz` requests on 16 keep-alive
+connections to each node (as `healthz_per_s` of bench/engines.py), in the same alternating
+order: req/s and the node's CPU a request (µs).
 
 A TREE is a checkout of the project (`git worktree add /tmp/a COMMIT`) with a `.venv`
 (a link to this one's will do); its node runs its own code. The same tree twice with
@@ -63,10 +68,18 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
             raise SystemExit(f"window failed: {r['errors'][:3]}")
         return {"jobs_per_s": jobs / wall, "node_ms_per_job": (cpu_s(node.pid) - c0) * 1000 / jobs}
 
+    def healthz(total):
+        from loadgen import run
+        c0 = cpu_s(node.pid)
+        r = trio.run(lambda: run(host, int(port), "/healthz", connections=16, total=total))
+        return {"healthz_per_s": r.rps, "node_us_per_request": (cpu_s(node.pid) - c0) * 1e6 / total}
+
     window(SLOTS * 2)  # warm-up
+    healthz(500)
     print("ready", flush=True)
     for line in sys.stdin:
-        print(json.dumps(window(int(line))), flush=True)
+        what, count = line.split()
+        print(json.dumps(window(int(count)) if what == "jobs" else healthz(int(count))), flush=True)
 """
 
 
@@ -79,15 +92,16 @@ class Version:
         if self.proc.stdout.readline().strip() != "ready":
             raise SystemExit(f"{tree}: the node did not start")
         self.windows: list[dict] = []
+        self.healthz: list[dict] = []
 
-    def window(self, jobs: int) -> dict:
-        self.proc.stdin.write(f"{jobs}\n")
+    def window(self, jobs: int, what: str = "jobs") -> dict:
+        self.proc.stdin.write(f"{what} {jobs}\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise SystemExit(f"{self.tree}: the window failed")
         w = json.loads(line)
-        self.windows.append(w)
+        (self.windows if what == "jobs" else self.healthz).append(w)
         return w
 
     def stop(self) -> None:
@@ -109,6 +123,8 @@ def main() -> None:
     ap.add_argument("tree_b")
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=640, help="jobs per window (64 in flight)")
+    ap.add_argument("--healthz", type=int, default=0,
+                    help="also a window of this many /healthz requests (16 connections) per pair")
     for v in ("a", "b"):
         ap.add_argument(f"--outcome-{v}", default="webhook", choices=("webhook", "response"),
                         help=f"how the Cog model of {v.upper()} gets a prediction's end (docs/engines.md)")
@@ -122,12 +138,20 @@ def main() -> None:
             wa, wb = (w1, w2) if first is a else (w2, w1)
             print(f"pair {i + 1}: A {wa['jobs_per_s']:.1f} jobs/s {wa['node_ms_per_job']:.2f} ms/job | "
                   f"B {wb['jobs_per_s']:.1f} jobs/s {wb['node_ms_per_job']:.2f} ms/job", file=sys.stderr)
+            if args.healthz:
+                h1, h2 = first.window(args.healthz, "healthz"), second.window(args.healthz, "healthz")
+                ha, hb = (h1, h2) if first is a else (h2, h1)
+                print(f"        /healthz: A {ha['healthz_per_s']:.0f}/s {ha['node_us_per_request']:.0f} us | "
+                      f"B {hb['healthz_per_s']:.0f}/s {hb['node_us_per_request']:.0f} us", file=sys.stderr)
     finally:
         a.stop()
         b.stop()
     out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "load_at_start": round(load, 2),
            "outcome_a": args.outcome_a, "outcome_b": args.outcome_b,
            **compare(a.windows, b.windows, "jobs_per_s"), **compare(a.windows, b.windows, "node_ms_per_job")}
+    if args.healthz:
+        out.update(healthz_per_window=args.healthz, **compare(a.healthz, b.healthz, "healthz_per_s"),
+                   **compare(a.healthz, b.healthz, "node_us_per_request"))
     print(json.dumps(out))
 
 

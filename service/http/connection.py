@@ -65,7 +65,8 @@ class KeepAliveTimer:
 class TCPServer(HypercornTCPServer):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.idle_task = KeepAliveTimer(self.config.keep_alive_timeout)
+        self.timer = KeepAliveTimer(self.config.keep_alive_timeout)
+        self.idle_task = self.timer  # type: ignore[assignment]  # Hypercorn calls restart() and stop()
         self.held = b""  # a response head held back to go out with its body (`_sized_head`)
 
     async def protocol_send(self, event: Any) -> None:
@@ -83,7 +84,7 @@ class TCPServer(HypercornTCPServer):
                 data, self.held = self.held, b""
                 await self._send(data)
             if isinstance(event, Closed):
-                self.idle_task.close()
+                self.timer.close()
             await super().protocol_send(event)
 
     async def _send(self, data: bytes) -> None:
@@ -100,7 +101,7 @@ class TCPServer(HypercornTCPServer):
             self.send_lock.release()
 
     async def _idle_timeout(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        timer = self.idle_task
+        timer = self.timer
         with trio.CancelScope(deadline=trio.current_time() + timer.timeout) as timer.scope:
             task_status.started()
             while True:
@@ -128,4 +129,4 @@ def _sized_head(data: bytes) -> bool:
 
 def install() -> None:
     """Hypercorn's trio worker builds its connections from this name (idempotent)."""
-    hypercorn.trio.run.TCPServer = TCPServer
+    setattr(hypercorn.trio.run, "TCPServer", TCPServer)  # the name its trio worker reads
