@@ -1,4 +1,4 @@
-"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with three
+"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with four
 per-request costs taken out, on trio's mock clock: keep-alive and the trickled-head cut
 still at `keep_alive_timeout`, never during a request, shutdown still closing idle
 connections at once and busy ones after their answer; a sized response in one write, a

@@ -1,4 +1,4 @@
-"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without three costs it paid on
+"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without four costs it paid on
 every request, none of which a client can see (bench/README.md, "Throughput VI"):
 
 - Sending took the connection's send lock with `async with`, and trio's `Lock` yields to
@@ -6,6 +6,9 @@ every request, none of which a client can see (bench/README.md, "Throughput VI")
   follows is a checkpoint of its own) and waited for only when another task holds it.
 - The end of a body of known length is `b""` from h11; writing it cost a lock and a
   checkpoint for no bytes. It is skipped.
+- A response of known length went out as two writes, its head and then its body. The head
+  now waits for the body (`_sized_head`) and both go in one write; any other event sends a
+  waiting head first, so nothing is reordered or kept.
 - The keep-alive timer was a task cancelled when a request began and started anew when it
   ended, under a lock of its own. It is now one task per connection whose cancel scope's
   deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
