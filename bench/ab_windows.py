@@ -48,6 +48,7 @@ import trio
 import jobdriver
 from engines import cpu_s
 from instant_engine import MODEL, SLOTS, instant_node
+from loadgen import run
 from server import create_org
 
 with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, op, data, cog):
@@ -69,7 +70,6 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
         return {"jobs_per_s": jobs / wall, "node_ms_per_job": (cpu_s(node.pid) - c0) * 1000 / jobs}
 
     def healthz(total):
-        from loadgen import run
         c0 = cpu_s(node.pid)
         r = trio.run(lambda: run(host, int(port), "/healthz", connections=16, total=total))
         return {"healthz_per_s": r.rps, "node_us_per_request": (cpu_s(node.pid) - c0) * 1e6 / total}

@@ -237,11 +237,11 @@ async def test_completed_reaches_the_stream_once_the_charge_is_committed(node, o
     assert (await balance(node, key))["available"] == "199.00"
 
 
-async def test_whose_job_it_is_comes_from_the_live_actor_or_else_the_store(node, org, monkeypatch):
+async def test_whose_job_it_is_comes_from_the_live_actor_or_else_the_store(node, org, monkeypatch, autojump_clock):
     """The stream's 404 check asks the job's actor while it lives and the store after: both
     keep another organization out."""
     other = await node.create_org(name="Other", email="o2@other.test")
-    rid = (await submit(node, org["api_key"], {"prompt": "a hill"}))["request_id"]
+    rid = (await submit(node, org["api_key"], {"prompt": "a hill [[delay:5]]"}))["request_id"]  # renders 5 s
     gen = node.parts.generation
     assert gen.jobs.peek(rid) is not None  # the job's actor runs: its record answers
     assert gen.exists(rid, org["organization_id"]) and not gen.exists(rid, other["organization_id"])

@@ -14,8 +14,6 @@ from service.storage import generation as sql
 from service.views import jobs as views
 from service.views.shapes import JobStatus, Progress
 
-OPEN = JOB.states - JOB.final  # queued, rendering
-
 
 @dataclass(frozen=True)
 class JobRecord(RowRecord):
@@ -55,7 +53,7 @@ def job_status(store: Any, base_url: str, job: dict[str, Any], progress: Progres
     """The status object of a job row, its outputs read from the store; an engine's last
     progress is shown while the job renders. An open job has none: its outputs are written
     in the transaction of its final state, so only a final job's are read."""
-    outputs = [] if job["status"] in OPEN else sql.assets_of_jobs(store, [job["id"]])[job["id"]]
+    outputs = [] if job["status"] in sql.OPEN else sql.assets_of_jobs(store, [job["id"]])[job["id"]]
     status = views.status_object(job, outputs, base_url)
     if progress is not None and job["status"] == "rendering":
         status["progress"] = progress
