@@ -29,12 +29,12 @@ import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpcore
 import httpx
 from httpx._utils import get_environment_proxies  # the reader httpx uses for a client of its own
 
 from service.catalog.engines import ENGINE_CONNECTIONS
 
+from .http_pool import Pool
 from .one_send import OneSendBackend
 
 SHARDS = 8
@@ -110,11 +110,12 @@ class Sharded(httpx.AsyncBaseTransport):
 
 
 def _shard(tls: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """An httpx transport whose pool sends each request in one write (`one_send`). httpx
-    does not take a network backend, so its pool is replaced by the same pool with one
-    (as httpx 0.28 builds it for a transport without a proxy)."""
+    """An httpx transport whose pool sends each request in one write (`one_send`) and gives
+    an idle connection to one request at a time (`http_pool`). httpx does not take a network
+    backend, so its pool is replaced by one built as httpx 0.28 builds it for a transport
+    without a proxy."""
     shard = httpx.AsyncHTTPTransport(verify=tls, limits=limits)
-    shard._pool = httpcore.AsyncConnectionPool(
+    shard._pool = Pool(
         ssl_context=tls, max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
         network_backend=OneSendBackend())

@@ -1,0 +1,68 @@
+"""httpcore's connection pool, without handing one idle connection to several requests.
+
+httpcore 1.0 assigns a queued request an idle HTTP/1.1 connection, but the connection
+stays idle until that request's task runs and starts on it. Until then every other pass
+of the pool (another request queued, a response closed) still sees it idle, and:
+
+- gives it to more queued requests: all but one then fail to start on it
+  (`ConnectionNotAvailable`) and go round the pool again. Through one Cog server at 64 jobs
+  in flight that was 1.2 such retries a job, each a lock wait, an exception and another
+  pass (bench/README.md, "Throughput VII");
+- may close it as a surplus keep-alive connection, or to make room for a new one: the
+  request it was given then retries too (encode/httpcore#1110).
+
+`Pool` builds each connection inside `_Promised`, which reports a connection promised to a
+request that has not started on it as neither available nor idle, so a pass neither gives
+it away again nor closes it. A request that gives its connection back unstarted (a
+cancel, or a retry) is no longer in the pool's list, so the promise ends with it. Only for
+HTTP/1.1 pools: an HTTP/2 connection takes many requests at once.
+"""
+
+from __future__ import annotations
+
+import httpcore
+from httpcore import AsyncConnectionInterface, Origin, Request, Response
+
+
+class Pool(httpcore.AsyncConnectionPool):
+    def create_connection(self, origin: Origin) -> AsyncConnectionInterface:
+        return _Promised(super().create_connection(origin), self)
+
+    def promised(self, connection: AsyncConnectionInterface) -> bool:
+        """Given to a request of this pool that has not started on it (its own request
+        only makes it busy, so a busy connection never gets this far)."""
+        return any(r.connection is connection for r in self._requests)
+
+
+class _Promised(AsyncConnectionInterface):
+    """One of the pool's connections: httpcore's own, asked through `Pool.promised` first."""
+
+    def __init__(self, inner: AsyncConnectionInterface, pool: Pool) -> None:
+        self.inner, self.pool = inner, pool
+
+    async def handle_async_request(self, request: Request) -> Response:
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def info(self) -> str:
+        return self.inner.info()
+
+    def can_handle_request(self, origin: Origin) -> bool:
+        return self.inner.can_handle_request(origin)
+
+    def is_available(self) -> bool:
+        return self.inner.is_available() and not self.pool.promised(self)
+
+    def has_expired(self) -> bool:
+        return self.inner.has_expired()
+
+    def is_idle(self) -> bool:
+        return self.inner.is_idle() and not self.pool.promised(self)
+
+    def is_closed(self) -> bool:
+        return self.inner.is_closed()
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
