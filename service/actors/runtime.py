@@ -286,10 +286,9 @@ class _Later:
         self._started = False
 
     def send_nowait(self, item: Any) -> None:
-        """BrokenResourceError once the answerer has stopped, or would start cancelled (a
-        teardown under way: it would drop the batch unanswered)."""
+        """BrokenResourceError once the answerer has stopped, or could only start cancelled."""
         if not self._started:
-            if trio.current_effective_deadline() == -math.inf:
+            if self._nursery.cancel_scope.cancel_called:
                 raise trio.BrokenResourceError
             self._nursery.start_soon(self._answer, self._recv)
             self._started = True
