@@ -246,23 +246,3 @@ async def test_cancelled_while_a_burst_is_handed_over_stops_cleanly():
             reg.tell("a", 2)                         # handed to the parked loop ...
             scope.cancel()                           # ... and everything is cancelled at once
     assert scope.cancelled_caught
-
-
-def _task_names() -> list[str]:
-    names, todo = [], [trio.lowlevel.current_root_task()]
-    while todo:
-        task = todo.pop()
-        names.append(task.name)
-        todo += [t for n in task.child_nurseries for t in n.child_tasks]
-    return names
-
-
-async def test_the_answerer_of_deferred_batches_starts_only_with_the_first(registry, nursery):
-    """Most actors (a job's) never defer a reply: they run no answerer task."""
-    assert (await registry.ask("a", "inc"))[0] == 1
-    assert not [n for n in _task_names() if n.endswith("_answer_later")]
-    later = Registry("later", lambda k: Later(), Clock(start=0.0))
-    await nursery.start(later.run)
-    later.tell("b", 1)
-    await trio.testing.wait_all_tasks_blocked()
-    assert len([n for n in _task_names() if n.endswith("_answer_later")]) == 1

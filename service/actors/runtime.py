@@ -274,30 +274,6 @@ class _Alarm:
                     self._poke()
 
 
-class _Later:
-    """Where an actor's loop hands its `Deferred` batches, answered in order by one task,
-    started at the first: most actors (a job's) never defer, and the task cost each of
-    them about four scheduler steps."""
-
-    def __init__(self, nursery: trio.Nursery,
-                 answer: Callable[[trio.MemoryReceiveChannel[Any]], Awaitable[None]]) -> None:
-        self._nursery, self._answer = nursery, answer
-        self._send, self._recv = trio.open_memory_channel[Any](math.inf)
-        self._started = False
-
-    def send_nowait(self, item: Any) -> None:
-        """BrokenResourceError once the answerer has stopped, or could only start cancelled."""
-        if not self._started:
-            if self._nursery.cancel_scope.cancel_called:
-                raise trio.BrokenResourceError
-            self._nursery.start_soon(self._answer, self._recv)
-            self._started = True
-        self._send.send_nowait(item)
-
-    def close(self) -> None:
-        self._send.close()
-
-
 class ActorRef:
     def __init__(self, key: str, send: trio.MemorySendChannel[Any], timeouts: _Timeouts) -> None:
         self.key = key
@@ -461,13 +437,14 @@ class Registry(Generic[A]):
         alarm = _Alarm(send, self.clock)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
+            later_send, later_recv = trio.open_memory_channel(math.inf)
             async with trio.open_nursery() as pending:
-                later = _Later(pending, self._answer_later)
+                pending.start_soon(self._answer_later, later_recv)
                 pending.start_soon(alarm.run)
                 try:
-                    await self._run_loop(actor, recv, self.clock, alarm, later)
+                    await self._run_loop(actor, recv, self.clock, alarm, later_send)
                 finally:
-                    later.close()  # deferred answers still go out in order
+                    later_send.close()  # deferred answers still go out in order
                     alarm.close()
         finally:
             unwatch()
@@ -487,7 +464,7 @@ class Registry(Generic[A]):
                     env.answer(value)
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
-                        alarm: "_Alarm", later: "_Later") -> None:
+                        alarm: "_Alarm", later: trio.MemorySendChannel[Any]) -> None:
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:
