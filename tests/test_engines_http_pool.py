@@ -40,7 +40,7 @@ def queued(port: int) -> AsyncPoolRequest:
 
 
 async def get(pool: Pool, port: int) -> None:
-    assert await pool.request("GET", f"http://127.0.0.1:{port}/x") is not None
+    assert (await pool.request("GET", f"http://127.0.0.1:{port}/x")).status == 200
 
 
 async def test_requests_queued_together_take_one_idle_connection_each(server):

@@ -58,8 +58,9 @@ def tasks_runnable() -> int:
     """How many tasks wait to run on this thread's trio loop: trio's own `tasks_runnable`
     figure, the length of its run queue. `trio.lowlevel.current_statistics()` gives it too,
     but first counts the waiters of every registered socket: 31-46 µs a call with 1,000
-    sockets waiting (event streams), 177 µs with 5,000, and the fast path asks on every write. Read from trio's run context, with
-    the public call should that ever move (tests/test_storage_runnable.py checks they agree)."""
+    sockets waiting (event streams), 177 µs with 5,000, and the fast path asks on every
+    write. Read from trio's run context, with the public call should that ever move
+    (tests/test_storage_runnable.py checks they agree)."""
     runq = getattr(getattr(_RUN_CONTEXT, "runner", None), "runq", None)
     if runq is None:
         return trio.lowlevel.current_statistics().tasks_runnable
