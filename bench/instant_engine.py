@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -28,15 +29,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def one_file_certs(tmp: Path) -> dict[str, str]:
+    """Cog's environment for reading its trusted CA certificates from one file.
+
+    Cog 0.23 builds an HTTP client for every prediction that has a webhook, and each build
+    loads the native roots: the bundle file and then every file of the CA directory
+    (/etc/ssl/certs: about 290 opens and reads). That is 4-5 ms of Cog's CPU a prediction,
+    five times what the rest of an instant prediction costs. The same roots from the bundle
+    alone (an empty SSL_CERT_DIR) cost under 1 ms. docs/engines.md gives operators the same
+    setting. {} where the system has no bundle file (`BENCH_COG_CERTS=default`: Cog's own).
+    """
+    bundle = ssl.get_default_verify_paths().cafile  # SSL_CERT_FILE, else OpenSSL's; None if absent
+    if os.environ.get("BENCH_COG_CERTS") == "default" or bundle is None:
+        return {}
+    empty = tmp / "no-ca-dir"
+    empty.mkdir(parents=True, exist_ok=True)
+    return {"SSL_CERT_FILE": bundle, "SSL_CERT_DIR": str(empty)}
+
+
 class InstantCog(CogServer):
-    """`python -m cog.server.http` with bench/cog_instant.py and COG_MAX_CONCURRENCY=64."""
+    """`python -m cog.server.http` with bench/cog_instant.py and COG_MAX_CONCURRENCY=64, its
+    CA certificates read from one file (`one_file_certs`)."""
 
     what = "instant Cog server"
 
     def start(self, timeout: float = 60.0) -> InstantCog:
         env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": "cog_instant.py:Predictor",
                "COG_MAX_CONCURRENCY": str(SLOTS),
-               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+               **one_file_certs(Path(self.log_path).parent)}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
                                          cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
