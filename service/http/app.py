@@ -22,6 +22,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
+from service.http.hook_front import HookFront
 from service.logs import REQUEST_ID
 from service.metrics import UNMATCHED, method_label
 from service.streams.limits import StreamLimits
@@ -157,4 +158,5 @@ def create_app(node) -> QuartTrio:
     for name in route_modules():
         module = importlib.import_module(f"service.http.routes.{name}")
         app.register_blueprint(module.bp)
+    app.asgi_app = HookFront(app.asgi_app, node)  # type: ignore[method-assign]  # hook_front.py
     return app

@@ -3,6 +3,8 @@
 Cog has no GET of a prediction: it tells its outcome only by webhook. The URL it is
 given carries a token derived from a node secret (service/engines/context.py), so a
 wrong token is 404, as for any unknown path. Not part of the public API (no /v1).
+A hook of known length up to 1 MiB that this route would accept is answered in front of
+Quart, with the same answer (service/http/hook_front.py); this route answers the rest.
 """
 
 from __future__ import annotations

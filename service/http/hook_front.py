@@ -1,0 +1,107 @@
+"""The engine webhook's accepted case answered in front of Quart (an ASGI middleware).
+
+An engine that reports by webhook (Cog's default) sends one POST a job, each on a new
+connection. Through Quart that request cost the node about as much as a job's submit:
+a request context, the before- and after-request hooks, the route's dispatch and a
+response object, to read a body and put it on a channel. `HookFront` answers the one
+case that happens once a job, a well-formed hook with the right token, itself: the same
+status, JSON body and headers as the route (`routes/engine_hooks.py`), the same metrics.
+Anything else (a wrong token, a bad body, a refused signature, an oversized or unsized
+body, another method) goes on to Quart with the body it has read, so every refusal is
+the route's own answer (tests/test_hook_front.py compares the two).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from service.engines.context import HOOK_PATH, BadSignature
+from service.metrics import method_label
+
+ROUTE = f"{HOOK_PATH}/<job_id>/<token>"  # the route's template: its metrics label
+# Bodies up to the limit of other routes' bodies (an engine's files as data URLs can be
+# larger: those go to Quart, whose read they are worth); the body's wait before the rest goes
+# to Quart, whose own body timeout then runs (app.py)
+FRONT_LIMIT = 1024 * 1024
+FRONT_WAIT_S = 10.0
+ANSWER = json.dumps({"received": True}, separators=(",", ":")).encode() + b"\n"  # as Quart's jsonify writes it
+
+
+class HookFront:
+    """Wraps Quart's `asgi_app` (`app.asgi_app = HookFront(app.asgi_app, node)`, as Quart
+    documents for middleware). ASGI's scope and messages are plain dicts here (Any)."""
+
+    def __init__(self, app: Any, node: Any) -> None:
+        self.app, self.node = app, node
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith(HOOK_PATH + "/"):
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        parts = scope["path"][len(HOOK_PATH) + 1:].split("/")
+        size = _length(scope)
+        if len(parts) != 2 or not all(parts) or size is None or size > FRONT_LIMIT:
+            return await self.app(scope, receive, send)
+        body, more, message = b"", True, None
+        with trio.move_on_after(FRONT_WAIT_S):
+            # the declared length read is the whole body: its end (an empty last message)
+            # is not waited for, one scheduler step fewer
+            while more and len(body) < size:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+        if len(body) != size or not self._delivered(parts[0], parts[1], scope, body):
+            return await self.app(scope, _replay(body, more, message, receive), send)
+        elapsed = time.perf_counter() - started
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode()),
+            (b"x-process-time", f"{elapsed * 1000:.2f}".encode())]})
+        await send({"type": "http.response.body", "body": ANSWER, "more_body": False})
+        metrics = self.node.metrics
+        metrics.requests.labels(ROUTE, method_label("POST"), "200").inc()
+        metrics.latency.labels(ROUTE, method_label("POST")).observe(elapsed)
+
+    def _delivered(self, job_id: str, token: str, scope: dict[str, Any], body: bytes) -> bool:
+        """Delivered as the route would; False for every case the route answers otherwise."""
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return False
+        if not isinstance(payload, dict):
+            return False
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            return bool(self.node.engines.context.deliver(job_id, token, payload, headers, body))
+        except BadSignature:
+            return False
+
+
+def _length(scope: dict[str, Any]) -> int | None:
+    """The declared body length; None when absent or not a plain number."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _replay(body: bytes, more: bool, last: dict | None, receive: Callable[[], Awaitable[dict]]):
+    """`receive` for Quart: the body read so far as one message, then the rest as it comes."""
+    sent = False
+
+    async def replayed() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            if last is not None and last["type"] != "http.request":
+                return last
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replayed
