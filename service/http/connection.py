@@ -38,7 +38,7 @@ class KeepAliveTimer:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.scope: trio.CancelScope | None = None  # the running timer's; None before and after
+        self.scope: trio.CancelScope | None = None  # the timer task's, made as it is started; None before and after
         self.busy = False
         self.idle_again: trio.Event | None = None  # set when a shutdown waits for the request's end
         self.closed = False
@@ -47,7 +47,10 @@ class KeepAliveTimer:
         self.busy = False
         if self.scope is None:
             if not self.closed:
-                await task_group._nursery.start(action)
+                # the scope is made here, so a `stop` or `close` before the task runs still
+                # reaches it; `start_soon`, not `start`: no wait for the task's first step
+                self.scope = trio.CancelScope(deadline=trio.current_time() + self.timeout)
+                task_group._nursery.start_soon(action)
             return
         self.scope.deadline = trio.current_time() + self.timeout
         if self.idle_again is not None:
@@ -103,10 +106,10 @@ class TCPServer(HypercornTCPServer):
         finally:
             self.send_lock.release()
 
-    async def _idle_timeout(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def _idle_timeout(self) -> None:
         timer = self.timer
-        with trio.CancelScope(deadline=trio.current_time() + timer.timeout) as timer.scope:
-            task_status.started()
+        assert timer.scope is not None  # made by `restart`, which started this task
+        with timer.scope:
             while True:
                 await self.context.terminated.wait()
                 if not timer.busy:
