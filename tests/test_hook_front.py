@@ -76,9 +76,15 @@ async def test_every_refusal_is_the_routes_own_answer(node):
     wrong = path[:-1] + ("0" if path[-1] != "0" else "1")
     hooks = ctx.expect_hooks("job-3", lambda headers, body: False)  # an engine that signs: this one is refused
     signed = ctx.hook_url("job-3").removeprefix(node.parts.settings.base_url)
+
+    def broken(headers, body):
+        raise ValueError("a verifier's own fault")
+
+    faulty = ctx.expect_hooks("job-6", broken)
+    raising = ctx.hook_url("job-6").removeprefix(node.parts.settings.base_url)
     cases = [(wrong, b'{"status": "succeeded"}', 404), (path, b"not json", 400), (path, b'["a list"]', 400),
              (path, b"\xff\xfe", 400), (path, b"", 400), (signed, b'{"status": "succeeded"}', 401),
-             (path + "/more", b"{}", 404)]
+             (path + "/more", b"{}", 404), (raising, b'{"status": "succeeded"}', 500)]
     passed: list[str] = []
     try:
         for where, body, status in cases:
@@ -91,8 +97,9 @@ async def test_every_refusal_is_the_routes_own_answer(node):
         assert hooks.statistics().current_buffer_used == 0
         assert counted(node, "400") == 8 and counted(node, "401") == 2
     finally:
-        ctx.forget_hooks("job-3")
-        await hooks.aclose()
+        for job, channel in (("job-3", hooks), ("job-6", faulty)):
+            ctx.forget_hooks(job)
+            await channel.aclose()
 
 
 async def test_a_hook_too_large_for_the_front_is_still_taken_by_the_route(node, monkeypatch):
