@@ -7,10 +7,11 @@ from __future__ import annotations
 import httpcore
 import pytest
 import trio
+import trio.testing
 from httpcore._async.connection_pool import AsyncPoolRequest
 from test_engines_transport import Server
 
-from service.engines.http_pool import Pool
+from service.engines.http_pool import FreeLock, Pool
 
 
 @pytest.fixture
@@ -94,3 +95,33 @@ async def test_requests_in_flight_together_never_fail_to_start_on_their_connecti
                     n.start_soon(get, pool, server.port)
         assert retries[0] == 0
         assert len(pool.connections) == 8
+
+
+async def test_a_reused_connection_takes_its_state_lock_without_a_scheduler_step(server):
+    async with Pool(max_connections=1, max_keepalive_connections=1) as pool:
+        await get(pool, server.port)
+        await get(pool, server.port)  # the connection's HTTP/1.1 state now exists: its lock swapped
+        [conn] = pool.connections
+        lock = conn.inner._connection._state_lock
+        assert isinstance(lock, FreeLock)
+        with trio.testing.assert_no_checkpoints():
+            async with lock:
+                pass
+        await get(pool, server.port)
+        assert conn.inner._connection._state_lock is lock  # swapped once
+
+
+async def test_the_free_lock_still_excludes_a_second_holder(autojump_clock):
+    lock, order = FreeLock(), []
+
+    async def hold(name: str) -> None:
+        async with lock:
+            order.append(f"{name} in")
+            await trio.sleep(1)
+            order.append(f"{name} out")
+
+    async with trio.open_nursery() as n:
+        n.start_soon(hold, "a")
+        await trio.testing.wait_all_tasks_blocked()
+        n.start_soon(hold, "b")
+    assert order == ["a in", "a out", "b in", "b out"]

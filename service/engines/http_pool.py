@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpcore
+import trio
 from httpcore import AsyncConnectionInterface, Origin, Request, Response
 
 
@@ -61,6 +62,9 @@ class _Promised(AsyncConnectionInterface):
         self.inner, self.pool = inner, pool
 
     async def handle_async_request(self, request: Request) -> Response:
+        http11 = getattr(self.inner, "_connection", None)  # made by its first request
+        if isinstance(http11, httpcore.AsyncHTTP11Connection) and not isinstance(http11._state_lock, FreeLock):
+            http11._state_lock = FreeLock()  # type: ignore[assignment]  # the same async-with use
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -86,3 +90,23 @@ class _Promised(AsyncConnectionInterface):
 
     def __repr__(self) -> str:
         return repr(self.inner)
+
+
+class FreeLock:
+    """httpcore's HTTP/1.1 state lock, taken at once when free. trio's `Lock` yields to the
+    scheduler even then: two scheduler steps a request, for a lock that guards a few state
+    assignments (and a close); the request's own reads and writes are checkpoints anyway. Held
+    by another task, it is waited for as before."""
+
+    def __init__(self) -> None:
+        self._lock = trio.Lock()
+
+    async def __aenter__(self) -> FreeLock:
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()

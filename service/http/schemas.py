@@ -27,7 +27,7 @@ from typing import Annotated, Any, Awaitable, Callable, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
-from quart import request
+from quart import g, request
 from quart_schema.validation import QUART_SCHEMA_QUERYSTRING_ATTRIBUTE, QUART_SCHEMA_REQUEST_ATTRIBUTE, DataSource
 
 from service.clock import TimestampOutOfRange, parse_iso
@@ -216,7 +216,9 @@ def _parsed(attribute: str, mark: Any, name: str, parse: Callable[[], Awaitable[
 
 def body(model: type[BaseModel]) -> Callable:
     async def parse() -> BaseModel:
-        raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
+        raw = g.get("raw_body")  # read by the app's before-request hook (app.py)
+        if raw is None:
+            raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
         return parse_body(model, raw)
 
     return _parsed(QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON), "data", parse)
