@@ -82,17 +82,19 @@ async def test_every_refusal_is_the_routes_own_answer(node):
 
     faulty = ctx.expect_hooks("job-6", broken)
     raising = ctx.hook_url("job-6").removeprefix(node.parts.settings.base_url)
-    cases = [(wrong, b'{"status": "succeeded"}', 404), (path, b"not json", 400), (path, b'["a list"]', 400),
-             (path, b"\xff\xfe", 400), (path, b"", 400), (signed, b'{"status": "succeeded"}', 401),
-             (path + "/more", b"{}", 404), (raising, b'{"status": "succeeded"}', 500)]
+    not_json = (400, "request.bad_request", "Body must be a JSON object.")
+    cases = [(wrong, b'{"status": "succeeded"}', (404, "request.not_found", "Not found.")),
+             (path, b"not json", not_json), (path, b'["a list"]', not_json), (path, b"\xff\xfe", not_json),
+             (path, b"", not_json),
+             (signed, b'{"status": "succeeded"}', (401, "request.unauthorized", "Invalid webhook signature.")),
+             (path + "/more", b"{}", (404, "request.not_found", "The requested resource was not found.")),
+             (raising, b'{"status": "succeeded"}', (500, "request.internal_error", "Something went wrong on our side."))]
     passed: list[str] = []
     try:
-        for where, body, status in cases:
-            front = await answered(node, False, passed)(where, body)
-            route = await answered(node, True)(where, body)
-            assert front.status_code == route.status_code == status, (where, body)
-            a, b = await front.get_json(), await route.get_json()
-            assert (a["error"]["code"], a["error"]["message"]) == (b["error"]["code"], b["error"]["message"])
+        for where, body, expected in cases:
+            for r in (await answered(node, False, passed)(where, body), await answered(node, True)(where, body)):
+                e = (await r.get_json())["error"]
+                assert (r.status_code, e["code"], e["message"]) == expected, (where, body)
         assert passed == [where for where, _, _ in cases]  # each one handed on to the route
         assert hooks.statistics().current_buffer_used == 0
         assert counted(node, "400") == 8 and counted(node, "401") == 2

@@ -29,7 +29,7 @@ from httpcore import AsyncConnectionInterface, Origin, Request, Response
 
 class Pool(httpcore.AsyncConnectionPool):
     _held: set[AsyncConnectionInterface] | None = None  # in a pass: what the requests held at its start
-    _queued: list[Any] = []  # in a pass: the requests it may assign (queued at its start)
+    _queued: tuple[Any, ...] = ()  # in a pass: the requests it may assign (queued at its start)
 
     def create_connection(self, origin: Origin) -> AsyncConnectionInterface:
         return _Promised(super().create_connection(origin), self)
@@ -41,11 +41,11 @@ class Pool(httpcore.AsyncConnectionPool):
         for each of those asks showed at 2.5 % of the trio thread (bench/README.md,
         "Throughput VIII")."""
         self._held = {r.connection for r in self._requests if r.connection is not None}
-        self._queued = [r for r in self._requests if r.connection is None]
+        self._queued = tuple(r for r in self._requests if r.connection is None)
         try:
             return super()._assign_requests_to_connections()
         finally:
-            self._held, self._queued = None, []
+            self._held, self._queued = None, ()
 
     def promised(self, connection: AsyncConnectionInterface) -> bool:
         """Given to a request of this pool that has not started on it (its own request

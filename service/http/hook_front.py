@@ -23,7 +23,8 @@ import trio
 from service.engines.context import HOOK_PATH, BadSignature
 from service.metrics import method_label
 
-ROUTE = f"{HOOK_PATH}/<job_id>/<token>"  # the route's template: its metrics label
+PREFIX = HOOK_PATH + "/"
+ROUTE = f"{PREFIX}<job_id>/<token>"  # the route's template: its metrics label
 # Bodies up to the limit of other routes' bodies (an engine's files as data URLs can be
 # larger: those go to Quart, whose read they are worth); the body's wait before the rest goes
 # to Quart, whose own body timeout then runs (app.py)
@@ -40,10 +41,10 @@ class HookFront:
         self.app, self.node = app, node
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith(HOOK_PATH + "/"):
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith(PREFIX):
             return await self.app(scope, receive, send)
         started = time.perf_counter()
-        parts = scope["path"][len(HOOK_PATH) + 1:].split("/")
+        parts = scope["path"][len(PREFIX):].split("/")
         size = _length(scope)
         if len(parts) != 2 or not all(parts) or size is None or size > FRONT_LIMIT:
             return await self.app(scope, receive, send)
