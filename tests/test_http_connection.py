@@ -1,8 +1,8 @@
-"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with four
-per-request costs taken out, on trio's mock clock: keep-alive and the trickled-head cut
+"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with five
+costs taken out, on trio's mock clock: keep-alive and the trickled-head cut
 still at `keep_alive_timeout`, never during a request, shutdown still closing idle
 connections at once and busy ones after their answer; a sized response in one write, a
-streamed response's head at once."""
+streamed response's head at once; a connection the server closes, closed once."""
 
 from __future__ import annotations
 
@@ -183,3 +183,26 @@ async def test_a_streamed_response_sends_its_head_at_once(server, autojump_clock
 ])
 def test_which_heads_wait_for_their_body(data, sized):
     assert _sized_head(data) is sized
+
+
+async def test_a_connection_the_server_closes_ends_its_sending_once_then_closes(server, autojump_clock, monkeypatch):
+    """Hypercorn closed such a connection twice (an end of sending and a close each time,
+    a scheduler step each): once now, and the client still reads the whole answer, then
+    the end of the stream."""
+    port, _ = server
+    eofs: list[int] = []
+    send_eof = trio.SocketStream.send_eof
+
+    async def counted(self):
+        eofs.append(self.socket.fileno())
+        await send_eof(self)
+
+    monkeypatch.setattr(trio.SocketStream, "send_eof", counted)
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        got = b""
+        while data := await s.receive_some():
+            got += data
+        assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"\r\n\r\nok"), got
+    await trio.sleep(0.1)  # the server's connection task has ended
+    assert len(eofs) == 1, eofs

@@ -23,6 +23,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from service.engines import HOOK_PATH
 from service.http import browser, errors, openapi, routes
 from service.http.hook_front import HookFront
+from service.http.request_task import InlineHTTPConnection, ReadyRequest
 from service.logs import REQUEST_ID
 from service.metrics import UNMATCHED, method_label
 from service.streams.limits import StreamLimits
@@ -99,6 +100,8 @@ def plain_answers_as_they_are(app: QuartTrio) -> None:
 
 def create_app(node) -> QuartTrio:
     app = QuartTrio("genservice", static_folder=None)
+    app.asgi_http_class = InlineHTTPConnection  # one task a request fewer (request_task.py)
+    app.request_class = ReadyRequest
     app.config["NODE"] = node
     settings = node.settings  # how many event streams HTTP callers may hold (docs/streams.md, "Limits")
     node.streams.limits = StreamLimits(per_key=settings.max_streams_per_key, per_org=settings.max_streams_per_org,
