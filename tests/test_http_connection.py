@@ -1,20 +1,23 @@
-"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with five
+"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with six
 costs taken out, on trio's mock clock: keep-alive and the trickled-head cut
 still at `keep_alive_timeout`, never during a request, shutdown still closing idle
 connections at once and busy ones after their answer; a sized response in one write, a
-streamed response's head at once; a connection the server closes, closed once."""
+streamed response's head at once; a connection the server closes, closed once;
+messages for the app put at once while its queue has room."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import hypercorn.trio.run
+import hypercorn.trio.tcp_server
 import pytest
 import trio
+import trio.testing
 from hypercorn.trio import serve
 
 from service.config import Settings
-from service.http.connection import TCPServer, _sized_head, install
+from service.http.connection import TaskGroup, TCPServer, _sized_head, install
 from service.main import hypercorn_config
 
 
@@ -206,3 +209,33 @@ async def test_a_connection_the_server_closes_ends_its_sending_once_then_closes(
         assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"\r\n\r\nok"), got
     await trio.sleep(0.1)  # the server's connection task has ended
     assert len(eofs) == 1, eofs
+
+
+async def test_messages_for_the_app_are_put_at_once_while_its_queue_has_room(autojump_clock):
+    install()
+    assert hypercorn.trio.tcp_server.TaskGroup is TaskGroup
+    cfg = node_config()
+    got: list = []
+    reading = trio.Event()
+
+    async def slow_app(scope, receive, send, sync_spawn, call_soon):
+        await reading.wait()
+        while len(got) < cfg.max_app_queue_size + 1:
+            got.append(await receive())
+
+    async def sent(message):
+        pass
+
+    async with TaskGroup() as group:
+        put = await group.spawn_app(slow_app, cfg, {"type": "http"}, sent)
+        with trio.testing.assert_no_checkpoints():
+            for i in range(cfg.max_app_queue_size):
+                await put({"type": "http.request", "body": b"%d" % i, "more_body": True})
+        t0 = trio.current_time()
+        async with trio.open_nursery() as n:
+            n.start_soon(put, {"type": "http.disconnect"})  # the queue is full: this one waits
+            await trio.sleep(1)
+            assert len(got) == 0
+            reading.set()
+    assert [m.get("body") for m in got[:-1]] == [b"%d" % i for i in range(cfg.max_app_queue_size)]
+    assert got[-1] == {"type": "http.disconnect"} and trio.current_time() - t0 == pytest.approx(1)
