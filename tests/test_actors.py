@@ -246,3 +246,44 @@ async def test_cancelled_while_a_burst_is_handed_over_stops_cleanly():
             reg.tell("a", 2)                         # handed to the parked loop ...
             scope.cancel()                           # ... and everything is cancelled at once
     assert scope.cancelled_caught
+
+
+class OneByOne(Actor):
+    """Handles each message alone and without awaiting: the loop's own steps are all it takes."""
+
+    def __init__(self, key):
+        self.key, self.n = key, 0
+
+    async def handle_batch(self, msgs):
+        self.n += len(msgs)
+        return [self.n for _ in msgs]
+
+    def batch_limit(self, waiting):
+        return 1
+
+
+class StepsOfActors(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task) -> None:
+        if "_supervise" in task.name:
+            self.steps += 1
+
+
+async def test_waiting_messages_are_taken_without_a_step_each_and_the_loop_still_yields(nursery):
+    from service.actors.runtime import YIELD_EVERY
+
+    reg = Registry("one-by-one", OneByOne, Clock(start=1000.0))
+    await nursery.start(reg.run)
+    assert await reg.ask("a", "x") == 1  # spawned, loaded, waiting for mail
+    for _ in range(3 * YIELD_EVERY):
+        reg.tell("a", "x")
+    counted = StepsOfActors()
+    trio.lowlevel.add_instrument(counted)
+    try:
+        assert await reg.ask("a", "x") == 3 * YIELD_EVERY + 2
+    finally:
+        trio.lowlevel.remove_instrument(counted)
+    # trio's receive took a step for each waiting message (194); now one every YIELD_EVERY
+    assert 3 <= counted.steps <= 3 + 3, counted.steps

@@ -46,6 +46,7 @@ MAILBOX = 4096
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
 ASK_TIMEOUT = 10.0
+YIELD_EVERY = 64  # messages an actor's loop takes in a row at most before it yields (`_run_loop`)
 
 
 class _Slot:
@@ -465,6 +466,7 @@ class Registry(Generic[A]):
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
                         alarm: "_Alarm", later: trio.MemorySendChannel[Any]) -> None:
+        streak = 0  # messages taken in a row without a scheduler step
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:
@@ -477,7 +479,18 @@ class Registry(Generic[A]):
                 except trio.WouldBlock:
                     return
             else:
-                first = await recv.receive()
+                # a message already waiting is taken without trio's receive, which yields to the
+                # scheduler even then (a step a message); a loop that keeps finding mail still
+                # yields every YIELD_EVERY messages, before taking the next, so none is lost
+                if streak >= YIELD_EVERY:
+                    streak = 0
+                    await trio.lowlevel.checkpoint()
+                try:
+                    first = recv.receive_nowait()
+                    streak += 1
+                except trio.WouldBlock:
+                    first = await recv.receive()
+                    streak = 0
             if first.msg is _WAKE:
                 continue
             batch = [first]
