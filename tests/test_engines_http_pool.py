@@ -98,7 +98,7 @@ async def test_requests_in_flight_together_never_fail_to_start_on_their_connecti
         assert len(pool.connections) == 8
 
 
-async def test_a_reused_connection_takes_its_state_lock_without_a_scheduler_step(server):
+async def test_a_reused_connection_takes_its_locks_without_a_scheduler_step(server):
     async with Pool(max_connections=1, max_keepalive_connections=1) as pool:
         await get(pool, server.port)
         await get(pool, server.port)  # the connection's HTTP/1.1 state now exists: its lock swapped
@@ -110,6 +110,7 @@ async def test_a_reused_connection_takes_its_state_lock_without_a_scheduler_step
                 pass
         await get(pool, server.port)
         assert conn.inner._connection._state_lock is lock  # swapped once
+        assert isinstance(conn.inner._request_lock, FreeLock)  # the connection's own, from its start
 
 
 async def test_the_free_lock_still_excludes_a_second_holder(autojump_clock):

@@ -87,6 +87,8 @@ class _Promised(AsyncConnectionInterface):
 
     def __init__(self, inner: AsyncConnectionInterface, pool: Pool) -> None:
         self.inner, self.pool = inner, pool
+        if isinstance(inner, httpcore.AsyncHTTPConnection):  # its lock around the connect, taken by each request
+            inner._request_lock = FreeLock()  # type: ignore[assignment]  # the same async-with use
 
     async def handle_async_request(self, request: Request) -> Response:
         http11 = getattr(self.inner, "_connection", None)  # made by its first request
@@ -120,10 +122,11 @@ class _Promised(AsyncConnectionInterface):
 
 
 class FreeLock:
-    """httpcore's HTTP/1.1 state lock, taken at once when free. trio's `Lock` yields to the
-    scheduler even then: two scheduler steps a request, for a lock that guards a few state
-    assignments (and a close); the request's own reads and writes are checkpoints anyway. Held
-    by another task, it is waited for as before."""
+    """httpcore's HTTP/1.1 state lock and its connection's request lock, taken at once when
+    free. trio's `Lock` yields to the scheduler even then: three scheduler steps a request,
+    for locks that guard a few state assignments (and a close), and the connect of a
+    connection's first request; the request's own reads and writes are checkpoints anyway.
+    Held by another task (a connect under way), it is waited for as before."""
 
     def __init__(self) -> None:
         self._lock = trio.Lock()
