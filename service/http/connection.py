@@ -166,8 +166,9 @@ class TaskGroup(HypercornTaskGroup):
 
     async def spawn_app(self, *args: Any) -> Any:
         send: Any = await super().spawn_app(*args)  # the app's queue: its trio channel's bound `send`
-        channel = send.__self__
-        assert isinstance(channel, trio.MemorySendChannel)  # Hypercorn 0.18's (checked in the tests)
+        channel = getattr(send, "__self__", None)
+        if not isinstance(channel, trio.MemorySendChannel):  # another Hypercorn's queue: its own put
+            return send
 
         async def put(message: Any) -> None:
             try:

@@ -19,7 +19,7 @@ timeout, as it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import trio
@@ -42,13 +42,13 @@ class InlineHTTPConnection(TrioASGIHTTPConnection):
 def _take_queued(request: Any, receive: Any) -> bool:
     """Adds the request's messages already queued to its body, as quart's reader does; False
     when one of them is the client's disconnect. The reader task takes the rest."""
-    nowait: Callable[[], Any] | None = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
-    if nowait is None or not isinstance(receive.__self__, trio.MemoryReceiveChannel):
+    channel = getattr(receive, "__self__", None)
+    if not isinstance(channel, trio.MemoryReceiveChannel):
         return True
     body = request.body
     while not body._complete.is_set():  # quart's own flag: set by the end of the body
         try:
-            message = nowait()
+            message = channel.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
             return True
         if message["type"] == "http.disconnect":
