@@ -18,6 +18,7 @@ from test_generation_support import submit, wait_status
 from waiting import wait_until
 
 from service.engines import one_send
+from service.net.write_now import write_now
 from service.engines.transport import Sharded, engine_client, send_plain
 
 
@@ -282,7 +283,13 @@ def socket_writes(monkeypatch) -> list[bytes]:
     async def recorded(self, *args, **kwargs):
         return Recorded(await connect(self, *args, **kwargs), writes)
 
+    def recorded_now(sock, data):
+        n = write_now(sock, data)
+        writes.append(bytes(data[:n]))
+        return n
+
     monkeypatch.setattr(httpcore.TrioBackend, "connect_tcp", recorded)
+    monkeypatch.setattr(one_send, "write_now", recorded_now)  # writes that went at once
     return writes
 
 
@@ -303,7 +310,10 @@ async def test_a_body_past_the_flush_size_goes_out_without_waiting_for_the_read(
     async with engine_client() as c:
         r = await c.post(f"http://127.0.0.1:{server.port}/upload", content=big)
     assert r.text == "ok" and server.bodies == [len(big)]
-    assert len(socket_writes) == 1 and socket_writes[0].endswith(big)  # head and body: past FLUSH_AT, at once
+    # head and body, past FLUSH_AT, go out together at once: the first write carries the
+    # head with the body's start (the socket may take part; the rest follows in turn)
+    assert socket_writes[0].startswith(b"POST /upload HTTP/1.1\r\n") and b"\r\n\r\nyy" in socket_writes[0]
+    assert b"".join(socket_writes).endswith(big) and b"".join(socket_writes).count(b"POST") == 1
 
 
 class Failing(httpcore.AsyncNetworkStream):
@@ -333,3 +343,70 @@ async def test_closing_drops_what_was_never_sent():
     await stream.write(b"head")
     await stream.aclose()  # no write attempted, so no WriteError
     assert inner.closed and stream.pending == []
+
+
+# A plain connection's request goes at once (service/net/write_now.py)
+
+
+class Steps(trio.abc.Instrument):
+    """Scheduler steps one task takes while installed."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task, self.taken = task, 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.taken += task is self.task
+
+
+async def plain_stream(port: int) -> one_send.OneSendStream:
+    return await one_send.OneSendBackend().connect_tcp("127.0.0.1", port)  # type: ignore[return-value]
+
+
+async def test_a_plain_connection_writes_its_request_without_a_step(server, socket_writes):
+    stream = await plain_stream(server.port)
+    assert stream.plain is not None
+    await stream.write(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+    steps = Steps(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    await stream.flush()
+    trio.lowlevel.remove_instrument(steps)
+    assert steps.taken == 0  # trio's send_all takes one (its checkpoint after the send)
+    assert socket_writes == [b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"]
+    assert b"ok" in await stream.read(65536)
+    await stream.aclose()
+
+
+async def test_a_cancelled_request_is_not_sent(server, socket_writes):
+    stream = await plain_stream(server.port)
+    await stream.write(b"PUT /predictions/1 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await stream.read(65536)
+    assert scope.cancelled_caught and socket_writes == []
+    await stream.aclose()
+
+
+async def test_a_write_to_a_connection_the_server_closed_is_a_write_error(socket_writes):
+    async def close_at_once(s: trio.SocketStream) -> None:
+        await s.aclose()
+
+    async with trio.open_nursery() as n:
+        listeners = await n.start(partial(trio.serve_tcp, close_at_once, 0, host="127.0.0.1"))
+        stream = await plain_stream(listeners[0].socket.getsockname()[1])
+        await trio.sleep(0.2)  # the server has closed its end
+        with pytest.raises(httpcore.WriteError, match="socket connection broken"):
+            for _ in range(3):  # a first write may still land before the reset comes back
+                await stream.write(b"x" * 1024)
+                await stream.flush()
+                await trio.sleep(0.05)
+        await stream.aclose()
+        n.cancel_scope.cancel()
+
+
+async def test_a_tls_stream_is_not_written_around_its_tls_layer():
+    with trio.socket.socket() as sock:
+        class TLSLike(httpcore.AsyncNetworkStream):
+            def get_extra_info(self, info):
+                return {"ssl_object": object(), "socket": sock}.get(info)  # as httpcore's TLS stream
+
+        assert one_send.OneSendStream(TLSLike()).plain is None

@@ -17,7 +17,9 @@ import trio.testing
 from hypercorn.trio import serve
 
 from service.config import Settings
+from service.http import connection
 from service.http.connection import TaskGroup, TCPServer, _sized_head, install
+from service.net.write_now import IN_A_ROW, write_now
 from service.main import hypercorn_config
 
 
@@ -29,6 +31,7 @@ def node_config():
 _NODE = node_config()
 KEEP_ALIVE_S = _NODE.keep_alive_timeout  # 5 s
 GRACE_S = _NODE.graceful_timeout  # 10 s: what a request in flight gets at shutdown
+BIG = bytes(range(256)) * 16384  # 4 MiB: more than a socket takes at once
 
 
 async def app(scope, receive, send) -> None:
@@ -45,6 +48,15 @@ async def app(scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await trio.sleep(10)
         await send({"type": "http.response.body", "body": b"late", "more_body": False})
+        return
+    if scope["path"] in ("/many", "/big"):  # a streamed body: many chunks, or one larger than a socket holds
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"] == "/big":
+            await send({"type": "http.response.body", "body": BIG, "more_body": True})
+        else:
+            for i in range(3 * IN_A_ROW):
+                await send({"type": "http.response.body", "body": b"c%03d" % i, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
     if scope["path"] == "/slow":
         await trio.sleep(3 * KEEP_ALIVE_S)
@@ -144,22 +156,81 @@ async def test_shutdown_closes_idle_connections_at_once_and_busy_ones_after_thei
         assert await closed_at(busy) - trio.current_time() < 0.01
 
 
-async def test_a_sized_response_goes_in_one_write(server, autojump_clock, monkeypatch):
-    port, _ = server
-    writes: list[bytes] = []
+class Writes(list):
+    """Every write that reached a socket (the client's among them); `stepped`, those that
+    went through trio's `send_all` (a scheduler step each) rather than at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stepped: list[bytes] = []
+
+
+@pytest.fixture
+def writes(monkeypatch) -> Writes:
+    seen = Writes()
     send_all = trio.SocketStream.send_all
 
     async def counted(self, data):
-        writes.append(bytes(data))
+        seen.append(bytes(data))
+        seen.stepped.append(bytes(data))
         await send_all(self, data)
 
+    def counted_now(sock, data):
+        n = write_now(sock, data)
+        seen.append(bytes(data[:n]))
+        return n
+
+    monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+    monkeypatch.setattr(connection, "write_now", counted_now)
+    return seen
+
+
+async def test_a_sized_response_goes_in_one_write(server, autojump_clock, writes):
+    port, _ = server
     async with await trio.open_tcp_stream("127.0.0.1", port) as s:
-        monkeypatch.setattr(trio.SocketStream, "send_all", counted)
         await s.send_all(get("/"))
         await answer(s)
         answers = [w for w in writes if w.startswith(b"HTTP/1.1")]
         assert len(answers) == 1 and answers[0].endswith(b"\r\n\r\nok"), writes
         assert len(writes) == 2, writes  # the request, the answer: no empty write for the body's end
+
+
+async def chunked_body(stream: trio.SocketStream) -> bytes:
+    """A chunked response's body, read to its end (de-chunked)."""
+    buf = b""
+    while not buf.endswith(b"\r\n0\r\n\r\n"):
+        data = await stream.receive_some()
+        assert data, buf[-200:]
+        buf += data
+    body, rest = b"", buf.partition(b"\r\n\r\n")[2]
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return body
+        body, rest = body + rest[:size], rest[size + 2:]
+
+
+async def test_answers_go_out_without_send_all_while_the_socket_has_room(server, autojump_clock, writes):
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/"))
+        await answer(s)
+        await s.send_all(get("/many"))
+        body = await chunked_body(s)
+    assert body == b"".join(b"c%03d" % i for i in range(3 * IN_A_ROW))
+    server_writes = [w for w in writes.stepped if not w.startswith(b"GET ")]
+    # every IN_A_ROW-th write takes trio's send_all (and its step); the rest go at once
+    assert len(server_writes) == (3 * IN_A_ROW + 3) // (IN_A_ROW + 1), writes.stepped
+
+
+async def test_a_body_larger_than_the_socket_takes_arrives_whole_at_a_slow_reader(server, autojump_clock, writes):
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/big"))
+        await trio.sleep(5)  # the server has filled the socket and waits in send_all
+        assert any(w.endswith(BIG[-100:] + b"\r\n") for w in writes.stepped)  # the rest went by send_all
+        assert await chunked_body(s) == BIG
 
 
 async def test_a_streamed_response_sends_its_head_at_once(server, autojump_clock):

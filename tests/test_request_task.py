@@ -18,7 +18,7 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.datastructures import Headers
 
 from service.config import Settings
-from service.http.connection import install
+from service.http.connection import Receive, install
 from service.http.request_task import InlineHTTPConnection, ReadyBody, ReadyRequest, _take_queued
 from service.main import hypercorn_config
 
@@ -36,7 +36,7 @@ def make_app(connection_class) -> tuple[QuartTrio, dict]:
     async def echo():
         return (await request.get_data()) or b"-"
 
-    @app.route("/forever")
+    @app.route("/forever", methods=["GET", "POST"])
     async def forever():
         try:
             await trio.sleep_forever()
@@ -84,8 +84,9 @@ class Spawned(trio.abc.Instrument):
         self.count += 1
 
 
-async def tasks_a_request(nursery, connection_class) -> int:
-    """Tasks started for the second request of a keep-alive connection (the first warms up)."""
+async def tasks_a_request(nursery, connection_class, late: bool = False) -> int:
+    """Tasks started for the second request of a keep-alive connection (the first warms up);
+    `late`: its body's last bytes come after the handler has started."""
     app, _ = make_app(connection_class)
     port = await started(nursery, app)
     spawned = Spawned()
@@ -94,7 +95,12 @@ async def tasks_a_request(nursery, connection_class) -> int:
         await answer(s)
         trio.lowlevel.add_instrument(spawned)
         try:
-            await s.send_all(post(b"hello"))
+            if late:
+                await s.send_all(post(b"hello")[:-2])
+                await trio.sleep(1)
+                await s.send_all(b"lo")
+            else:
+                await s.send_all(post(b"hello"))
             got = await answer(s)
         finally:
             trio.lowlevel.remove_instrument(spawned)
@@ -102,10 +108,16 @@ async def tasks_a_request(nursery, connection_class) -> int:
     return spawned.count
 
 
-async def test_a_request_starts_one_task_fewer_than_quart_trios_class(nursery, autojump_clock):
+async def test_a_request_with_its_whole_body_starts_two_tasks_fewer_than_quart_trios_class(nursery, autojump_clock):
     ours = await tasks_a_request(nursery, InlineHTTPConnection)
     theirs = await tasks_a_request(nursery, TrioASGIHTTPConnection)
-    assert ours == theirs - 1, (ours, theirs)
+    assert ours == theirs - 2, (ours, theirs)  # no handler task, no reader task
+
+
+async def test_a_body_still_to_come_is_read_by_a_reader_task(nursery, autojump_clock):
+    ours = await tasks_a_request(nursery, InlineHTTPConnection, late=True)
+    theirs = await tasks_a_request(nursery, TrioASGIHTTPConnection, late=True)
+    assert ours == theirs - 1, (ours, theirs)  # no handler task; the reader as before
 
 
 async def test_bodies_that_come_with_their_head_or_later_are_read_whole(nursery, autojump_clock):
@@ -136,11 +148,15 @@ async def test_a_body_that_stops_coming_is_a_408_after_the_body_timeout(nursery,
         assert trio.current_time() - t0 == pytest.approx(BODY_TIMEOUT_S, abs=0.01)
 
 
-async def test_a_client_that_goes_cancels_its_handler(nursery, autojump_clock):
+@pytest.mark.parametrize("head", [
+    b"GET /forever HTTP/1.1\r\nHost: t\r\n\r\n",  # whole: no reader, the disconnect's put cancels
+    b"POST /forever HTTP/1.1\r\nHost: t\r\nContent-Length: 9\r\n\r\npart",  # the reader task's
+])
+async def test_a_client_that_goes_cancels_its_handler(nursery, autojump_clock, head):
     app, seen = make_app(InlineHTTPConnection)
     port = await started(nursery, app)
     s = await trio.open_tcp_stream("127.0.0.1", port)
-    await s.send_all(b"GET /forever HTTP/1.1\r\nHost: t\r\n\r\n")
+    await s.send_all(head)
     await trio.sleep(1)
     assert not seen["ended"].is_set()
     await s.aclose()
@@ -154,20 +170,21 @@ def _request() -> ReadyRequest:
 
 
 async def test_queued_messages_are_taken_without_waiting_and_a_disconnect_stops_the_request():
-    send, receive = trio.open_memory_channel(10)
+    send, channel = trio.open_memory_channel(10)
+    receive = Receive(channel)
     req = _request()
     send.send_nowait({"type": "http.request", "body": b"ab", "more_body": True})
-    assert _take_queued(req, receive.receive) and not req.body._complete.is_set()
+    assert _take_queued(req, receive) and not req.body._complete.is_set()
     send.send_nowait({"type": "http.request", "body": b"c", "more_body": False})
     send.send_nowait({"type": "http.disconnect"})  # after the body's end: left for the reader
-    assert _take_queued(req, receive.receive) and req.body._complete.is_set()
+    assert _take_queued(req, receive) and req.body._complete.is_set()
     with trio.testing.assert_no_checkpoints():
         assert await req.body == b"abc"
-    assert receive.receive_nowait() == {"type": "http.disconnect"}
+    assert channel.receive_nowait() == {"type": "http.disconnect"}
 
     gone = _request()
     send.send_nowait({"type": "http.disconnect"})
-    assert not _take_queued(gone, receive.receive)
+    assert not _take_queued(gone, receive)
 
 
 async def test_another_servers_receive_is_left_to_the_reader_task():

@@ -4,9 +4,10 @@ httpcore writes an HTTP/1.1 request as two writes (the head, then the body), and
 `send` that wakes the engine's process. Every HTTP/1.1 client reads the answer after it
 has written the request, so here the writes wait in a buffer and go out as one when the
 connection is next read, or as soon as they pass FLUSH_AT bytes (a big upload is not held
-in memory twice). A failed write still raises httpcore's `WriteError`, from the read that
-flushed it. Measured: one `sendto` a Cog job fewer and about 5 % less node CPU a job
-(bench/README.md, "Throughput IV").
+in memory twice). On a plain TCP connection the write goes at once when the socket has
+room, without trio's scheduler step (`service/net/write_now.py`). A failed write still
+raises httpcore's `WriteError`, from the read that flushed it. Measured: one `sendto` a
+Cog job fewer and about 5 % less node CPU a job (bench/README.md, "Throughput IV").
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import ssl
 import typing
 
 import httpcore
+import trio
+
+from service.net.write_now import Budget, write_now
 
 FLUSH_AT = 64 * 1024
 
@@ -42,12 +46,22 @@ class OneSendStream(httpcore.AsyncNetworkStream):
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self.inner = inner
         self.pending: list[bytes] = []
+        self.plain = _plain_socket(inner)
+        self.budget = Budget()
 
     async def flush(self, timeout: float | None = None) -> None:
         if self.pending:
             data = self.pending[0] if len(self.pending) == 1 else b"".join(self.pending)
             self.pending = []
-            await self.inner.write(data, timeout)
+            sent = 0
+            if self.plain is not None and self.budget.take():
+                await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled request is not sent, as with `write`
+                try:
+                    sent = write_now(self.plain, data)  # the common case: all of it, no step
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                    raise httpcore.WriteError(str(e)) from e  # what the stream's `write` raises
+            if sent < len(data):
+                await self.inner.write(data[sent:] if sent else data, timeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
@@ -71,3 +85,13 @@ class OneSendStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self.inner.get_extra_info(info)
+
+
+def _plain_socket(stream: httpcore.AsyncNetworkStream) -> trio.socket.SocketType | None:
+    """The socket under httpcore's trio stream for plain TCP, written at once when it has
+    room (`flush`); None for TLS (its bytes must go through the TLS layer) and for any other
+    stream."""
+    if stream.get_extra_info("ssl_object") is not None:
+        return None
+    sock = stream.get_extra_info("socket")
+    return sock if isinstance(sock, trio.socket.SocketType) else None

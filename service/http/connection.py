@@ -1,4 +1,4 @@
-"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without six costs it paid on
+"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without seven costs it paid on
 every request, none of which a client can see (bench/README.md, "Throughput VI"):
 
 - Sending took the connection's send lock with `async with`, and trio's `Lock` yields to
@@ -13,6 +13,9 @@ every request, none of which a client can see (bench/README.md, "Throughput VI")
   client's disconnect) cost a scheduler step, even with room on the queue: three to five a
   request. It is now put at once when there is room (`TaskGroup`), waited for only when the
   queue is full, as before.
+- Each write yielded to the scheduler after the kernel took it (trio's `send_all`). A
+  write to a plain TCP socket with room now goes at once (`service/net/write_now.py`);
+  what the socket does not take, and every 64th write, go through `send_all` as before.
 - Closing a connection cost four scheduler steps (`_close`, called twice, each an end of
   sending and a close with a step each); it now costs one.
 - The keep-alive timer was a task cancelled when a request began and started anew when it
@@ -29,6 +32,7 @@ offers no argument for it. Checked against Hypercorn 0.18 (tests/test_http_conne
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import hypercorn.trio.run
@@ -36,7 +40,10 @@ import hypercorn.trio.tcp_server
 import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.task_group import TaskGroup as HypercornTaskGroup
+from hypercorn.trio.task_group import _handle
 from hypercorn.trio.tcp_server import TCPServer as HypercornTCPServer
+
+from service.net.write_now import Budget, write_now
 
 
 class KeepAliveTimer:
@@ -83,6 +90,9 @@ class TCPServer(HypercornTCPServer):
         self.idle_task = self.timer  # type: ignore[assignment]  # Hypercorn calls restart() and stop()
         self.held = b""  # a response head held back to go out with its body (`_sized_head`)
         self.socket_closed = False  # by `_close`
+        # a plain TCP connection's socket, written at once when it has room (`_send`); TLS: None
+        self.plain = self.stream.socket if isinstance(self.stream, trio.SocketStream) else None
+        self.budget = Budget()
 
     async def protocol_send(self, event: Any) -> None:
         if isinstance(event, RawData):
@@ -108,8 +118,12 @@ class TCPServer(HypercornTCPServer):
         except trio.WouldBlock:
             await self.send_lock.acquire()
         try:
-            with trio.CancelScope(shield=True):
-                await self.stream.send_all(data)
+            sent = 0
+            if self.plain is not None and self.budget.take():
+                sent = write_now(self.plain, data)  # the common case: all of it, no step
+            if sent < len(data):
+                with trio.CancelScope(shield=True):
+                    await self.stream.send_all(memoryview(data)[sent:] if sent else data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await self.protocol.handle(Closed())
         finally:
@@ -159,22 +173,42 @@ def _sized_head(data: bytes) -> bool:
     return data[:5] == b"HTTP/" and b"\r\ncontent-length: " in data[:data.find(b"\r\n\r\n")].lower()
 
 
-class TaskGroup(HypercornTaskGroup):
-    """Hypercorn's task group for a connection's requests, whose `put` of a message for the
-    app (the function `spawn_app` returns) puts it at once when the queue has room: a trio
-    channel's `send` yields to the scheduler even then. A full queue is waited on as before."""
+class Receive:
+    """The app's `receive` for one request: its queue's trio channel (`channel`, for an app
+    that takes what is already queued without waiting) and `on_disconnect`, called when the
+    client's disconnect is put, for an app that reads nothing more of the request
+    (service/http/request_task.py) and so has no task waiting on the queue."""
 
-    async def spawn_app(self, *args: Any) -> Any:
-        send: Any = await super().spawn_app(*args)  # the app's queue: its trio channel's bound `send`
-        channel = getattr(send, "__self__", None)
-        if not isinstance(channel, trio.MemorySendChannel):  # another Hypercorn's queue: its own put
-            return send
+    __slots__ = ("channel", "on_disconnect")
+
+    def __init__(self, channel: trio.MemoryReceiveChannel[Any]) -> None:
+        self.channel = channel
+        self.on_disconnect: Callable[[], object] | None = None
+
+    def __call__(self) -> Awaitable[Any]:
+        return self.channel.receive()
+
+
+class TaskGroup(HypercornTaskGroup):
+    """Hypercorn's task group for a connection's requests (its `spawn_app`, checked against
+    Hypercorn 0.18), whose `put` of a message for the app puts it at once when the queue has
+    room: a trio channel's `send` yields to the scheduler even then. A full queue is waited
+    on as before. The app's `receive` is a `Receive`; a disconnect put calls its hook."""
+
+    async def spawn_app(self, app: Any, config: Any, scope: Any, send: Any) -> Any:
+        into, out = trio.open_memory_channel[Any](config.max_app_queue_size)
+        receive = Receive(out)
+        assert self._nursery is not None  # entered: Hypercorn spawns only inside `async with`
+        self._nursery.start_soon(_handle, app, config, scope, receive, send,
+                                 trio.to_thread.run_sync, trio.from_thread.run)
 
         async def put(message: Any) -> None:
             try:
-                channel.send_nowait(message)
+                into.send_nowait(message)
             except trio.WouldBlock:
-                await send(message)
+                await into.send(message)
+            if receive.on_disconnect is not None and message["type"] == "http.disconnect":
+                receive.on_disconnect()
 
         return put
 

@@ -5,26 +5,32 @@ it: one reads the request's messages (its body, then a disconnect), one handles 
 and whichever ends first cancels the other. The handler's first await was then a wait for
 the body, which the reader had not yet taken from Hypercorn's queue: a scheduler step, and
 another for a body already there (quart's body wait yields when it is complete). Two steps
-and a task a request, about a tenth of a `/healthz` answer's scheduler steps.
+and a task a request, about a tenth of a `/healthz` answer's scheduler steps; the reader
+itself (its start, its wake on the disconnect, the nursery's wait for its end) three more.
 
-`InlineHTTPConnection` keeps the same two parts and the same ends: the handler runs in the
-nursery's own body (in Hypercorn's task), the reader in one child task, and either ending
-cancels the other as before. Before either starts, the messages already queued are taken
-without waiting (`receive_nowait` of Hypercorn's trio channel, found on its `receive`; any
-other server's `receive` skips this), so a body that came with its head is complete when
-the handler asks for it and `ReadyBody` hands it over without a step. Nothing waits longer
-than before: a body still to come is read by the reader task, under the handler's body
-timeout, as it was.
+`InlineHTTPConnection` runs the handler in Hypercorn's task. First it takes the messages
+already queued without waiting (`receive_nowait` on the node's `Receive`,
+service/http/connection.py; any other server's `receive` skips this), so a body that came
+with its head is complete when the handler asks for it and `ReadyBody` hands it over
+without a step. Then:
+- a request whose body is complete (every GET, a small POST) has nothing left to read but
+  the client's disconnect, so it gets no reader task: the disconnect's put calls the
+  handler's cancel (`Receive.on_disconnect`), which is all the reader did with it;
+- a body still to come is read as before: the handler in the nursery's own body, the
+  reader in one child task, under the handler's body timeout; either ending cancels the
+  other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, cast
 
 import trio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
+
+from .connection import Receive
 
 
 class InlineHTTPConnection(TrioASGIHTTPConnection):
@@ -34,18 +40,35 @@ class InlineHTTPConnection(TrioASGIHTTPConnection):
         request = self._create_request_from_scope(send)
         if not _take_queued(request, receive):
             return  # the client went before the request was handled
+        if isinstance(receive, Receive) and request.body._complete.is_set():
+            with trio.CancelScope() as scope:  # cancelled by the client's disconnect
+                receive.on_disconnect = scope.cancel
+                try:
+                    await self.handle_request(cast(trio.Nursery, _Scoped(scope)), request, send)
+                finally:
+                    receive.on_disconnect = None
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.handle_messages, nursery, request, receive)
             await self.handle_request(nursery, request, send)
 
 
+class _Scoped:
+    """All quart-trio's `handle_request` uses of its nursery: the scope it cancels once the
+    answer has gone."""
+
+    __slots__ = ("cancel_scope",)
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.cancel_scope = scope
+
+
 def _take_queued(request: Any, receive: Any) -> bool:
     """Adds the request's messages already queued to its body, as quart's reader does; False
-    when one of them is the client's disconnect. The reader task takes the rest."""
-    channel = getattr(receive, "__self__", None)
-    if not isinstance(channel, trio.MemoryReceiveChannel):
+    when one of them is the client's disconnect. The reader task, if any, takes the rest."""
+    if not isinstance(receive, Receive):  # another server's `receive`: all left to the reader
         return True
-    body = request.body
+    channel, body = receive.channel, request.body
     while not body._complete.is_set():  # quart's own flag: set by the end of the body
         try:
             message = channel.receive_nowait()
