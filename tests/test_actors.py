@@ -204,6 +204,52 @@ async def test_deadline_moved_by_a_message_fires_at_the_new_time_only(nursery, a
     assert len(await reg.ask("m", "fired")) == 2
 
 
+async def test_many_actors_deadlines_fire_each_at_its_own_time(nursery, autojump_clock):
+    clock = Clock(start=1000.0)
+    reg = Registry("movable", lambda k: Movable(clock), clock)
+    await nursery.start(reg.run)
+    for i in range(50):
+        await reg.ask(f"m{i}", 1100.0 + 50 - i)  # set in the reverse of the order they fire
+    await reg.ask("m7", None)  # one cleared: never fires
+    await trio.sleep(200)
+    for i in range(50):
+        assert await reg.ask(f"m{i}", "fired") == ([] if i == 7 else [pytest.approx(1100.0 + 50 - i)])
+
+
+async def test_a_deadline_moved_many_times_keeps_the_timer_heap_small(nursery, autojump_clock):
+    clock = Clock(start=1000.0)
+    reg = Registry("movable", lambda k: Movable(clock), clock)
+    await nursery.start(reg.run)
+    for k in range(5000):
+        await reg.ask("m", 2000.0 + k)  # each move leaves an outdated entry behind
+    assert len(reg._alarms._heap) <= 2 * 1 + 64 + 1
+    await trio.sleep(6000)
+    assert await reg.ask("m", "fired") == [pytest.approx(6999.0)]
+
+
+class Spawned(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def test_an_actor_with_a_deadline_that_never_defers_starts_one_task(nursery, autojump_clock):
+    clock = Clock(start=1000.0)
+    reg = Registry("movable", lambda k: Movable(clock), clock)
+    await nursery.start(reg.run)
+    spawned = Spawned()
+    trio.lowlevel.add_instrument(spawned)
+    try:
+        await reg.ask("m", 1010.0)
+        await trio.sleep(20)
+        assert await reg.ask("m", "fired") == [pytest.approx(1010.0)]
+    finally:
+        trio.lowlevel.remove_instrument(spawned)
+    assert len(spawned.names) == 1, spawned.names  # the actor's supervisor alone
+
+
 class Once(Actor):
     async def handle(self, msg):
         self.done = True
@@ -231,6 +277,43 @@ class Later(Actor):
 
     async def handle_batch(self, msgs):
         return Deferred(trio.sleep_forever)
+
+
+class Committing(Actor):
+    """Answers each batch after a wait of its own (a commit), the later batches' waits shorter."""
+
+    def __init__(self, key):
+        self.waits = [0.3, 0.2, 0.1]
+
+    async def handle_batch(self, msgs):
+        wait = self.waits.pop(0)
+
+        async def committed():
+            await trio.sleep(wait)
+            return [f"{m} after {wait}" for m in msgs]
+
+        return Deferred(committed)
+
+
+async def test_deferred_batches_are_answered_in_order_by_one_answerer_started_with_the_first(nursery, autojump_clock):
+    reg = Registry("committing", Committing, Clock(start=0.0))
+    await nursery.start(reg.run)
+    spawned = Spawned()
+    trio.lowlevel.add_instrument(spawned)
+    answered: list[str] = []
+
+    async def ask(msg):
+        answered.append(await reg.ask("a", msg))
+
+    try:
+        async with trio.open_nursery() as n:
+            for msg in ("one", "two", "three"):
+                n.start_soon(ask, msg)
+                await trio.sleep(0.01)  # each its own batch
+    finally:
+        trio.lowlevel.remove_instrument(spawned)
+    assert answered == ["one after 0.3", "two after 0.2", "three after 0.1"]  # in order, not by wait
+    assert len([n for n in spawned.names if "_answer_later" in n]) == 1, spawned.names
 
 
 async def test_cancelled_while_a_burst_is_handed_over_stops_cleanly():

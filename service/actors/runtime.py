@@ -10,8 +10,9 @@ It takes every message waiting in the mailbox as one batch (`handle_batch`), so 
 that persists can commit the whole batch at once and reply after the commit.
 
 `handle_batch` may instead return a `Deferred`: the loop then goes on with the next batch
-while the deferred completes (a commit in flight), and one answerer task per actor answers
-deferred batches in order as they complete (the balance actor pipelines its commits so).
+while the deferred completes (a commit in flight), and one answerer task per actor (started
+with its first deferred batch) answers deferred batches in order as they complete (the
+balance actor pipelines its commits so).
 
 A crash in `handle_batch` (anything but a reply value) fails that batch's asks with
 ActorGone, and the supervisor reloads the actor from SQLite (`load`). Past
@@ -30,8 +31,10 @@ loop runs in `tasks`, a nursery of that actor's key that outlives its reloads.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
+from functools import partial
 from typing import Any, Awaitable, Callable, ClassVar, Generic, TypeVar
 
 import outcome
@@ -231,16 +234,17 @@ class _Alarm:
     """Wakes one actor's loop (a `_WAKE` in its mailbox) when trio's clock reaches the
     actor's next deadline, or at once when the test clock moves (`wake`). Re-armed only
     when the deadline changes, so a message costs no timer work (a cancel scope around
-    every receive cost a sixth of an idle balance actor's CPU per message)."""
+    every receive cost a sixth of an idle balance actor's CPU per message). The registry's
+    one timer task (`_Alarms`) rings it: a timer task per actor cost each job's actor two
+    scheduler steps and a task."""
 
-    def __init__(self, send: trio.MemorySendChannel[Any], clock: Clock) -> None:
+    def __init__(self, send: trio.MemorySendChannel[Any], clock: Clock, alarms: "_Alarms") -> None:
         self._send = send
         self._clock = clock
+        self._alarms = alarms
         self.at = math.inf      # trio time the alarm goes off
         self._deadline: float | None = None   # the service-time deadline it was set for
         self._stale = False     # the clock moved: `at` no longer matches `_deadline`
-        self._scope: trio.CancelScope | None = None
-        self._life = trio.CancelScope()
 
     def follow(self, deadline: float | None) -> None:
         """Set for the actor's current deadline (service time, None: none)."""
@@ -248,31 +252,68 @@ class _Alarm:
             return
         self._deadline, self._stale = deadline, False
         self.at = math.inf if deadline is None else self._clock.trio_time(deadline)
-        if self._scope is not None:
-            self._scope.deadline = self.at
+        if self.at == math.inf:
+            self._alarms.closed(self)
+        else:
+            self._alarms.set(self)
 
     def wake(self) -> None:
         self._stale = True
-        self._poke()
+        self.poke()
 
-    def _poke(self) -> None:
+    def poke(self) -> None:
         try:
             self._send.send_nowait(Envelope(_WAKE, None))
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # a full mailbox wakes the loop anyway; a closed one has no loop left
 
     def close(self) -> None:
-        self._life.cancel()
+        self.at = math.inf
+        self._alarms.closed(self)
+
+
+class _Alarms:
+    """The alarms of one registry's actors: one task sleeps until the soonest and rings the
+    alarms that are due. A heap of (time, alarm); an entry whose alarm has moved on since
+    (another time, or closed) is skipped when it comes up, and the heap is rebuilt from the
+    live alarms once such entries outnumber them, so it stays within a few times the number
+    of actors with a deadline."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Alarm]] = []
+        self._seq = 0  # ties: the heap never compares alarms
+        self._live: set[_Alarm] = set()
+        self._scope: trio.CancelScope | None = None
+
+    def set(self, alarm: _Alarm) -> None:
+        self._live.add(alarm)
+        self._seq += 1
+        heapq.heappush(self._heap, (alarm.at, self._seq, alarm))
+        if len(self._heap) > 2 * len(self._live) + 64:
+            self._heap = []
+            for live in self._live:
+                self._seq += 1
+                self._heap.append((live.at, self._seq, live))
+            heapq.heapify(self._heap)
+        if self._scope is not None:
+            self._scope.deadline = self._heap[0][0]
+
+    def closed(self, alarm: _Alarm) -> None:
+        self._live.discard(alarm)
 
     async def run(self) -> None:
-        with self._life:
-            while True:
-                with trio.CancelScope(deadline=self.at) as self._scope:
-                    await trio.sleep_forever()
-                self._scope = None
-                if trio.current_time() >= self.at:
-                    self.at = math.inf
-                    self._poke()
+        while True:
+            now = trio.current_time()
+            heap = self._heap
+            while heap and heap[0][0] <= now:
+                at, _, alarm = heapq.heappop(heap)
+                if alarm.at == at and alarm in self._live:  # not moved on since this entry
+                    alarm.at = math.inf
+                    self._live.discard(alarm)
+                    alarm.poke()
+            with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as self._scope:
+                await trio.sleep_forever()
+            self._scope = None
 
 
 class ActorRef:
@@ -346,11 +387,13 @@ class Registry(Generic[A]):
         self._actors: dict[str, A] = {}
         self._nursery: trio.Nursery | None = None
         self._timeouts = _Timeouts()
+        self._alarms = _Alarms()
         self.restarts = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timeouts.run)
+            nursery.start_soon(self._alarms.run)
             self._nursery = nursery
             task_status.started()
             await trio.sleep_forever()
@@ -435,15 +478,16 @@ class Registry(Generic[A]):
             env.answer(_Failure(ActorGone("actor is down")))
 
     async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]) -> None:
-        alarm = _Alarm(send, self.clock)
+        alarm = _Alarm(send, self.clock, self._alarms)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
             later_send, later_recv = trio.open_memory_channel(math.inf)
             async with trio.open_nursery() as pending:
-                pending.start_soon(self._answer_later, later_recv)
-                pending.start_soon(alarm.run)
                 try:
-                    await self._run_loop(actor, recv, self.clock, alarm, later_send)
+                    # the answerer starts with the first deferred batch: an actor that never
+                    # defers (a job's) is spared a task
+                    await self._run_loop(actor, recv, self.clock, alarm, later_send,
+                                         partial(pending.start_soon, self._answer_later, later_recv))
                 finally:
                     later_send.close()  # deferred answers still go out in order
                     alarm.close()
@@ -465,8 +509,10 @@ class Registry(Generic[A]):
                     env.answer(value)
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
-                        alarm: "_Alarm", later: trio.MemorySendChannel[Any]) -> None:
+                        alarm: "_Alarm", later: trio.MemorySendChannel[Any],
+                        start_answerer: Callable[[], None]) -> None:
         streak = 0  # messages taken in a row without a scheduler step
+        answering = False  # the answerer of deferred batches is started
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:
@@ -507,6 +553,9 @@ class Registry(Generic[A]):
                     env.answer(_Failure(ActorGone("actor crashed while handling the request")))
                 raise
             if isinstance(replies, Deferred):
+                if not answering:
+                    start_answerer()
+                    answering = True
                 try:
                     later.send_nowait((batch, replies))
                 except trio.BrokenResourceError:
