@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import trio
+import trio.testing
 
 from service.http import hook_front
 from service.http.hook_front import ROUTE, HookFront
@@ -166,3 +167,32 @@ async def test_a_sender_that_leaves_reaches_the_route_as_a_disconnect():
     await send_body.send({"type": "http.disconnect"})
     await HookFront(inner, node=None)(_scope(30), receive_body.receive, None)
     assert inner.got == [{"type": "http.disconnect"}]
+
+
+async def test_a_hook_whose_body_is_queued_is_answered_without_a_scheduler_step():
+    """The front takes a body already queued on the node's `Receive` without the step of an
+    await (and, with the connection's writes at once, answers without one)."""
+    from service.http.connection import Receive
+
+    class Node:
+        class metrics:
+            requests = latency = type("M", (), {"labels": lambda *a: type("L", (), {
+                "inc": lambda self: None, "observe": lambda self, v: None})()})()
+
+        class engines:
+            class context:
+                @staticmethod
+                def deliver(job_id, token, payload, headers, body):
+                    return True
+
+    body = b'{"status": "succeeded"}'
+    into, out = trio.open_memory_channel[dict](4)
+    into.send_nowait({"type": "http.request", "body": body, "more_body": False})
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    with trio.testing.assert_no_checkpoints():
+        await HookFront(_Inner(), Node())(_scope(len(body)), Receive(out), send)
+    assert sent[0]["status"] == 200 and sent[1]["body"] == hook_front.ANSWER

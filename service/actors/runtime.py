@@ -34,7 +34,6 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from functools import partial
 from typing import Any, Awaitable, Callable, ClassVar, Generic, TypeVar
 
 import outcome
@@ -481,17 +480,21 @@ class Registry(Generic[A]):
         alarm = _Alarm(send, self.clock, self._alarms)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
-            later_send, later_recv = trio.open_memory_channel(math.inf)
+            # no answerer until the first deferred batch: an actor that never defers (a job's)
+            # runs without its task and nursery (their starts and ends were steps of every job)
+            first = await self._run_loop(actor, recv, self.clock, alarm, None)
+            if first is None:
+                return
+            later_send, later_recv = trio.open_memory_channel[Any](math.inf)
+            later_send.send_nowait(first)
             async with trio.open_nursery() as pending:
+                pending.start_soon(self._answer_later, later_recv)
                 try:
-                    # the answerer starts with the first deferred batch: an actor that never
-                    # defers (a job's) is spared a task
-                    await self._run_loop(actor, recv, self.clock, alarm, later_send,
-                                         partial(pending.start_soon, self._answer_later, later_recv))
+                    await self._run_loop(actor, recv, self.clock, alarm, later_send)
                 finally:
                     later_send.close()  # deferred answers still go out in order
-                    alarm.close()
         finally:
+            alarm.close()
             unwatch()
 
     @staticmethod
@@ -509,10 +512,10 @@ class Registry(Generic[A]):
                     env.answer(value)
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
-                        alarm: "_Alarm", later: trio.MemorySendChannel[Any],
-                        start_answerer: Callable[[], None]) -> None:
+                        alarm: "_Alarm", later: trio.MemorySendChannel[Any] | None) -> tuple[list[Any], Deferred] | None:
+        """Handles batches until the actor is done (None). Without `later` (no answerer yet),
+        returns at the first deferred batch instead, with it, for `_loop` to start one."""
         streak = 0  # messages taken in a row without a scheduler step
-        answering = False  # the answerer of deferred batches is started
         while True:
             deadline = actor.next_deadline()
             if deadline is not None and clock.now() >= deadline:
@@ -523,7 +526,7 @@ class Registry(Generic[A]):
                 try:
                     first = recv.receive_nowait()
                 except trio.WouldBlock:
-                    return
+                    return None
             else:
                 # a message already waiting is taken without trio's receive, which yields to the
                 # scheduler even then (a step a message); a loop that keeps finding mail still
@@ -553,9 +556,8 @@ class Registry(Generic[A]):
                     env.answer(_Failure(ActorGone("actor crashed while handling the request")))
                 raise
             if isinstance(replies, Deferred):
-                if not answering:
-                    start_answerer()
-                    answering = True
+                if later is None:
+                    return batch, replies
                 try:
                     later.send_nowait((batch, replies))
                 except trio.BrokenResourceError:

@@ -212,10 +212,11 @@ def inputs_of(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
 async def bound_inputs(req: RenderRequest, cfg: Bound) -> dict[str, Any]:
     """`inputs_of` in a worker thread when it has input files to read, else in this task
     (a thread hop costs the event loop more than binding a prompt and a seed), after a
-    checkpoint as the hop had: a cancel that came before lands here, before the create."""
+    cancel check as the hop had: a cancel that came before lands here, before the create
+    (without a scheduler step: nothing here waits)."""
     if any(key.startswith("inputs.") and req.inputs.get(key.removeprefix("inputs.")) for key in cfg.bind):
         return await trio.to_thread.run_sync(inputs_of, req, cfg)
-    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint_if_cancelled()
     return inputs_of(req, cfg)
 
 

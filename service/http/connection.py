@@ -188,6 +188,14 @@ class Receive:
     def __call__(self) -> Awaitable[Any]:
         return self.channel.receive()
 
+    def queued(self) -> Any | None:
+        """The next message if it is already queued, taken without the scheduler step of an
+        await (trio's `receive` takes one even then); None when the app must wait for it."""
+        try:
+            return self.channel.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return None  # the await meets the same end and raises it
+
 
 class TaskGroup(HypercornTaskGroup):
     """Hypercorn's task group for a connection's requests (its `spawn_app`, checked against

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from service.engines.context import HOOK_PATH, BadSignature
+from service.http.connection import Receive
 from service.metrics import method_label
 
 PREFIX = HOOK_PATH + "/"
@@ -51,9 +52,10 @@ class HookFront:
         body, more, message = b"", True, None
         with trio.move_on_after(FRONT_WAIT_S):
             # the declared length read is the whole body: its end (an empty last message)
-            # is not waited for, one scheduler step fewer
+            # is not waited for, one scheduler step fewer; a message already queued is
+            # taken without one
             while more and len(body) < size:
-                message = await receive()
+                message = (receive.queued() if isinstance(receive, Receive) else None) or await receive()
                 if message["type"] != "http.request":
                     break
                 body += message.get("body", b"")
