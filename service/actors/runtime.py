@@ -306,7 +306,7 @@ class _Alarms:
             heap = self._heap
             while heap and heap[0][0] <= now:
                 at, _, alarm = heapq.heappop(heap)
-                if alarm.at == at and alarm in self._live:  # not moved on since this entry
+                if alarm.at == at:  # not moved on since this entry (a closed alarm's is inf)
                     alarm.at = math.inf
                     self._live.discard(alarm)
                     alarm.poke()

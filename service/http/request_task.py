@@ -68,11 +68,9 @@ def _take_queued(request: Any, receive: Any) -> bool:
     when one of them is the client's disconnect. The reader task, if any, takes the rest."""
     if not isinstance(receive, Receive):  # another server's `receive`: all left to the reader
         return True
-    channel, body = receive.channel, request.body
+    body = request.body
     while not body._complete.is_set():  # quart's own flag: set by the end of the body
-        try:
-            message = channel.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+        if (message := receive.queued()) is None:
             return True
         if message["type"] == "http.disconnect":
             return False
