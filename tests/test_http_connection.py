@@ -1,9 +1,9 @@
-"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with six
-costs taken out, on trio's mock clock: keep-alive and the trickled-head cut
-still at `keep_alive_timeout`, never during a request, shutdown still closing idle
-connections at once and busy ones after their answer; a sized response in one write, a
-streamed response's head at once; a connection the server closes, closed once;
-messages for the app put at once while its queue has room."""
+"""The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with some
+costs taken out, on trio's mock clock: keep-alive and the trickled-head cut still at
+`keep_alive_timeout`, never during a request, a connection the client ends or closes
+closed at once, shutdown still closing idle connections at once and busy ones after their
+answer; a sized response in one write, a streamed response's head at once; a connection
+the server closes, closed once; messages for the app put at once while its queue has room."""
 
 from __future__ import annotations
 
@@ -113,6 +113,50 @@ async def test_an_idle_connection_closes_after_the_keep_alive_timeout(server, au
         t1 = trio.current_time()
         assert t1 - t0 >= KEEP_ALIVE_S - 1
         assert await closed_at(s) - t1 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
+
+
+async def test_a_connection_the_client_ends_is_closed_at_once(server, autojump_clock):
+    """The client ends its sending after an answer: the server closes its side then, not
+    at the keep-alive timeout (it held the socket, in CLOSE_WAIT, for those 5 s)."""
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/"))
+        assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t0 = trio.current_time()
+        await s.send_eof()
+        assert await closed_at(s) - t0 < 0.01
+
+
+async def test_a_connection_the_client_closes_ends_its_task_at_once(server, autojump_clock, monkeypatch):
+    """As Cog sends a webhook: a new connection, one request, closed by the client once it
+    has the answer. The server's connection task ends with it, at the same (virtual) time."""
+    port, _ = server
+    ended: list[float] = []
+    run = TCPServer.run
+
+    async def tracked(self):
+        try:
+            await run(self)
+        finally:
+            ended.append(trio.current_time())
+
+    monkeypatch.setattr(TCPServer, "run", tracked)
+    for _ in range(3):
+        s = await trio.open_tcp_stream("127.0.0.1", port)
+        await s.send_all(get("/"))
+        assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t0 = trio.current_time()
+        await s.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(ended) == 1 and ended.pop() - t0 < 0.01
+    # a connection the client leaves open still waits out its keep-alive time
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/"))
+        await answer(s)
+        t0 = trio.current_time()
+        await trio.testing.wait_all_tasks_blocked()
+        assert ended == []
+        assert await closed_at(s) - t0 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
 
 
 async def test_a_trickled_request_head_is_cut_at_the_keep_alive_timeout(server, autojump_clock):

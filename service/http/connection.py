@@ -1,5 +1,5 @@
-"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without seven costs it paid on
-every request, none of which a client can see (bench/README.md, "Throughput VI"):
+"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without eight costs it paid on
+every request or connection, none of which a client can see (bench/README.md, "Throughput VI"):
 
 - Sending took the connection's send lock with `async with`, and trio's `Lock` yields to
   the scheduler even when free. The lock is now taken at once when free (the send that
@@ -18,6 +18,13 @@ every request, none of which a client can see (bench/README.md, "Throughput VI")
   what the socket does not take, and every 64th write, go through `send_all` as before.
 - Closing a connection cost four scheduler steps (`_close`, called twice, each an end of
   sending and a close with a step each); it now costs one.
+- A connection the client had closed stayed open on the node until the keep-alive timer
+  fired: reading ended at the client's end of stream, but nothing stopped the timer, and
+  the connection's task waited for it. Each such socket sat in CLOSE_WAIT for
+  `keep_alive_timeout` with its tasks: Cog opens a connection for each webhook and closes it
+  after the answer, so at 100 jobs/s that was 500 sockets held for nothing. The end of
+  reading now stops the timer (`_read_data`), and the connection closes as soon as the
+  request in flight, if any, has ended (Hypercorn tells it of the close as before).
 - The keep-alive timer was a task cancelled when a request began and started anew when it
   ended, under a lock of its own. It is now one task per connection whose cancel scope's
   deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
@@ -128,6 +135,15 @@ class TCPServer(HypercornTCPServer):
             await self.protocol.handle(Closed())
         finally:
             self.send_lock.release()
+
+    async def _read_data(self) -> None:
+        """Hypercorn's read loop; once it ends (the client's end of stream, or a broken
+        connection) nothing more can come in, so the keep-alive timer has nothing to wait
+        for: stopped, the connection ends with its last request instead of at the timeout."""
+        try:
+            await super()._read_data()
+        finally:
+            self.timer.close()
 
     async def _close(self) -> None:
         """Hypercorn's close, at one scheduler step instead of four: the end of sending
