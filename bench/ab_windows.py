@@ -13,9 +13,16 @@ Per window: jobs/s and the node's CPU per job (/proc: every thread). Printed: ea
 version's median, and for each figure the median of the pairs' B/A ratios with how many
 pairs moved each way. The last line is one JSON object.
 
-    .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640]
+    .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640] [--lead-in 0]
                                          [--outcome-a webhook] [--outcome-b response]
                                          [--healthz 6000]
+
+`--lead-in N` runs N jobs just before each measured window (not measured). Work a node
+leaves for later (a connection it closes at its keep-alive timeout, 5 s on) otherwise falls
+in the other version's window, while this node idles unmeasured: a version that does such
+work at once looks dearer than one that defers it. With a lead-in of at least 5 s of jobs
+(640 at about 100 jobs/s), each window carries the work its lead-in left, as a steady
+load does.
 
 `--healthz N` adds, in each pair, a window of N `/healthz` requests on 16 keep-alive
 connections to each node (as `healthz_per_s` of bench/engines.py), in the same alternating
@@ -59,8 +66,11 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
     def body(i):
         return {"prompt": f"window job {i}"}
 
-    def window(jobs):
+    def window(jobs, lead_in=0):
         global n
+        if lead_in:  # the same load just before: what it leaves for later lands in the window
+            trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, lead_in, SLOTS, lambda i: body(n + i))
+            n += lead_in
         c0, t0 = cpu_s(node.pid), time.perf_counter()
         r = trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(n + i))
         wall = time.perf_counter() - t0
@@ -78,8 +88,8 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
     healthz(500)
     print("ready", flush=True)
     for line in sys.stdin:
-        what, count = line.split()
-        print(json.dumps(window(int(count)) if what == "jobs" else healthz(int(count))), flush=True)
+        what, count, lead_in = line.split()
+        print(json.dumps(window(int(count), int(lead_in)) if what == "jobs" else healthz(int(count))), flush=True)
 """
 
 
@@ -94,8 +104,8 @@ class Version:
         self.windows: list[dict] = []
         self.healthz: list[dict] = []
 
-    def window(self, jobs: int, what: str = "jobs") -> dict:
-        self.proc.stdin.write(f"{what} {jobs}\n")
+    def window(self, jobs: int, what: str = "jobs", lead_in: int = 0) -> dict:
+        self.proc.stdin.write(f"{what} {jobs} {lead_in}\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -123,6 +133,8 @@ def main() -> None:
     ap.add_argument("tree_b")
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=640, help="jobs per window (64 in flight)")
+    ap.add_argument("--lead-in", type=int, default=0,
+                    help="jobs run just before each window, not measured (see the module docstring)")
     ap.add_argument("--healthz", type=int, default=0,
                     help="also a window of this many /healthz requests (16 connections) per pair")
     for v in ("a", "b"):
@@ -134,7 +146,7 @@ def main() -> None:
     try:
         for i in range(args.pairs):
             first, second = (a, b) if i % 2 == 0 else (b, a)
-            w1, w2 = first.window(args.jobs), second.window(args.jobs)
+            w1, w2 = first.window(args.jobs, lead_in=args.lead_in), second.window(args.jobs, lead_in=args.lead_in)
             wa, wb = (w1, w2) if first is a else (w2, w1)
             print(f"pair {i + 1}: A {wa['jobs_per_s']:.1f} jobs/s {wa['node_ms_per_job']:.2f} ms/job | "
                   f"B {wb['jobs_per_s']:.1f} jobs/s {wb['node_ms_per_job']:.2f} ms/job", file=sys.stderr)
@@ -146,7 +158,7 @@ def main() -> None:
     finally:
         a.stop()
         b.stop()
-    out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "load_at_start": round(load, 2),
+    out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "lead_in": args.lead_in, "load_at_start": round(load, 2),
            "outcome_a": args.outcome_a, "outcome_b": args.outcome_b,
            **compare(a.windows, b.windows, "jobs_per_s"), **compare(a.windows, b.windows, "node_ms_per_job")}
     if args.healthz:

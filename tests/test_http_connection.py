@@ -1,12 +1,16 @@
 """The node's HTTP/1 connection (service/http/connection.py), Hypercorn's own with some
-costs taken out, on trio's mock clock: keep-alive and the trickled-head cut still at
-`keep_alive_timeout`, never during a request, a connection the client ends or closes
-closed at once, shutdown still closing idle connections at once and busy ones after their
-answer; a sized response in one write, a streamed response's head at once; a connection
-the server closes, closed once; messages for the app put at once while its queue has room."""
+costs taken out and two bounds added, on trio's mock clock: keep-alive and the
+trickled-head cut still at `keep_alive_timeout`, never during a request, a connection the
+client ends or closes closed at once, a write the client takes too little of reset (over
+TLS, at the bound of the whole write), a slow reader that keeps taking served whole,
+shutdown closing idle connections at once, busy ones after their answer and stalled
+writes at the end of the grace; a sized response in one write, a streamed response's head
+at once; a connection the server closes, closed once; messages for the app put at once
+while its queue has room."""
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import hypercorn.trio.run
@@ -18,7 +22,7 @@ from hypercorn.trio import serve
 
 from service.config import Settings
 from service.http import connection
-from service.http.connection import TaskGroup, TCPServer, _sized_head, install
+from service.http.connection import MIN_RATE, SEND_STALL_S, TaskGroup, TCPServer, _sized_head, install
 from service.net.write_now import IN_A_ROW, write_now
 from service.main import hypercorn_config
 
@@ -32,6 +36,7 @@ _NODE = node_config()
 KEEP_ALIVE_S = _NODE.keep_alive_timeout  # 5 s
 GRACE_S = _NODE.graceful_timeout  # 10 s: what a request in flight gets at shutdown
 BIG = bytes(range(256)) * 16384  # 4 MiB: more than a socket takes at once
+HUGE = BIG * 8  # 32 MiB: more than both ends' socket buffers hold
 
 
 async def app(scope, receive, send) -> None:
@@ -49,10 +54,12 @@ async def app(scope, receive, send) -> None:
         await trio.sleep(10)
         await send({"type": "http.response.body", "body": b"late", "more_body": False})
         return
-    if scope["path"] in ("/many", "/big"):  # a streamed body: many chunks, or one larger than a socket holds
+    if scope["path"] in ("/many", "/big", "/huge"):  # a streamed body: many chunks, or one larger than a socket holds
         await send({"type": "http.response.start", "status": 200, "headers": []})
         if scope["path"] == "/big":
             await send({"type": "http.response.body", "body": BIG, "more_body": True})
+        elif scope["path"] == "/huge":
+            await send({"type": "http.response.body", "body": HUGE, "more_body": True})
         else:
             for i in range(3 * IN_A_ROW):
                 await send({"type": "http.response.body", "body": b"c%03d" % i, "more_body": True})
@@ -159,6 +166,136 @@ async def test_a_connection_the_client_closes_ends_its_task_at_once(server, auto
         assert await closed_at(s) - t0 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
 
 
+@pytest.fixture
+def settling_clock():
+    """Mock time that jumps only after 0.1 s of real idleness, so what the kernel does
+    meanwhile (a reader's acknowledgements, delayed up to 40 ms) lands before the jump:
+    a write's progress is the client's acknowledgements."""
+    return trio.testing.MockClock(autojump_threshold=0.1)
+
+
+@pytest.fixture
+def ended(monkeypatch) -> list[float]:
+    """The (virtual) times the server's connection tasks ended, in order."""
+    times: list[float] = []
+    run = TCPServer.run
+
+    async def tracked(self):
+        try:
+            await run(self)
+        finally:
+            times.append(trio.current_time())
+
+    monkeypatch.setattr(TCPServer, "run", tracked)
+    return times
+
+
+async def test_a_client_that_takes_nothing_of_an_answer_is_reset_after_the_stall_bound(server, settling_clock, ended):
+    """It asked for a large body and reads nothing: the server's write waited for ever (the
+    connection and its descriptor held until the node stopped). Now the connection ends
+    SEND_STALL_S after the client last took anything, with a reset."""
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/huge"))
+        t0 = trio.current_time()
+        with trio.fail_after(3 * SEND_STALL_S):
+            while not ended:
+                await trio.sleep(1)
+        # from the write's last progress: the kernel takes a moment of real time, while
+        # this clock runs on, to fill both sockets' buffers
+        assert SEND_STALL_S - 0.5 <= ended[0] - t0 <= SEND_STALL_S + 5
+        with pytest.raises(trio.BrokenResourceError):  # reset: what it did not read is gone
+            while await s.receive_some():
+                pass
+
+
+async def test_a_slow_reader_that_keeps_taking_gets_the_whole_answer(server, settling_clock, ended):
+    """A slow reader that keeps taking (1 MiB every SEND_STALL_S - 5 s, above MIN_RATE)
+    keeps its connection and gets the whole body, though the server's write waits far
+    longer than the bound."""
+    port, _ = server
+    step = 1024 * 1024
+    assert step / (SEND_STALL_S - 5) > MIN_RATE
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/huge"))
+        got, whole = b"", None
+        while whole is None or len(got) < whole:
+            await trio.sleep(SEND_STALL_S - 5)
+            taken = 0
+            while taken < step and (whole is None or len(got) < whole):
+                data = await s.receive_some(step - taken)
+                assert data, "the server closed the connection"
+                taken += len(data)
+                got += data
+                if whole is None and b"\r\n\r\n" in got:  # head, the chunk's size line, HUGE, the end
+                    head_end = got.index(b"\r\n\r\n") + 4
+                    whole = head_end + len(b"%x\r\n" % len(HUGE)) + len(HUGE) + len(b"\r\n0\r\n\r\n")
+        assert got.endswith(HUGE[-1024:] + b"\r\n0\r\n\r\n")
+        assert trio.current_time() > 4 * SEND_STALL_S  # it took far longer than the bound
+
+
+async def test_a_reader_that_takes_too_little_is_reset(server, settling_clock, ended):
+    """1 KiB every SEND_STALL_S - 5 s is less than MIN_RATE: cut within two periods."""
+    port, _ = server
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        await s.send_all(get("/huge"))
+        t0 = trio.current_time()
+        with trio.fail_after(5 * SEND_STALL_S):
+            while not ended:
+                await trio.sleep(SEND_STALL_S - 5)
+                await s.receive_some(1024)
+        assert SEND_STALL_S - 0.5 <= ended[0] - t0 <= 2 * SEND_STALL_S + 5
+        with pytest.raises(trio.BrokenResourceError):  # reset
+            while await s.receive_some():
+                pass
+
+
+async def test_over_tls_a_client_that_takes_nothing_is_reset_at_the_bound_of_the_write(settling_clock, ended, tmp_path):
+    """Over TLS the bound is on the whole write (trio's TLS write cannot be watched part by
+    part): SEND_STALL_S plus what was queued and the write itself at MIN_RATE."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "node.pem"))
+    config = node_config()
+    config.certfile = config.keyfile = str(tmp_path / "node.pem")
+    install()
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status,
+                                                              shutdown_trigger=trio.sleep_forever))
+        port = int(binds[0].rsplit(":", 1)[1])
+        async with await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=client_ctx) as s:
+            await s.send_all(get("/huge"))
+            t0 = trio.current_time()
+            bound = SEND_STALL_S + 2 * len(HUGE) / MIN_RATE  # the body with TLS's framing, and what was queued
+            await trio.sleep(bound)  # one jump of the clock to the server's bound, one to here
+            assert ended and SEND_STALL_S < ended[0] - t0 < bound
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_stalled_write_ends_with_the_shutdown_grace(autojump_clock, ended):
+    """A shutdown gives connections GRACE_S; a write the client takes nothing of no longer
+    holds the node past it (a shielded write kept it from stopping at all)."""
+    install()
+    shutdown = trio.Event()
+    with trio.fail_after(3 * SEND_STALL_S):
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(lambda task_status: serve(app, node_config(), shutdown_trigger=shutdown.wait,
+                                                                  task_status=task_status))
+            port = int(binds[0].rsplit(":", 1)[1])
+            s = await trio.open_tcp_stream("127.0.0.1", port)
+            await s.send_all(get("/huge"))
+            await trio.sleep(2)  # the server's write is waiting for room
+            t0 = trio.current_time()
+            shutdown.set()
+        assert ended and ended[0] - t0 == pytest.approx(GRACE_S, abs=1.5)
+        assert GRACE_S < SEND_STALL_S - 2  # so the grace, not the stall bound, ended it
+        await s.aclose()
+
+
 async def test_a_trickled_request_head_is_cut_at_the_keep_alive_timeout(server, autojump_clock):
     port, _ = server
     async with await trio.open_tcp_stream("127.0.0.1", port) as s:
@@ -202,7 +339,8 @@ async def test_shutdown_closes_idle_connections_at_once_and_busy_ones_after_thei
 
 class Writes(list):
     """Every write that reached a socket (the client's among them); `stepped`, those that
-    went through trio's `send_all` (a scheduler step each) rather than at once."""
+    waited for room (a scheduler step each: the client's through trio's `send_all`, the
+    server's through `_send_rest`) rather than going at once."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -224,7 +362,14 @@ def writes(monkeypatch) -> Writes:
         seen.append(bytes(data[:n]))
         return n
 
+    send_rest = TCPServer._send_rest
+
+    async def counted_rest(self, data):
+        seen.stepped.append(bytes(data))
+        await send_rest(self, data)
+
     monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+    monkeypatch.setattr(TCPServer, "_send_rest", counted_rest)
     monkeypatch.setattr(connection, "write_now", counted_now)
     return seen
 
@@ -272,8 +417,8 @@ async def test_a_body_larger_than_the_socket_takes_arrives_whole_at_a_slow_reade
     port, _ = server
     async with await trio.open_tcp_stream("127.0.0.1", port) as s:
         await s.send_all(get("/big"))
-        await trio.sleep(5)  # the server has filled the socket and waits in send_all
-        assert any(w.endswith(BIG[-100:] + b"\r\n") for w in writes.stepped)  # the rest went by send_all
+        await trio.sleep(5)  # the server has filled the socket and waits for room
+        assert any(w.endswith(BIG[-100:] + b"\r\n") for w in writes.stepped)  # the rest waited for room
         assert await chunked_body(s) == BIG
 
 

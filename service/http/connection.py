@@ -1,5 +1,5 @@
 """Hypercorn's HTTP/1 connection (its trio `TCPServer`) without eight costs it paid on
-every request or connection, none of which a client can see (bench/README.md, "Throughput VI"):
+every request or connection, none of which a client can see, and with two bounds it lacked (bench/README.md, "Throughput VI"):
 
 - Sending took the connection's send lock with `async with`, and trio's `Lock` yields to
   the scheduler even when free. The lock is now taken at once when free (the send that
@@ -25,6 +25,12 @@ every request or connection, none of which a client can see (bench/README.md, "T
   after the answer, so at 100 jobs/s that was 500 sockets held for nothing. The end of
   reading now stops the timer (`_read_data`), and the connection closes as soon as the
   request in flight, if any, has ended (Hypercorn tells it of the close as before).
+- A write the client took nothing of waited for ever: Hypercorn shields its writes from
+  the app's cancels, with no bound of its own, so a client that asked for a large file and
+  stopped reading held its connection (and a descriptor) until the node stopped, and then
+  kept the node from stopping. A write now ends the connection (a reset) once the client
+  takes less than `MIN_RATE` of it over `SEND_STALL_S`, as nginx's `send_timeout` does
+  for nothing at all, or once the shutdown's grace is over (`_send_rest`).
 - The keep-alive timer was a task cancelled when a request began and started anew when it
   ended, under a lock of its own. It is now one task per connection whose cancel scope's
   deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
@@ -38,7 +44,13 @@ offers no argument for it. Checked against Hypercorn 0.18 (tests/test_http_conne
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
 import math
+import socket
+import struct
+import termios
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +63,31 @@ from hypercorn.trio.task_group import _handle
 from hypercorn.trio.tcp_server import TCPServer as HypercornTCPServer
 
 from service.net.write_now import Budget, write_now
+
+log = logging.getLogger("service.http")
+
+# While a write waits for room, the client must take at least MIN_RATE bytes a second of
+# what is queued for it, judged over each SEND_STALL_S, or the connection ends (nginx's
+# `send_timeout` cuts after 60 s of nothing). What it took is what left the kernel's send
+# queue (acknowledged: a client that stops reading stops acknowledging). Over TLS the
+# bound is on the whole write: SEND_STALL_S plus what is queued before it and the write
+# itself at MIN_RATE.
+SEND_STALL_S = 30.0
+MIN_RATE = 1024
+
+
+class Stalled(Exception):
+    """The client took too little of a write (see MIN_RATE), or the shutdown's grace is over."""
+
+
+def unsent(sock: Any) -> int | None:
+    """Bytes in the socket's send queue the client has not acknowledged (Linux's
+    SIOCOUTQ); None where the system does not tell, and then a write is never judged
+    stalled, only bounded by the shutdown."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+    except (OSError, AttributeError):
+        return None
 
 
 class KeepAliveTimer:
@@ -100,6 +137,8 @@ class TCPServer(HypercornTCPServer):
         # a plain TCP connection's socket, written at once when it has room (`_send`); TLS: None
         self.plain = self.stream.socket if isinstance(self.stream, trio.SocketStream) else None
         self.budget = Budget()
+        self.writing: trio.CancelScope | None = None  # a write's wait for room in the socket
+        self.stop_by = math.inf  # when a shutdown's grace ends, once the timer has seen it begin
 
     async def protocol_send(self, event: Any) -> None:
         if isinstance(event, RawData):
@@ -129,12 +168,60 @@ class TCPServer(HypercornTCPServer):
             if self.plain is not None and self.budget.take():
                 sent = write_now(self.plain, data)  # the common case: all of it, no step
             if sent < len(data):
-                with trio.CancelScope(shield=True):
-                    await self.stream.send_all(memoryview(data)[sent:] if sent else data)
+                await self._send_rest(memoryview(data)[sent:] if sent else data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.protocol.handle(Closed())
+        except Stalled:
+            log.info("a client took too little of an answer for %.0f s, or the node is stopping: "
+                     "its connection is reset", SEND_STALL_S)
+            self._abort()
             await self.protocol.handle(Closed())
         finally:
             self.send_lock.release()
+
+    async def _send_rest(self, data: bytes | memoryview) -> None:
+        """What `write_now` did not take: shielded from the app's cancels, as Hypercorn's own
+        write is (a response is never cut mid-write), but `Stalled` once the client takes
+        too little of it (MIN_RATE), or once the shutdown's grace is over (`stop_by`)."""
+        if self.plain is None:  # TLS: trio's write, bounded as a whole
+            queued = unsent(self.stream.transport_stream.socket) or 0
+            with self._bounded(SEND_STALL_S + (queued + len(data)) / MIN_RATE) as scope:
+                await self.stream.send_all(data)
+            if scope.cancelled_caught:
+                raise Stalled
+            return
+        view, sent = memoryview(data), 0
+        while sent < len(view):
+            before = unsent(self.plain)
+            with self._bounded(SEND_STALL_S) as scope:
+                await trio.lowlevel.wait_writable(self.plain)
+            if scope.cancelled_caught:
+                after = unsent(self.plain)
+                if trio.current_time() >= self.stop_by or (
+                        before is not None and after is not None and before - after < SEND_STALL_S * MIN_RATE):
+                    raise Stalled
+                continue  # slow, but taking: the kernel wakes a writer only once a third of its buffer is free
+            sent += write_now(self.plain, view[sent:])
+
+    @contextlib.contextmanager
+    def _bounded(self, seconds: float):
+        self.writing = trio.CancelScope(shield=True, deadline=min(trio.current_time() + seconds, self.stop_by))
+        try:
+            with self.writing:
+                yield self.writing
+        finally:
+            self.writing = None
+
+    def _abort(self) -> None:
+        """The connection closed at once with a reset, what the client did not take
+        dropped: a reader task waiting on the socket is woken (trio's close)."""
+        if self.socket_closed:
+            return
+        self.socket_closed = True
+        sock = self.plain if self.plain is not None else self.stream.transport_stream.socket
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
 
     async def _read_data(self) -> None:
         """Hypercorn's read loop; once it ends (the client's end of stream, or a broken
@@ -168,6 +255,10 @@ class TCPServer(HypercornTCPServer):
         with timer.scope:
             while True:
                 await self.context.terminated.wait()
+                if self.stop_by == math.inf:  # the shutdown began: a write waits no longer than its grace
+                    self.stop_by = trio.current_time() + self.config.graceful_timeout
+                    if self.writing is not None:
+                        self.writing.deadline = min(self.writing.deadline, self.stop_by)
                 if not timer.busy:
                     break
                 # a shutdown began during a request: Hypercorn closes the connection when the
