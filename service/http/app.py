@@ -108,6 +108,13 @@ def create_app(node) -> QuartTrio:
                                        per_session=settings.max_streams_per_session)
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_BODY_LIMIT
     app.config["BODY_TIMEOUT"] = 120
+    # No bound on sending a whole response (Quart's is 60 s): it cut a large file to a
+    # steady but slower client mid-body (19 MB at 250 KB/s: 13 MB, then the connection
+    # closed), and a chat stream longer than a minute. A client that takes too little is
+    # bounded by the connection instead (service/http/connection.py, MIN_RATE), and each
+    # streamed body ends by itself (an event stream at its final event or the node's stop,
+    # a chat stream with its job).
+    app.config["RESPONSE_TIMEOUT"] = None
     app.config["JSON_SORT_KEYS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Quart's default provider has it
     QuartSchema(
