@@ -1,5 +1,6 @@
-"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without eight costs it paid on
-every request or connection, none of which a client can see, and with two bounds it lacked (bench/README.md, "Throughput VI"):
+"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without seven costs it paid on
+every request, none of which a client can see (bench/README.md, "Throughput VI"), and
+without two ways it held a connection for nothing (the last two; docs/security-limits.md):
 
 - Sending took the connection's send lock with `async with`, and trio's `Lock` yields to
   the scheduler even when free. The lock is now taken at once when free (the send that
@@ -15,9 +16,15 @@ every request or connection, none of which a client can see, and with two bounds
   queue is full, as before.
 - Each write yielded to the scheduler after the kernel took it (trio's `send_all`). A
   write to a plain TCP socket with room now goes at once (`service/net/write_now.py`);
-  what the socket does not take, and every 64th write, go through `send_all` as before.
+  what the socket does not take, and every 64th write, wait for room (a step) as before.
 - Closing a connection cost four scheduler steps (`_close`, called twice, each an end of
   sending and a close with a step each); it now costs one.
+- The keep-alive timer was a task cancelled when a request began and started anew when it
+  ended, under a lock of its own. It is now one task per connection whose cancel scope's
+  deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
+  is in flight. What it does when it fires is Hypercorn's own: the idle connection is closed,
+  at once when the server shuts down. That timer is also what closes a connection whose
+  request head trickles in (the connection is idle until the head is complete).
 - A connection the client had closed stayed open on the node until the keep-alive timer
   fired: reading ended at the client's end of stream, but nothing stopped the timer, and
   the connection's task waited for it. Each such socket sat in CLOSE_WAIT for
@@ -31,12 +38,6 @@ every request or connection, none of which a client can see, and with two bounds
   kept the node from stopping. A write now ends the connection (a reset) once the client
   takes less than `MIN_RATE` of it over `SEND_STALL_S`, as nginx's `send_timeout` does
   for nothing at all, or once the shutdown's grace is over (`_send_rest`).
-- The keep-alive timer was a task cancelled when a request began and started anew when it
-  ended, under a lock of its own. It is now one task per connection whose cancel scope's
-  deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
-  is in flight. What it does when it fires is Hypercorn's own: the idle connection is closed,
-  at once when the server shuts down. That timer is also what closes a connection whose
-  request head trickles in (the connection is idle until the head is complete).
 
 `install()` puts the class where `hypercorn.trio.serve` builds its connections; Hypercorn
 offers no argument for it. Checked against Hypercorn 0.18 (tests/test_http_connection.py).

@@ -4,8 +4,8 @@ trio's `send_all` yields to the scheduler after every send, even one the kernel 
 at once (every trio I/O call is a checkpoint). A small write to a socket with room is the
 common case on the node's hot path: a job's answer, its event stream's frames, the engine's
 request, a webhook's answer (about eight writes a job, each a trip through the run loop).
-`write_now` is the kernel's answer alone; callers write what it did not take with
-`send_all`, as before, and bound how many writes in a row skip the step (`Budget`), so a
+`write_now` is the kernel's answer alone; callers write what it did not take after a wait
+for room (`send_all`, or the node's connection's own bounded wait), as before, and bound how many writes in a row skip the step (`Budget`), so a
 task that writes a long body from memory still lets others run.
 
 Callers hold their own guard against a second sender (Hypercorn's send lock, httpcore's
