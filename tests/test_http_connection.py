@@ -2,7 +2,7 @@
 costs taken out and two bounds added, on trio's mock clock: keep-alive and the
 trickled-head cut still at `keep_alive_timeout`, never during a request, a connection the
 client ends or closes closed at once, a write the client takes too little of reset (over
-TLS, at the bound of the whole write), a slow reader that keeps taking served whole,
+TLS, at the bound of the whole write, and a TLS close likewise), a slow reader that keeps taking served whole,
 shutdown closing idle connections at once, busy ones after their answer and stalled
 writes at the end of the grace; a sized response in one write, a streamed response's head
 at once; a connection the server closes, closed once; messages for the app put at once
@@ -273,6 +273,35 @@ async def test_over_tls_a_client_that_takes_nothing_is_reset_at_the_bound_of_the
             bound = SEND_STALL_S + 2 * len(HUGE) / MIN_RATE  # the body with TLS's framing, and what was queued
             await trio.sleep(bound)  # one jump of the clock to the server's bound, one to here
             assert ended and SEND_STALL_S < ended[0] - t0 < bound
+        nursery.cancel_scope.cancel()
+
+
+async def test_over_tls_a_close_the_client_takes_nothing_of_is_reset_at_the_stall_bound(settling_clock, ended, tmp_path,
+                                                                                        monkeypatch):
+    """The keep-alive timer closes an idle TLS connection with a close_notify, a write: one
+    that never goes (a client that reads nothing, its socket full; here a close that never
+    returns) held the shielded close for ever. It is reset SEND_STALL_S later."""
+    import trustme
+
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "node.pem"))
+    config = node_config()
+    config.certfile = config.keyfile = str(tmp_path / "node.pem")
+    install()
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status,
+                                                              shutdown_trigger=trio.sleep_forever))
+        port = int(binds[0].rsplit(":", 1)[1])
+        async with await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=client_ctx) as s:
+            await s.send_all(get("/"))
+            assert (await answer(s)).startswith(b"HTTP/1.1 200")
+            t0 = trio.current_time()
+            monkeypatch.setattr(trio.SSLStream, "aclose", lambda self: trio.sleep_forever())
+            await trio.sleep(KEEP_ALIVE_S + SEND_STALL_S + 5)
+            assert ended and ended[0] - t0 == pytest.approx(KEEP_ALIVE_S + SEND_STALL_S, abs=1.5)
+            monkeypatch.undo()
         nursery.cancel_scope.cancel()
 
 

@@ -37,7 +37,9 @@ without two ways it held a connection for nothing (the last two; docs/security-l
   stopped reading held its connection (and a descriptor) until the node stopped, and then
   kept the node from stopping. A write now ends the connection (a reset) once the client
   takes less than `MIN_RATE` of it over `SEND_STALL_S`, as nginx's `send_timeout` does
-  for nothing at all, or once the shutdown's grace is over (`_send_rest`).
+  for nothing at all, or once the shutdown's grace is over (`_send_rest`). A TLS
+  connection's close (its close_notify, a write) is bounded likewise
+  (`_initiate_server_close`).
 
 `install()` puts the class where `hypercorn.trio.serve` builds its connections; Hypercorn
 offers no argument for it. Checked against Hypercorn 0.18 (tests/test_http_connection.py).
@@ -249,6 +251,16 @@ class TCPServer(HypercornTCPServer):
             self.stream.socket.close()  # all its `aclose` does, less the step
         else:
             await self.stream.aclose()  # TLS: its close_notify first
+
+    async def _initiate_server_close(self) -> None:
+        """Hypercorn's (the keep-alive timer's close, shielded), with the close of a TLS
+        stream bounded as a write is: its close_notify is a write, and to a client that
+        reads nothing it would wait for ever. Past the bound the socket is reset."""
+        await self.protocol.handle(Closed())
+        with trio.move_on_after(SEND_STALL_S):
+            await self.stream.aclose()
+            return
+        self._abort()
 
     async def _idle_timeout(self) -> None:
         timer = self.timer
