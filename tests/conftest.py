@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from service.clock import Clock
 from service.config import Settings
@@ -102,6 +103,14 @@ async def stop_node(node: Node) -> None:
     node.scope.cancel()
     await node.stopped.wait()
     node.store.close()
+
+
+@pytest.fixture
+def settling_clock():
+    """Mock time that jumps only after 0.1 s of real idleness, so what the kernel or a
+    worker thread does meanwhile (a reader's acknowledgements, delayed up to 40 ms; a file
+    read) lands before the jump: for tests whose rule is a client's progress on a socket."""
+    return trio.testing.MockClock(autojump_threshold=0.1)
 
 
 @pytest.fixture

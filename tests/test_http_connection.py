@@ -2,11 +2,11 @@
 costs taken out and two bounds added, on trio's mock clock: keep-alive and the
 trickled-head cut still at `keep_alive_timeout`, never during a request, a connection the
 client ends or closes closed at once, a write the client takes too little of reset (over
-TLS, at the bound of the whole write, and a TLS close likewise), a slow reader that keeps taking served whole,
-shutdown closing idle connections at once, busy ones after their answer and stalled
-writes at the end of the grace; a sized response in one write, a streamed response's head
-at once; a connection the server closes, closed once; messages for the app put at once
-while its queue has room."""
+TLS, at the bound of the whole write; a TLS close likewise), a slow reader that keeps
+taking served whole, shutdown closing idle connections at once, busy ones after their
+answer and stalled writes at the end of the grace; a sized response in one write, a
+streamed response's head at once; a connection the server closes, closed once; messages
+for the app put at once while its queue has room."""
 
 from __future__ import annotations
 
@@ -134,20 +134,10 @@ async def test_a_connection_the_client_ends_is_closed_at_once(server, autojump_c
         assert await closed_at(s) - t0 < 0.01
 
 
-async def test_a_connection_the_client_closes_ends_its_task_at_once(server, autojump_clock, monkeypatch):
+async def test_a_connection_the_client_closes_ends_its_task_at_once(server, autojump_clock, ended):
     """As Cog sends a webhook: a new connection, one request, closed by the client once it
     has the answer. The server's connection task ends with it, at the same (virtual) time."""
     port, _ = server
-    ended: list[float] = []
-    run = TCPServer.run
-
-    async def tracked(self):
-        try:
-            await run(self)
-        finally:
-            ended.append(trio.current_time())
-
-    monkeypatch.setattr(TCPServer, "run", tracked)
     for _ in range(3):
         s = await trio.open_tcp_stream("127.0.0.1", port)
         await s.send_all(get("/"))
@@ -164,14 +154,6 @@ async def test_a_connection_the_client_closes_ends_its_task_at_once(server, auto
         await trio.testing.wait_all_tasks_blocked()
         assert ended == []
         assert await closed_at(s) - t0 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
-
-
-@pytest.fixture
-def settling_clock():
-    """Mock time that jumps only after 0.1 s of real idleness, so what the kernel does
-    meanwhile (a reader's acknowledgements, delayed up to 40 ms) lands before the jump:
-    a write's progress is the client's acknowledgements."""
-    return trio.testing.MockClock(autojump_threshold=0.1)
 
 
 @pytest.fixture
@@ -250,23 +232,28 @@ async def test_a_reader_that_takes_too_little_is_reset(server, settling_clock, e
                 pass
 
 
-async def test_over_tls_a_client_that_takes_nothing_is_reset_at_the_bound_of_the_write(settling_clock, ended, tmp_path):
-    """Over TLS the bound is on the whole write (trio's TLS write cannot be watched part by
-    part): SEND_STALL_S plus what was queued and the write itself at MIN_RATE."""
+async def tls_server(nursery: trio.Nursery, tmp_path: Path) -> tuple[int, ssl.SSLContext]:
+    """(port, a client's TLS context) of Hypercorn serving `app` over TLS with the node's
+    connection class, a trustme certificate."""
     import trustme
 
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "node.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "node.pem"))
     config = node_config()
     config.certfile = config.keyfile = str(tmp_path / "node.pem")
     install()
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
+    binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status,
+                                                          shutdown_trigger=trio.sleep_forever))
+    return int(binds[0].rsplit(":", 1)[1]), client_ctx
+
+
+async def test_over_tls_a_client_that_takes_nothing_is_reset_at_the_bound_of_the_write(settling_clock, ended, tmp_path):
+    """Over TLS the bound is on the whole write (trio's TLS write cannot be watched part by
+    part): SEND_STALL_S plus what was queued and the write itself at MIN_RATE."""
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status,
-                                                              shutdown_trigger=trio.sleep_forever))
-        port = int(binds[0].rsplit(":", 1)[1])
+        port, client_ctx = await tls_server(nursery, tmp_path)
         async with await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=client_ctx) as s:
             await s.send_all(get("/huge"))
             t0 = trio.current_time()
@@ -281,19 +268,8 @@ async def test_over_tls_a_close_the_client_takes_nothing_of_is_reset_at_the_stal
     """The keep-alive timer closes an idle TLS connection with a close_notify, a write: one
     that never goes (a client that reads nothing, its socket full; here a close that never
     returns) held the shielded close for ever. It is reset SEND_STALL_S later."""
-    import trustme
-
-    ca = trustme.CA()
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "node.pem"))
-    config = node_config()
-    config.certfile = config.keyfile = str(tmp_path / "node.pem")
-    install()
-    client_ctx = ssl.create_default_context()
-    ca.configure_trust(client_ctx)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status,
-                                                              shutdown_trigger=trio.sleep_forever))
-        port = int(binds[0].rsplit(":", 1)[1])
+        port, client_ctx = await tls_server(nursery, tmp_path)
         async with await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=client_ctx) as s:
             await s.send_all(get("/"))
             assert (await answer(s)).startswith(b"HTTP/1.1 200")

@@ -8,9 +8,7 @@ import io
 import os
 from pathlib import Path
 
-import pytest
 import trio
-import trio.testing
 from hypercorn.trio import serve
 from PIL import Image
 
@@ -19,13 +17,6 @@ from service.http.connection import MIN_RATE, install
 from service.main import EndShielded, hypercorn_config
 from test_assets import signed_url
 from test_generation_support import local, upload_ok
-
-
-@pytest.fixture
-def settling_clock():
-    """Mock time that jumps only after 0.1 s of real idleness (file reads run in threads,
-    the client's acknowledgements in the kernel)."""
-    return trio.testing.MockClock(autojump_threshold=0.1)
 
 
 def large_png() -> bytes:
