@@ -10,6 +10,7 @@ for the app put at once while its queue has room."""
 
 from __future__ import annotations
 
+import math
 import ssl
 from pathlib import Path
 
@@ -312,6 +313,41 @@ async def test_a_trickled_request_head_is_cut_at_the_keep_alive_timeout(server, 
             await s.send_all(piece)
             await trio.sleep(1.5)  # each piece in time: the timer runs from the accept
         assert await closed_at(s) - t0 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
+
+
+async def test_reads_take_no_timeout_scope_when_the_node_sets_no_read_timeout(server, autojump_clock, monkeypatch):
+    """Hypercorn wrapped every read in `fail_after(inf)`: none now, and the keep-alive
+    timer still bounds an idle connection."""
+    assert _NODE.read_timeout is None
+    port, _ = server
+    scopes: list[float] = []
+    fail_after = trio.fail_after
+
+    def counted(seconds, *args, **kwargs):
+        scopes.append(seconds)
+        return fail_after(seconds, *args, **kwargs)
+
+    monkeypatch.setattr(trio, "fail_after", counted)
+    async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        for _ in range(3):
+            await s.send_all(get("/"))
+            assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t0 = trio.current_time()
+        assert await closed_at(s) - t0 == pytest.approx(KEEP_ALIVE_S, abs=0.01)
+    assert math.inf not in scopes  # (the 60 s one is Hypercorn's TLS handshake bound, entered once)
+
+
+async def test_a_read_timeout_when_set_still_cuts_a_silent_connection(nursery, autojump_clock):
+    """A configured `read_timeout` keeps Hypercorn's own read loop, and its bound."""
+    install()
+    config = node_config()
+    config.read_timeout = 2
+    binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status))
+    async with await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1])) as s:
+        await s.send_all(get("/"))
+        assert (await answer(s)).startswith(b"HTTP/1.1 200")
+        t0 = trio.current_time()
+        assert await closed_at(s) - t0 == pytest.approx(2, abs=0.01)  # before the 5 s keep-alive
 
 
 async def test_a_request_longer_than_the_timeout_is_answered(server, autojump_clock):

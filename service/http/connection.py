@@ -1,4 +1,4 @@
-"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without seven costs it paid on
+"""Hypercorn's HTTP/1 connection (its trio `TCPServer`) without eight costs it paid on
 every request, none of which a client can see (bench/README.md, "Throughput VI"), and
 without two ways it held a connection for nothing (the last two; docs/security-limits.md):
 
@@ -17,6 +17,8 @@ without two ways it held a connection for nothing (the last two; docs/security-l
 - Each write yielded to the scheduler after the kernel took it (trio's `send_all`). A
   write to a plain TCP socket with room now goes at once (`service/net/write_now.py`);
   what the socket does not take, and every 64th write, wait for room (a step) as before.
+- Every read was wrapped in `fail_after(read_timeout or inf)`, a cancel scope even with no
+  timeout (the node sets none). Without one, a read is not wrapped (`_read_data`).
 - Closing a connection cost four scheduler steps (`_close`, called twice, each an end of
   sending and a close with a step each); it now costs one.
 - The keep-alive timer was a task cancelled when a request began and started anew when it
@@ -63,6 +65,7 @@ import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.task_group import TaskGroup as HypercornTaskGroup
 from hypercorn.trio.task_group import _handle
+from hypercorn.trio.tcp_server import MAX_RECV
 from hypercorn.trio.tcp_server import TCPServer as HypercornTCPServer
 
 from service.net.write_now import Budget, write_now
@@ -229,9 +232,23 @@ class TCPServer(HypercornTCPServer):
     async def _read_data(self) -> None:
         """Hypercorn's read loop; once it ends (the client's end of stream, or a broken
         connection) nothing more can come in, so the keep-alive timer has nothing to wait
-        for: stopped, the connection ends with its last request instead of at the timeout."""
+        for: stopped, the connection ends with its last request instead of at the timeout.
+        Without a `read_timeout` (the node sets none: the keep-alive timer bounds an idle
+        connection) a read is not wrapped in Hypercorn's `fail_after(inf)`, a cancel scope
+        for nothing on every read."""
         try:
-            await super()._read_data()
+            if self.config.read_timeout is not None:
+                await super()._read_data()
+                return
+            while True:
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+                await self.protocol.handle(RawData(bytes(data)))
+                if data == b"":
+                    break
+            await self.protocol.handle(Closed())
         finally:
             self.timer.close()
 
