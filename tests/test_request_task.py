@@ -16,6 +16,7 @@ from quart import request
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.datastructures import Headers
+from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from service.config import Settings
 from service.http.connection import Receive, install
@@ -164,9 +165,9 @@ async def test_a_client_that_goes_cancels_its_handler(nursery, autojump_clock, h
         await seen["ended"].wait()
 
 
-def _request() -> ReadyRequest:
-    return ReadyRequest("POST", "http", "/echo", b"", Headers(), "", "1.1", max_content_length=None, body_timeout=None, send_push_promise=None,
-                        scope={})
+def _request(body_timeout: float | None = None) -> ReadyRequest:
+    return ReadyRequest("POST", "http", "/echo", b"", Headers(), "", "1.1", max_content_length=None,
+                        body_timeout=body_timeout, send_push_promise=None, scope={})
 
 
 async def test_queued_messages_are_taken_without_waiting_and_a_disconnect_stops_the_request():
@@ -209,3 +210,35 @@ async def test_a_ready_body_still_waits_for_a_body_to_come():
     async with trio.open_nursery() as n:
         n.start_soon(complete_later)
         assert await body == b"late"
+
+
+async def test_a_complete_body_is_got_without_a_timeout_scope_or_a_step(monkeypatch):
+    """quart-trio's `get_data` wraps its wait in a body-timeout scope even for a body that is
+    all here; `ReadyRequest`'s hands it over at once, as bytes, text or uncached."""
+    scopes: list[float] = []
+    move_on_after = trio.move_on_after
+    monkeypatch.setattr(trio, "move_on_after", lambda s, **kw: scopes.append(s) or move_on_after(s, **kw))
+    req = _request()
+    req.body.append(b"all here")
+    req.body.set_complete()
+    with trio.testing.assert_no_checkpoints():
+        assert await req.get_data() == b"all here"
+        assert await req.get_data(as_text=True) == "all here"
+        assert await req.get_data(cache=False) == b"all here"
+    assert await req.get_data() == b"" and scopes == []
+
+
+async def test_get_data_still_waits_under_the_body_timeout_for_a_body_to_come(autojump_clock):
+    req = _request(BODY_TIMEOUT_S)
+    req.body.append(b"half")
+    with pytest.raises(RequestTimeout):
+        await req.get_data()
+    assert trio.current_time() == pytest.approx(BODY_TIMEOUT_S)
+
+
+async def test_get_data_of_a_refused_body_raises_as_quart_does():
+    req = _request()
+    req.body._max_content_length = 3
+    req.body.append(b"too long")
+    with pytest.raises(RequestEntityTooLarge):
+        await req.get_data()

@@ -93,3 +93,15 @@ class ReadyBody(TrioBody):
 
 class ReadyRequest(TrioRequest):
     body_class = ReadyBody
+
+    async def get_data(self, cache: bool = True, as_text: bool = False,  # type: ignore[override]
+                       parse_form_data: bool = False) -> str | bytes:
+        """quart-trio's, without its body-timeout scope (a cancel scope on every request)
+        when the body is complete: there is nothing left to time out."""
+        body = self.body
+        if parse_form_data or body._must_raise is not None or not body._complete.is_set():
+            return await super().get_data(cache, as_text, parse_form_data)
+        data = bytes(body._data)
+        if not cache:
+            body.clear()
+        return data.decode() if as_text else data
