@@ -23,6 +23,7 @@ from service.catalog.capabilities import BY_ID
 from service.catalog.engines import Bound
 from service.errors import Unprocessable
 from service.media.inspect import inspect_file
+from service.net import threads
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ async def store_output(req: RenderRequest, index: int, data: bytes, name: str = 
     it is not a kind this node stores."""
     suffix = Path(name).suffix[:8] if name else ""
     path = Path(req.work_dir) / f"out-{index}{suffix}"
-    return await trio.to_thread.run_sync(_write_and_inspect, req, path, data)
+    return await threads.run_sync(_write_and_inspect, req, path, data)
 
 
 def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | None:

@@ -37,6 +37,7 @@ from typing import Any, TypeVar, cast
 
 import trio
 
+from service.net.threads import prompt
 from service.storage.rows import Params, Row
 
 _RUN_CONTEXT: Any  # trio's per-thread run context (see tasks_runnable), or None
@@ -111,7 +112,7 @@ class Store:
         self.conn = connect(self.path)
         self.reader = connect(self.path, readonly=True)
         self._send, self._recv = trio.open_memory_channel[_Write](float("inf"))
-        self._limiter = trio.CapacityLimiter(1)
+        self._limiter = prompt(trio.CapacityLimiter(1))  # one commit at a time, taken without a step when free
         self.batches = 0
         self.writes = 0
         self.broken: BaseException | None = None

@@ -58,6 +58,7 @@ from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import ApiError, InsufficientCredits, NotFound, ServiceError, SpendLimitReached
 from service.idempotency import KeyTaken, key_taken
+from service.net import threads
 from service.storage import generation as sql
 from service.views import jobs as views
 from service.views.shapes import JobStatus, SubmitAccepted
@@ -317,7 +318,7 @@ class JobActor(JobEffects, Actor):
                 discarded = await self._render_outcome(msg)
         finally:
             if not discarded:
-                await trio.to_thread.run_sync(ctx.files.discard_work, self.job_id)
+                await threads.run_sync(ctx.files.discard_work, self.job_id)
 
     async def _render_outcome(self, msg: RenderDone) -> bool:
         """Ends the job as its render did; True when its scratch directory is already gone."""
@@ -325,7 +326,7 @@ class JobActor(JobEffects, Actor):
         if isinstance(outcome, Completed) and msg.hashed:
             crashpoint("output_produced")  # output files exist in work/, no asset stored yet
             try:
-                await trio.to_thread.run_sync(self._place, msg.hashed)
+                await threads.run_sync(self._place, msg.hashed)
             except StoreUnavailable as e:  # the asset store is down: no asset row, hold released
                 log.error("job %s: storing outputs failed: %s", self.job_id, e)
                 await self._finish("fail", error=MSG_INCOMPLETE)

@@ -1,0 +1,71 @@
+"""Thread hand-offs without the limiter's step when a token is free (service/net/threads.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+from service.net import threads
+
+
+class Steps(trio.abc.Instrument):
+    """Scheduler steps of one task."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task, self.count = task, 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.count += 1
+
+
+async def steps_of(call) -> int:
+    steps = Steps(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        await call()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    return steps.count
+
+
+async def test_a_free_token_is_taken_without_a_step():
+    assert await threads.run_sync(lambda: 7) == 7
+    own = await steps_of(lambda: threads.run_sync(lambda: None))
+    trios = await steps_of(lambda: trio.to_thread.run_sync(lambda: None))
+    assert own == trios - 1 and own >= 1  # the wait for the thread's result is still a step
+
+
+async def test_the_tokens_are_trios_default_limiters_and_a_full_one_is_waited_for(autojump_clock):
+    limiter = trio.to_thread.current_default_thread_limiter()
+    limiter.total_tokens = 1
+    held = object()
+    limiter.acquire_on_behalf_of_nowait(held)
+    ran: list[float] = []
+    async with trio.open_nursery() as n:
+        n.start_soon(lambda: threads.run_sync(lambda: ran.append(1.0)))
+        await trio.sleep(5)
+        assert ran == [] and limiter.statistics().tasks_waiting == 1
+        limiter.release_on_behalf_of(held)
+    assert ran == [1.0] and limiter.borrowed_tokens == 0
+
+
+async def test_a_cancel_that_came_before_is_raised_before_any_thread_work():
+    ran = threading.Event()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(trio.Cancelled):
+            await threads.run_sync(ran.set)
+    assert not ran.is_set() and trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+
+
+async def test_an_error_in_the_thread_is_raised_and_the_token_given_back():
+    def boom():
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await threads.run_sync(boom)
+    assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
