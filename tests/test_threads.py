@@ -1,4 +1,4 @@
-"""Thread hand-offs without the limiter's step when a token is free (service/net/threads.py)."""
+"""Thread hand-offs without the limiter's step when a token is free (service/threads.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from service.net import threads
+from service import threads
 
 
 class Steps(trio.abc.Instrument):

@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 import trio
 
+from service import threads
 from service.assets.files import hash_bytes
 from service.backends.base import InputFile, Output, RenderRequest
 from service.catalog.capabilities import BY_ID
 from service.catalog.engines import Bound
 from service.errors import Unprocessable
 from service.media.inspect import inspect_file
-from service.net import threads
 
 log = logging.getLogger(__name__)
 

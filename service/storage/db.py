@@ -37,7 +37,7 @@ from typing import Any, TypeVar, cast
 
 import trio
 
-from service.net.threads import prompt
+from service.threads import prompt
 from service.storage.rows import Params, Row
 
 _RUN_CONTEXT: Any  # trio's per-thread run context (see tasks_runnable), or None

@@ -43,6 +43,7 @@ from typing import Any
 
 import trio
 
+from service import threads
 from service.actors.balance.messages import PlaceHold, Release
 from service.effects import after
 from service.actors.jobs.context import JobContext
@@ -58,7 +59,6 @@ from service.clock import parse_iso
 from service.crash import crashpoint
 from service.errors import ApiError, InsufficientCredits, NotFound, ServiceError, SpendLimitReached
 from service.idempotency import KeyTaken, key_taken
-from service.net import threads
 from service.storage import generation as sql
 from service.views import jobs as views
 from service.views.shapes import JobStatus, SubmitAccepted
