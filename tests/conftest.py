@@ -3,6 +3,8 @@ test client) and helpers to create organizations through the operator API."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,27 @@ async def stop_node(node: Node) -> None:
     node.scope.cancel()
     await node.stopped.wait()
     node.store.close()
+
+
+class Steps(trio.abc.Instrument):
+    """Scheduler steps one task takes while installed."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task, self.taken = task, 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.taken += task is self.task
+
+
+@contextlib.contextmanager
+def steps_taken() -> Iterator[Steps]:
+    """Counts the scheduler steps the current task takes inside the block (`.taken`)."""
+    steps = Steps(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        yield steps
+    finally:
+        trio.lowlevel.remove_instrument(steps)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import httpcore
 import httpx
 import pytest
 import trio
+from conftest import steps_taken
 from engine_support import cog_catalog, engine_node
 from test_generation_support import submit, wait_status
 from waiting import wait_until
@@ -348,16 +349,6 @@ async def test_closing_drops_what_was_never_sent():
 # A plain connection's request goes at once (service/net/write_now.py)
 
 
-class Steps(trio.abc.Instrument):
-    """Scheduler steps one task takes while installed."""
-
-    def __init__(self, task: trio.lowlevel.Task) -> None:
-        self.task, self.taken = task, 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.taken += task is self.task
-
-
 async def plain_stream(port: int) -> one_send.OneSendStream:
     return await one_send.OneSendBackend().connect_tcp("127.0.0.1", port)  # type: ignore[return-value]
 
@@ -366,10 +357,8 @@ async def test_a_plain_connection_writes_its_request_without_a_step(server, sock
     stream = await plain_stream(server.port)
     assert stream.plain is not None
     await stream.write(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
-    steps = Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    await stream.flush()
-    trio.lowlevel.remove_instrument(steps)
+    with steps_taken() as steps:
+        await stream.flush()
     assert steps.taken == 0  # trio's send_all takes one (its checkpoint after the send)
     assert socket_writes == [b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"]
     assert b"ok" in await stream.read(65536)

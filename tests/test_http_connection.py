@@ -72,14 +72,21 @@ async def app(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+async def served(nursery: trio.Nursery, config=None, shutdown: trio.Event | None = None) -> int:
+    """The port of Hypercorn serving `app` with the node's connection class, under `config`
+    (the node's settings when None), until `shutdown` is set (never when None)."""
+    install()
+    trigger = shutdown.wait if shutdown is not None else trio.sleep_forever
+    binds = await nursery.start(lambda task_status: serve(app, config or node_config(), shutdown_trigger=trigger,
+                                                          task_status=task_status))
+    return int(binds[0].rsplit(":", 1)[1])
+
+
 @pytest.fixture
 async def server(nursery):
     """(port, shutdown event) of Hypercorn serving `app` with the node's connection class."""
-    install()
     shutdown = trio.Event()
-    binds = await nursery.start(lambda task_status: serve(app, node_config(), shutdown_trigger=shutdown.wait,
-                                                          task_status=task_status))
-    return int(binds[0].rsplit(":", 1)[1]), shutdown
+    return await served(nursery, shutdown=shutdown), shutdown
 
 
 async def answer(stream: trio.SocketStream) -> bytes:
@@ -245,12 +252,9 @@ async def tls_server(nursery: trio.Nursery, tmp_path: Path) -> tuple[int, ssl.SS
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "node.pem"))
     config = node_config()
     config.certfile = config.keyfile = str(tmp_path / "node.pem")
-    install()
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
-    binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status,
-                                                          shutdown_trigger=trio.sleep_forever))
-    return int(binds[0].rsplit(":", 1)[1]), client_ctx
+    return await served(nursery, config), client_ctx
 
 
 async def test_over_tls_a_client_that_takes_nothing_is_reset_at_the_bound_of_the_write(settling_clock, ended, tmp_path):
@@ -288,13 +292,10 @@ async def test_over_tls_a_close_the_client_takes_nothing_of_is_reset_at_the_stal
 async def test_a_stalled_write_ends_with_the_shutdown_grace(autojump_clock, ended):
     """A shutdown gives connections GRACE_S; a write the client takes nothing of no longer
     holds the node past it (a shielded write kept it from stopping at all)."""
-    install()
     shutdown = trio.Event()
     with trio.fail_after(3 * SEND_STALL_S):
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(lambda task_status: serve(app, node_config(), shutdown_trigger=shutdown.wait,
-                                                                  task_status=task_status))
-            port = int(binds[0].rsplit(":", 1)[1])
+            port = await served(nursery, shutdown=shutdown)
             s = await trio.open_tcp_stream("127.0.0.1", port)
             await s.send_all(get("/huge"))
             await trio.sleep(2)  # the server's write is waiting for room
@@ -339,11 +340,9 @@ async def test_reads_take_no_timeout_scope_when_the_node_sets_no_read_timeout(se
 
 async def test_a_read_timeout_when_set_still_cuts_a_silent_connection(nursery, autojump_clock):
     """A configured `read_timeout` keeps Hypercorn's own read loop, and its bound."""
-    install()
     config = node_config()
     config.read_timeout = 2
-    binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status))
-    async with await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1])) as s:
+    async with await trio.open_tcp_stream("127.0.0.1", await served(nursery, config)) as s:
         await s.send_all(get("/"))
         assert (await answer(s)).startswith(b"HTTP/1.1 200")
         t0 = trio.current_time()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+from conftest import steps_taken
 
 from service.actors.jobs.messages import RenderDone, RenderHandle
 from service.actors.jobs.render import render_task
@@ -57,22 +58,10 @@ async def test_a_render_cancelled_before_it_starts_never_asks_its_engine(tmp_pat
     assert len(ctx.told) == 1 and ctx.told[0].outcome is None
 
 
-class Steps(trio.abc.Instrument):
-    def __init__(self, task: trio.lowlevel.Task) -> None:
-        self.task, self.taken = task, 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.taken += task is self.task
-
-
 async def test_a_render_reaches_its_engine_and_reports_without_a_scheduler_step(tmp_path):
     ctx, handle = Ctx(), RenderHandle()
-    steps = Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
+    with steps_taken() as steps:
         await render_task(ctx, "job_1", handle, request(tmp_path))  # type: ignore[arg-type]
-    finally:
-        trio.lowlevel.remove_instrument(steps)
     assert ctx.engine_calls == ["job_1"] and isinstance(ctx.told[0].outcome, Completed)
     assert steps.taken == 0  # `checkpoint` at the two cancel points took one each
 
@@ -89,10 +78,6 @@ async def test_binding_a_cancelled_jobs_inputs_stops_there_and_an_uncancelled_on
         await bound_inputs(request(tmp_path), Bind())  # type: ignore[arg-type]
         raise AssertionError("not reached: the cancel lands in bound_inputs")
     assert scope.cancelled_caught
-    steps = Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
+    with steps_taken() as steps:
         got = await bound_inputs(request(tmp_path), Bind())  # type: ignore[arg-type]
-    finally:
-        trio.lowlevel.remove_instrument(steps)
     assert got == {"prompt": "p", "seed": 1} and steps.taken == 0

@@ -6,37 +6,18 @@ import threading
 
 import pytest
 import trio
-import trio.testing
+from conftest import steps_taken
 
 from service import threads
 
 
-class Steps(trio.abc.Instrument):
-    """Scheduler steps of one task."""
-
-    def __init__(self, task: trio.lowlevel.Task) -> None:
-        self.task, self.count = task, 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task is self.task:
-            self.count += 1
-
-
-async def steps_of(call) -> int:
-    steps = Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
-        await call()
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    return steps.count
-
-
 async def test_a_free_token_is_taken_without_a_step():
     assert await threads.run_sync(lambda: 7) == 7
-    own = await steps_of(lambda: threads.run_sync(lambda: None))
-    trios = await steps_of(lambda: trio.to_thread.run_sync(lambda: None))
-    assert own == trios - 1 and own >= 1  # the wait for the thread's result is still a step
+    with steps_taken() as own:
+        await threads.run_sync(lambda: None)
+    with steps_taken() as trios:
+        await trio.to_thread.run_sync(lambda: None)
+    assert own.taken == trios.taken - 1 and own.taken >= 1  # the wait for the thread's result is still a step
 
 
 async def test_the_tokens_are_trios_default_limiters_and_a_full_one_is_waited_for(autojump_clock):

@@ -85,9 +85,13 @@ class ReadyBody(TrioBody):
     """A request body whose await gives a complete body at once (quart's waits on its
     completion event, which yields to the scheduler even when set)."""
 
+    def ready(self) -> bytes | None:
+        """The whole body when it is complete and nothing refused it; None otherwise."""
+        return bytes(self._data) if self._must_raise is None and self._complete.is_set() else None
+
     def __await__(self) -> Generator[Any, None, Any]:
-        if self._must_raise is None and self._complete.is_set():
-            return bytes(self._data)
+        if (data := self.ready()) is not None:
+            return data
         return (yield from super().__await__())
 
 
@@ -98,10 +102,9 @@ class ReadyRequest(TrioRequest):
                        parse_form_data: bool = False) -> str | bytes:
         """quart-trio's, without its body-timeout scope (a cancel scope on every request)
         when the body is complete: there is nothing left to time out."""
-        body = self.body
-        if parse_form_data or body._must_raise is not None or not body._complete.is_set():
+        body = cast(ReadyBody, self.body)
+        if parse_form_data or (data := body.ready()) is None:
             return await super().get_data(cache, as_text, parse_form_data)
-        data = bytes(body._data)
         if not cache:
             body.clear()
         return data.decode() if as_text else data

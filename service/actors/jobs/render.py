@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from service import threads
 from service.actors.jobs.context import JobContext
 from service.actors.jobs.messages import RenderDone, RenderHandle
 from service.actors.jobs.record import JobRecord
@@ -27,7 +28,7 @@ async def render_task(ctx: JobContext, job_id: str, handle: RenderHandle, req: R
         with handle.scope:
             paths = [f.path for files in req.inputs.values() for f in files]
             if paths:
-                await trio.to_thread.run_sync(ctx.files.fetch_inputs, paths, abandon_on_cancel=True)
+                await threads.run_sync(ctx.files.fetch_inputs, paths, abandon_on_cancel=True)
             else:
                 # where the hop was: a cancel that came before lands here as before, without
                 # the scheduler step `checkpoint` adds (a job's render is three steps shorter)
@@ -42,7 +43,7 @@ async def render_task(ctx: JobContext, job_id: str, handle: RenderHandle, req: R
                     hashed = _hash_outputs(outcome.outputs)  # hashed as they were written: no file read
                     await trio.lowlevel.checkpoint_if_cancelled()  # where the hop was, as above
                 else:
-                    hashed = await trio.to_thread.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
+                    hashed = await threads.run_sync(_hash_outputs, outcome.outputs, abandon_on_cancel=True)
     except (StoreUnavailable, ObjectMissing) as e:
         log.error("job %s: an input could not be read from the asset store: %r", job_id, e)
         outcome, hashed = Failed(MSG_INCOMPLETE), []
