@@ -17,6 +17,7 @@ from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.datastructures import Headers
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
+from werkzeug.routing import Rule
 
 from service.config import Settings
 from service.http.connection import Receive, install
@@ -242,3 +243,23 @@ async def test_get_data_of_a_refused_body_raises_as_quart_does():
     req.body.append(b"too long")
     with pytest.raises(RequestEntityTooLarge):
         await req.get_data()
+
+
+def test_blueprints_are_worked_out_once_a_rule(monkeypatch):
+    """Quart asks for the request's blueprints three times a request and splits the endpoint's
+    name each time; `ReadyRequest` keeps them with the rule they came from."""
+    import quart.helpers
+
+    splits: list[str] = []
+    split = quart.helpers._split_blueprint_path
+    monkeypatch.setattr(quart.helpers, "_split_blueprint_path", lambda name: splits.append(name) or split(name))
+    req = _request()
+    assert req.blueprints == [] and splits == []  # not matched yet
+    req.url_rule = Rule("/v1/x", endpoint="outer.inner.view")
+    assert req.blueprints == ["outer.inner", "outer"]
+    assert req.blueprints == ["outer.inner", "outer"] and req.blueprints == ["outer.inner", "outer"]
+    assert splits == ["outer.inner"]
+    req.url_rule = Rule("/v1/y", endpoint="other.view")  # a new rule: worked out again
+    assert req.blueprints == ["other"] and splits == ["outer.inner", "other"]
+    req.url_rule = None
+    assert req.blueprints == []

@@ -22,7 +22,6 @@ import trio
 
 from service.engines.context import HOOK_PATH, BadSignature
 from service.http.connection import Receive
-from service.metrics import method_label
 
 PREFIX = HOOK_PATH + "/"
 ROUTE = f"{PREFIX}<job_id>/<token>"  # the route's template: its metrics label
@@ -64,8 +63,7 @@ class HookFront:
             return await self.app(scope, _replay(body, more, message, receive), send)
         elapsed = time.perf_counter() - started
         metrics = self.node.metrics  # counted before the answer goes, as the route's after-request hook does
-        metrics.requests.labels(ROUTE, method_label("POST"), "200").inc()
-        metrics.latency.labels(ROUTE, method_label("POST")).observe(elapsed)
+        metrics.answered(ROUTE, "POST", 200, elapsed)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode()),
             (b"x-process-time", f"{elapsed * 1000:.2f}".encode())]})

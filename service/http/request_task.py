@@ -97,6 +97,18 @@ class ReadyBody(TrioBody):
 
 class ReadyRequest(TrioRequest):
     body_class = ReadyBody
+    _kept_blueprints: tuple[Any, list[str]] | None = None
+
+    @property
+    def blueprints(self) -> list[str]:
+        """Quart works these out from the endpoint's name at each of its asks (three a
+        request: before the view, after it, and at its teardown); they follow from the
+        matched rule alone, so they are kept with the rule they came from (the same list each
+        time, as Quart's own cache of the split gives)."""
+        rule, kept = self.url_rule, self._kept_blueprints
+        if kept is None or kept[0] is not rule:
+            kept = self._kept_blueprints = (rule, super().blueprints)
+        return kept[1]
 
     async def get_data(self, cache: bool = True, as_text: bool = False,  # type: ignore[override]
                        parse_form_data: bool = False) -> str | bytes:
