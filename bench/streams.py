@@ -17,7 +17,7 @@ final when polling / with streams, at the largest N both ran), `poll_rate_ok` (w
 poller kept at least 0.95 requests per period there) and `kb_per_stream` (at `streams_max`).
 
     .venv/bin/python bench/streams.py [--sizes 100,1000,5000] [--render 30] [--poll-max 1000]
-                                      [--poll-procs 4]
+                                      [--poll-procs 4] [--baseline]
 
 Loopback only; every client is a raw socket. The streams run in this trio process; the
 pollers in --poll-procs client processes, each poller on a fixed schedule (request k at its
@@ -26,6 +26,11 @@ start + k periods, at once when behind), their starts spread evenly over one per
 (requests sent / requests its schedule called for between its first request and its final
 answer, per period), printed as a histogram, and any below 0.95/s is
 flagged: then polling was under-driven and `cpu_vs_polling` is a lower bound.
+
+The stream row also gives `open_cpu_ms_per_stream`, the node's CPU from the first connect
+until every stream has its current status (before any job ends). `--baseline` first runs the
+same N jobs with nobody following (mode `none`, `cpu_ms_per_job`): the jobs' own ends, which
+both modes' CPU a final include.
 """
 
 from __future__ import annotations
@@ -332,6 +337,12 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
     ids = await submit_jobs(setup, n, render_s + n / 100)
     rss_before = rss_kb(pid)
     followers = [Follower(i) for i in ids]
+    if mode == "none":  # nobody follows: the jobs' own ends, in a window as long as the others
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        await trio.sleep(render_s + n / 100 + 2)
+        cpu1, t1 = cpu_seconds(pid), time.monotonic()
+        return {"n": n, "mode": mode, "node_cpu_s": round(cpu1 - cpu0, 3), "window_s": round(t1 - t0, 1),
+                "cpu_ms_per_job": round((cpu1 - cpu0) * 1000 / n, 3), "load1": round(os.getloadavg()[0], 2)}
     if mode == "poll":
         cpu, wall = await trio.to_thread.run_sync(poll_in_processes, setup, pid, followers, every, procs)
         ok = [f for f in followers if f.arrived is not None]
@@ -361,6 +372,7 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
             async with trio.open_nursery() as attaching:
                 for f in followers:
                     attaching.start_soon(attach, f)
+            cpu_open = cpu_seconds(pid)
             rss_open = rss_kb(pid)
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
     ok = [f for f in followers if f.arrived is not None]
@@ -368,7 +380,9 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
     out = {"n": n, "mode": mode, "delivered": len(ok), "errors": sum(1 for f in followers if f.error),
            "final_p50_s": round(pct(latencies, 0.5), 4), "final_p99_s": round(pct(latencies, 0.99), 4),
            "node_cpu_s": round(cpu1 - cpu0, 3), "window_s": round(t1 - t0, 1),
-           "cpu_ms_per_final": round((cpu1 - cpu0) * 1000 / max(1, len(ok)), 3)}
+           "cpu_ms_per_final": round((cpu1 - cpu0) * 1000 / max(1, len(ok)), 3),
+           # the opening of every stream (connect, request, current status), before any job ends
+           "open_cpu_ms_per_stream": round((cpu_open - cpu0) * 1000 / n, 3)}
     out["kb_per_stream"] = round((rss_open - rss_before) / n, 2)
     out["load1"] = round(os.getloadavg()[0], 2)
     return out
@@ -389,7 +403,8 @@ async def one_size(n: int, args) -> list[dict]:
                              json={"credits": "100000.00", "reason": "bench"})
             r.raise_for_status()
         setup = Setup(url, org["api_key"])
-        rows = [await run_mode(setup, node.pid, n, "stream", args.render, args.poll_every)]
+        rows = [await run_mode(setup, node.pid, n, "none", args.render, args.poll_every)] if args.baseline else []
+        rows.append(await run_mode(setup, node.pid, n, "stream", args.render, args.poll_every))
         if n <= args.poll_max:
             rows.append(await run_mode(setup, node.pid, n, "poll", args.render, args.poll_every, args.poll_procs))
         return rows
@@ -404,6 +419,8 @@ def main() -> None:
     parser.add_argument("--poll-every", type=float, default=1.0)
     parser.add_argument("--poll-max", type=int, default=1000, help="largest N also run with pollers")
     parser.add_argument("--poll-procs", type=int, default=4, help="client processes the pollers are spread over")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first the same jobs with nobody following: the node's CPU a job end by itself")
     parser.add_argument("--poll-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.poll_worker:
@@ -437,6 +454,9 @@ def main() -> None:
         "poll_rate_ok": polls[at["n"]]["poll_rate_ok"] if at else None,
         "poll_asked_per_s_p50": polls[at["n"]]["asked_per_s_p50"] if at else None,
         "poll_asked_per_s_min": polls[at["n"]]["asked_per_s_min"] if at else None,
+        "open_cpu_ms_per_stream": at.get("open_cpu_ms_per_stream") if at else None,
+        "job_end_cpu_ms": next((r["cpu_ms_per_job"] for r in summary["rows"]
+                                if r["mode"] == "none" and at and r["n"] == at["n"]), None),
         "load_after": round(os.getloadavg()[0], 2),
     })
     print(json.dumps(summary, separators=(",", ":")))
