@@ -335,14 +335,14 @@ async def run_mode(setup: Setup, pid: int, n: int, mode: str, render_s: float, e
     # every job renders render_s after its submit, and each client attaches within the first
     # part of that (submitting and attaching N take about N/100 s here)
     ids = await submit_jobs(setup, n, render_s + n / 100)
-    rss_before = rss_kb(pid)
-    followers = [Follower(i) for i in ids]
     if mode == "none":  # nobody follows: the jobs' own ends, in a window as long as the others
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
         await trio.sleep(render_s + n / 100 + 2)
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
         return {"n": n, "mode": mode, "node_cpu_s": round(cpu1 - cpu0, 3), "window_s": round(t1 - t0, 1),
                 "cpu_ms_per_job": round((cpu1 - cpu0) * 1000 / n, 3), "load1": round(os.getloadavg()[0], 2)}
+    rss_before = rss_kb(pid)
+    followers = [Follower(i) for i in ids]
     if mode == "poll":
         cpu, wall = await trio.to_thread.run_sync(poll_in_processes, setup, pid, followers, every, procs)
         ok = [f for f in followers if f.arrived is not None]
@@ -444,6 +444,7 @@ def main() -> None:
     best = max(streams, key=lambda r: r["n"], default=None)
     both = [r for r in streams if r["n"] in polls]
     at = max(both, key=lambda r: r["n"], default=None)
+    ref = at or best  # the size the split is given at: the one compared, else the largest stream size
     summary.update({
         "streams_max": best["n"] if best else 0,
         "final_p99_s_1000": next((r["final_p99_s"] for r in streams if r["n"] == 1000), None),
@@ -454,9 +455,9 @@ def main() -> None:
         "poll_rate_ok": polls[at["n"]]["poll_rate_ok"] if at else None,
         "poll_asked_per_s_p50": polls[at["n"]]["asked_per_s_p50"] if at else None,
         "poll_asked_per_s_min": polls[at["n"]]["asked_per_s_min"] if at else None,
-        "open_cpu_ms_per_stream": at.get("open_cpu_ms_per_stream") if at else None,
+        "open_cpu_ms_per_stream": ref["open_cpu_ms_per_stream"] if ref else None,
         "job_end_cpu_ms": next((r["cpu_ms_per_job"] for r in summary["rows"]
-                                if r["mode"] == "none" and at and r["n"] == at["n"]), None),
+                                if r["mode"] == "none" and ref and r["n"] == ref["n"]), None),
         "load_after": round(os.getloadavg()[0], 2),
     })
     print(json.dumps(summary, separators=(",", ":")))

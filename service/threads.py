@@ -5,10 +5,10 @@
 its thread, a step of its own. The first step is for nothing: two a job on its path (the
 output's write and check, and its placing; bench/README.md, "Throughput XII"; also an
 engine's inputs fetched and outputs hashed, where a render has them), and one a group
-commit (`service/storage/db.py`). `Prompt` wraps a limiter (trio's own default by `run_sync`, the same tokens as
-every other thread call) and takes a free token at once; a cancel that came before is still
-raised before any thread work, and a limiter with no token free (or with tasks already
-waiting) is waited for as before, in trio's fair order.
+commit (`service/storage/db.py`). `Prompt` wraps a limiter (trio's own default by
+`run_sync`, the same tokens as every other thread call) and takes a free token at once; a
+cancel that came before is still raised before any thread work, and a limiter with no token
+free (or with tasks already waiting) is waited for as before, in trio's fair order.
 """
 
 from __future__ import annotations
