@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import math
+import socket
 import ssl
 import struct
 import termios
@@ -21,6 +22,8 @@ import hypercorn.trio.run
 import hypercorn.trio.tcp_server
 import pytest
 import trio
+import trio._highlevel_serve_listeners as trio_listeners
+import trio._socket as trio_socket
 import trio.testing
 from hypercorn.trio import serve
 
@@ -509,25 +512,70 @@ def test_which_heads_wait_for_their_body(data, sized):
 
 async def test_a_connection_the_server_closes_ends_its_sending_once_then_closes(server, autojump_clock, monkeypatch):
     """Hypercorn closed such a connection twice (an end of sending and a close each time,
-    a scheduler step each): once now, and the client still reads the whole answer, then
-    the end of the stream."""
+    a scheduler step each), and trio's listener closed its stream a third time: the end of
+    sending is made once now and the stream is not closed again, and the client still reads
+    the whole answer, then the end of the stream."""
     port, _ = server
     eofs: list[int] = []
-    send_eof = trio.SocketStream.send_eof
+    acloses: list[int] = []
+    shutdown = trio_socket._SocketType.shutdown  # the class of trio's sockets
+    aclose = trio.SocketStream.aclose
 
-    async def counted(self):
-        eofs.append(self.socket.fileno())
-        await send_eof(self)
+    def counted_shutdown(self, flag):
+        if flag == socket.SHUT_WR:
+            eofs.append(self.fileno())
+        return shutdown(self, flag)
 
-    monkeypatch.setattr(trio.SocketStream, "send_eof", counted)
+    async def counted_aclose(self):
+        acloses.append(self.socket.fileno())
+        await aclose(self)
+
+    monkeypatch.setattr(trio_socket._SocketType, "shutdown", counted_shutdown)
     async with await trio.open_tcp_stream("127.0.0.1", port) as s:
+        monkeypatch.setattr(trio.SocketStream, "aclose", counted_aclose)  # the client's own close is not counted
         await s.send_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
         got = b""
         while data := await s.receive_some():
             got += data
         assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"\r\n\r\nok"), got
-    await trio.sleep(0.1)  # the server's connection task has ended
+        await trio.sleep(0.1)  # the server's connection task has ended
+        monkeypatch.setattr(trio.SocketStream, "aclose", aclose)
     assert len(eofs) == 1, eofs
+    assert acloses == [], acloses
+
+
+def test_trios_listener_runs_each_connection_in_run_handler():
+    """trio's accept loop looks its `_run_handler` up by name at each connection (trio
+    0.35); `install` puts the node's there."""
+    install()
+    assert trio_listeners._run_handler is connection.run_handler
+    assert "_run_handler" in trio_listeners._serve_one_listener.__code__.co_names
+
+
+async def test_run_handler_closes_a_stream_left_open_and_leaves_a_closed_one():
+    for close_it in (False, True):
+        a, b = trio.socket.socketpair()
+        stream = trio.SocketStream(a)
+        acloses: list[bool] = []
+
+        async def handler(s):
+            if close_it:
+                s.socket.close()
+
+        aclose = trio.SocketStream.aclose
+
+        async def counted(self):
+            acloses.append(True)
+            await aclose(self)
+
+        trio.SocketStream.aclose = counted  # type: ignore[method-assign]
+        try:
+            await connection.run_handler(stream, handler)
+        finally:
+            trio.SocketStream.aclose = aclose  # type: ignore[method-assign]
+            b.close()
+        assert stream.socket.fileno() == -1
+        assert acloses == ([] if close_it else [True])
 
 
 async def test_messages_for_the_app_are_put_at_once_while_its_queue_has_room(autojump_clock):

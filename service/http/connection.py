@@ -19,8 +19,10 @@ without two ways it held a connection for nothing (the last two; docs/security-l
   what the socket does not take, and every 64th write, wait for room (a step) as before.
 - Every read was wrapped in `fail_after(read_timeout or inf)`, a cancel scope even with no
   timeout (the node sets none). Without one, a read is not wrapped (`_read_data`).
-- Closing a connection cost four scheduler steps (`_close`, called twice, each an end of
-  sending and a close with a step each); it now costs one.
+- Closing a connection cost six scheduler steps: Hypercorn's `_close`, called twice, each an
+  end of sending and a close with a step each, and trio's listener closing the stream again
+  (a cancelled step, `aclose_forcefully`). It now costs none: the node's close takes no step,
+  and the listener leaves a stream the node closed alone (`run_handler`).
 - The keep-alive timer was a task cancelled when a request began and started anew when it
   ended, under a lock of its own. It is now one task per connection whose cancel scope's
   deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
@@ -62,6 +64,7 @@ from typing import Any
 import hypercorn.trio.run
 import hypercorn.trio.tcp_server
 import trio
+import trio._highlevel_serve_listeners as trio_listeners
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.task_group import TaskGroup as HypercornTaskGroup
 from hypercorn.trio.task_group import _handle
@@ -253,21 +256,22 @@ class TCPServer(HypercornTCPServer):
             self.timer.close()
 
     async def _close(self) -> None:
-        """Hypercorn's close, at one scheduler step instead of four: the end of sending
-        (`send_eof`, its step kept) and then the socket closed without a step of its own,
-        once. Hypercorn calls it again as the connection's task ends (after a close it
-        began), and trio's listener closes the stream once more after that, a step itself."""
+        """Hypercorn's close without its four scheduler steps: the end of sending and then
+        the socket's close, once, as trio's `send_eof` and `aclose` do them less the step
+        each takes (nothing waits in either). Hypercorn calls it again as the connection's
+        task ends (after a close it began); trio's listener then leaves the closed stream
+        alone (`run_handler`)."""
         if self.socket_closed:
             return
-        try:
-            await self.stream.send_eof()
-        except (trio.BrokenResourceError, AttributeError, trio.BusyResourceError, trio.ClosedResourceError):
-            pass  # gone already, or a TLS stream: as Hypercorn
         self.socket_closed = True
         if isinstance(self.stream, trio.SocketStream):
-            self.stream.socket.close()  # all its `aclose` does, less the step
-        else:
-            await self.stream.aclose()  # TLS: its close_notify first
+            sock = self.stream.socket  # trio's `send_eof` and `aclose`, less their steps
+            with contextlib.suppress(OSError):  # gone already: as Hypercorn
+                if not sock.did_shutdown_SHUT_WR:
+                    sock.shutdown(socket.SHUT_WR)
+            sock.close()
+            return
+        await self.stream.aclose()  # TLS (no end of sending of its own): its close_notify first
 
     async def _initiate_server_close(self) -> None:
         """Hypercorn's (the keep-alive timer's close, shielded), with the close of a TLS
@@ -358,8 +362,22 @@ class TaskGroup(HypercornTaskGroup):
         return put
 
 
+async def run_handler(stream: Any, handler: Callable[[Any], Awaitable[object]]) -> None:
+    """trio's listener task for one connection (`serve_listeners`' `_run_handler`, checked
+    against trio 0.35), less its close of a plain stream the connection closed already:
+    trio's `aclose_forcefully` is then a cancelled scheduler step and nothing else. Any
+    other stream (TLS, or a plain one left open) is closed as trio closes it."""
+    try:
+        await handler(stream)
+    finally:
+        if not (isinstance(stream, trio.SocketStream) and stream.socket.fileno() == -1):
+            await trio.aclose_forcefully(stream)
+
+
 def install() -> None:
-    """Hypercorn's trio worker builds its connections from this name, and its connections
-    their task groups from `TaskGroup` (idempotent)."""
+    """Hypercorn's trio worker builds its connections from this name, its connections
+    their task groups from `TaskGroup`, and trio's listener runs each in `run_handler`
+    (idempotent)."""
     setattr(hypercorn.trio.run, "TCPServer", TCPServer)  # the name its trio worker reads
     setattr(hypercorn.trio.tcp_server, "TaskGroup", TaskGroup)  # the name `TCPServer.run` reads
+    setattr(trio_listeners, "_run_handler", run_handler)  # the name `_serve_one_listener` reads
