@@ -19,10 +19,11 @@ without two ways it held a connection for nothing (the last two; docs/security-l
   what the socket does not take, and every 64th write, wait for room (a step) as before.
 - Every read was wrapped in `fail_after(read_timeout or inf)`, a cancel scope even with no
   timeout (the node sets none). Without one, a read is not wrapped (`_read_data`).
-- Closing a connection cost six scheduler steps: Hypercorn's `_close`, called twice, each an
+- Closing a connection cost five scheduler steps: Hypercorn's `_close`, called twice, each an
   end of sending and a close with a step each, and trio's listener closing the stream again
   (a cancelled step, `aclose_forcefully`). It now costs none: the node's close takes no step,
-  and the listener leaves a stream the node closed alone (`run_handler`).
+  and the listener leaves a stream the node closed alone (`run_handler`). A connection's task
+  takes 4 steps for a request on a new connection instead of 7.
 - The keep-alive timer was a task cancelled when a request began and started anew when it
   ended, under a lock of its own. It is now one task per connection whose cancel scope's
   deadline moves: `keep_alive_timeout` after the connection went idle, none while a request
