@@ -24,8 +24,9 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
 5. the node's own bound (a node of its own, bench/instant_engine.py): `jobs_per_s_instant_64`,
    jobs completed per second through the public API at 64 in flight against a real Cog
    server whose instant async predictor takes 64 predictions at once (bench/cog_instant.py,
-   so the engine is not what bounds it), each job submitted and then followed on its event
-   stream as the project's client does (bench/jobdriver.py), after a warm-up of 64 jobs; and
+   so the engine is not what bounds it), each job submitted with `Prefer: wait` as the
+   project's client's `generate` does (the answer is the final status; bench/jobdriver.py),
+   after a warm-up of 64 jobs; and
    `healthz_per_s` on the same node just before (16 connections, closed loop), and
    `jobs_vs_healthz_instant_64`, their ratio: the node's work per job in units of its
    cheapest request; and `node_cpu_ms_per_job`, the node's CPU (every thread, /proc) over the
@@ -35,7 +36,10 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    creates, completed webhooks to a bare receiver: bench/cog_alone.py), the engine's own
    bound on this machine, with `jobs_vs_cog_alone_64`. Then the same on a fresh node whose
    model has `outcome = "response"` (the PUT answers the prediction's end, no webhook:
-   docs/engines.md): the same figures ending in `_response`. `--quick` runs this part only.
+   docs/engines.md): the same figures ending in `_response`. Each node also runs a second
+   window in which each job is submitted and then followed on its event stream (a client
+   that wants every event): the same figures ending in `_stream`. `--quick` runs this part
+   only.
 
 Every job runs in an organization of its own level; at the end each organization's
 holds and balance are checked: `lost` counts jobs not completed or holds not captured,
@@ -359,21 +363,44 @@ def instant_part(tmp: Path, jobs: int) -> dict:
 
 async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid: int | None = None,
                           cog_pid: int | None = None) -> dict:
+    """Two windows of `jobs` jobs on one node after one `/healthz` run: each job submitted with
+    `Prefer: wait` as the client's `generate` does (the figures), then each followed on its
+    event stream as a client wanting every event does (the same figures ending in `_stream`)."""
     host, port = url.removeprefix("http://").split(":")
     await run(host, int(port), "/healthz", connections=16, total=500)  # warm-up
     hz = await run(host, int(port), "/healthz", connections=16, total=6000)
     key = (await trio.to_thread.run_sync(create_org, url, op, "bench-instant"))["api_key"]
+
     def body(i: int) -> dict:
         return {"prompt": f"instant {i}", "seed": i}
 
-    warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS, body)
-    cpu0 = cpu_s(node_pid) if node_pid else 0.0
-    cog0, me0, load0 = cpu_s(cog_pid) if cog_pid else 0.0, time.process_time(), os.getloadavg()[0]
-    res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
-    cpu_ms = (cpu_s(node_pid) - cpu0) * 1000 if node_pid else 0.0
-    cog_ms = (cpu_s(cog_pid) - cog0) * 1000 if cog_pid else 0.0
-    driver_ms = (time.process_time() - me0) * 1000
-    statuses = warm["statuses"] + res["statuses"]
+    load0 = os.getloadavg()[0]
+    statuses: list[dict] = []
+    errors = 0
+    windows = {}
+    for name, wait, first in (("", True, 0), ("_stream", False, jobs + SLOTS)):
+        warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS,
+                                        lambda i, first=first: body(first + i), wait=wait)
+        cpu0 = cpu_s(node_pid) if node_pid else 0.0
+        cog0, me0 = cpu_s(cog_pid) if cog_pid else 0.0, time.process_time()
+        res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS,
+                                       lambda i, first=first: body(first + SLOTS + i), wait=wait)
+        cpu_ms = (cpu_s(node_pid) - cpu0) * 1000 if node_pid else 0.0
+        cog_ms = (cpu_s(cog_pid) - cog0) * 1000 if cog_pid else 0.0
+        driver_ms = (time.process_time() - me0) * 1000
+        statuses += warm["statuses"] + res["statuses"]
+        errors += len(warm["errors"]) + len(res["errors"])
+        completed = sum(1 for st in res["statuses"] if st["status"] == "completed")
+        jps = completed / res["wall"]
+        windows.update({
+            f"jobs_per_s_instant_64{name}": round(jps, 1), f"jobs_vs_healthz_instant_64{name}": round(jps / hz.rps, 4),
+            f"instant_completed{name}": completed,
+            # the node's CPU (every thread) per measured job: steadier than jobs/s on a shared machine
+            f"node_cpu_ms_per_job{name}": round(cpu_ms / max(completed, 1), 2),
+            # who else used the 2 cores meanwhile: the Cog server and this load generator
+            f"cog_cpu_ms_per_job{name}": round(cog_ms / max(completed, 1), 2),
+            f"driver_cpu_ms_per_job{name}": round(driver_ms / max(completed, 1), 2),
+            f"machine_busy{name}": round((cpu_ms + cog_ms + driver_ms) / 1000 / res["wall"] / (os.cpu_count() or 1), 2)})
     # the final status and the capture commit together now (bench/README.md, "Throughput III"),
     # so none should be behind; still read again until the holds settle, and count any that were
     lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
@@ -383,24 +410,15 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid:
             break
         await trio.sleep(0.5)
         lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
-    completed = sum(1 for s in res["statuses"] if s["status"] == "completed")
-    jps = completed / res["wall"]
-    out = {"jobs_per_s_instant_64": round(jps, 1), "healthz_per_s": round(hz.rps, 1),
-           "jobs_vs_healthz_instant_64": round(jps / hz.rps, 4), "instant_jobs": jobs, "instant_completed": completed,
-           "instant_errors": len(warm["errors"]) + len(res["errors"]), "lost": lost + jobs + SLOTS - len(statuses),
-           "double_charged": double, "captures_behind_final_status": behind,
-           # the node's CPU (every thread) per measured job: steadier than jobs/s on a shared machine
-           "node_cpu_ms_per_job": round(cpu_ms / max(completed, 1), 2),
-           # who else used the 2 cores meanwhile: the Cog server and this load generator
-           "cog_cpu_ms_per_job": round(cog_ms / max(completed, 1), 2),
-           "driver_cpu_ms_per_job": round(driver_ms / max(completed, 1), 2),
-           "machine_busy": round((cpu_ms + cog_ms + driver_ms) / 1000 / res["wall"] / (os.cpu_count() or 1), 2),
-           "load_at_start": round(load0, 2)}
-    print(f"instant Cog (64 slots), 64 in flight: {out['jobs_per_s_instant_64']} jobs/s; /healthz "
-          f"{out['healthz_per_s']} req/s at 16 connections (p50 {hz.pct(0.5):.2f} ms); ratio "
-          f"{out['jobs_vs_healthz_instant_64']}; CPU per job: node {out['node_cpu_ms_per_job']} ms, Cog "
-          f"{out['cog_cpu_ms_per_job']} ms, this load generator {out['driver_cpu_ms_per_job']} ms (the three kept "
-          f"{out['machine_busy']:.0%} of the cores busy)")
+    out = {**windows, "healthz_per_s": round(hz.rps, 1), "instant_jobs": jobs, "instant_errors": errors,
+           "lost": lost + 2 * (jobs + SLOTS) - len(statuses), "double_charged": double,
+           "captures_behind_final_status": behind, "load_at_start": round(load0, 2)}
+    for name, how in (("", "submits that wait"), ("_stream", "submits followed on the stream")):
+        print(f"instant Cog (64 slots), 64 in flight, {how}: {out['jobs_per_s_instant_64' + name]} jobs/s; /healthz "
+              f"{out['healthz_per_s']} req/s at 16 connections (p50 {hz.pct(0.5):.2f} ms); ratio "
+              f"{out['jobs_vs_healthz_instant_64' + name]}; CPU per job: node {out['node_cpu_ms_per_job' + name]} ms, "
+              f"Cog {out['cog_cpu_ms_per_job' + name]} ms, this load generator {out['driver_cpu_ms_per_job' + name]} ms "
+              f"(the three kept {out['machine_busy' + name]:.0%} of the cores busy)")
     return out
 
 

@@ -55,8 +55,12 @@ async def follow(stream, buf: bytearray, host: str, key: str, job_id: str) -> di
     return final
 
 
-async def run_jobs(host: str, port: int, key: str, model: str, jobs: int, level: int, body) -> dict:
-    """`jobs` jobs, `level` in flight: {"statuses": [final status], "wall": s, "errors": [...]}."""
+async def run_jobs(host: str, port: int, key: str, model: str, jobs: int, level: int, body, *,
+                   wait: bool = False) -> dict:
+    """`jobs` jobs, `level` in flight: {"statuses": [final status], "wall": s, "errors": [...]}.
+    `wait`: each submit asks `Prefer: wait=60` as the client's `generate` does without an
+    event callback, and a job not final in the answer (202) is followed on its stream."""
+    prefer = "Prefer: wait=60\r\n" if wait else ""
     todo = list(range(jobs))
     done: list[dict] = []
     errors: list[str] = []
@@ -86,7 +90,11 @@ async def run_jobs(host: str, port: int, key: str, model: str, jobs: int, level:
                 payload = json.dumps(body(i)).encode()
                 status, answer = await submit(
                     (f"POST /v1/generation/models/{model} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n").encode() + payload)
+                     f"{prefer}Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+                    + payload)
+                if status == 200 and wait:
+                    done.append(json.loads(answer))
+                    continue
                 if status != 202:
                     errors.append(f"submit {status}: {answer[:200]!r}")
                     continue

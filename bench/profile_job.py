@@ -1,8 +1,9 @@
 """Where a job's time goes in the node: CPU per job by area, and commits per job.
 
 Jobs go through the public API at 64 in flight against the 64-slot instant Cog server
-(bench/instant_engine.py, bench/cog_instant.py; clients as in bench/jobdriver.py: submit,
-then the job's event stream), as `jobs_per_s_instant_64` of bench/engines.py. Two passes,
+(bench/instant_engine.py, bench/cog_instant.py; clients as in bench/jobdriver.py: a submit
+that waits, `Prefer: wait`; `--stream`: a submit, then the job's event stream), as
+`jobs_per_s_instant_64` (and `_stream`) of bench/engines.py. Two passes,
 each on a fresh node and after a warm-up of 64 jobs, the node measured over the jobs only
 (bench/profiling/sitecustomize.py, signalled at the window's start and end):
 
@@ -19,7 +20,7 @@ each on a fresh node and after a warm-up of 64 jobs, the node measured over the 
    Python code more than C code, so the split is an estimate; the raw profiled figures are
    printed too). The other threads are one area of their own (cProfile sees one thread).
 
-    .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25] [--sites 40]
+    .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25] [--sites 40] [--stream]
 
 `--sites N` also records, in pass 1, where each task step ended (the task's innermost
 awaits) and prints the N most frequent: which awaits cost the steps. BENCH_COG_OUTCOME=response
@@ -31,6 +32,7 @@ The last line is one JSON object. Needs no profiler installed beyond the standar
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pstats
@@ -129,7 +131,7 @@ def wait_report(out: Path, timeout: float = 60.0) -> dict:
     raise RuntimeError(f"the node wrote no window.json in {out}")
 
 
-def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False) -> dict:
+def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool = False) -> dict:
     out = tmp / mode
     out.mkdir(parents=True)
     env = {"GENSERVICE_BENCH_PROFILE": mode, "GENSERVICE_BENCH_PROFILE_DIR": str(out),
@@ -142,9 +144,10 @@ def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False) -> dict:
         def body(i):
             return {"prompt": f"profile {i}", "seed": i}
 
-        trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, SLOTS, SLOTS, body)  # warm-up
+        run_jobs = functools.partial(jobdriver.run_jobs, wait=not stream)
+        trio.run(run_jobs, host, int(port), key, MODEL, SLOTS, SLOTS, body)  # warm-up
         os.kill(node.pid, signal.SIGUSR1)
-        res = trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
+        res = trio.run(run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
         os.kill(node.pid, signal.SIGUSR2)
         report = wait_report(out)
     report["jobs"] = sum(1 for s in res["statuses"] if s["status"] == "completed")
@@ -173,13 +176,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=640, help="measured jobs per pass (after 64 of warm-up)")
     ap.add_argument("--top", type=int, default=25, help="functions printed, by own CPU")
+    ap.add_argument("--stream", action="store_true",
+                    help="follow each job on its event stream instead of a submit that waits")
     ap.add_argument("--sites", type=int, default=0,
                     help="also print the N places task steps most often suspend at (pass 1, a little slower)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     load0 = os.getloadavg()
-    cpu = one_pass("cpu", tmp, args.jobs, sites=args.sites > 0)
-    prof = one_pass("profile", tmp, args.jobs)
+    cpu = one_pass("cpu", tmp, args.jobs, sites=args.sites > 0, stream=args.stream)
+    prof = one_pass("profile", tmp, args.jobs, stream=args.stream)
     n = max(cpu["jobs"], 1)
     main_ms = cpu["main_thread_cpu_s"] * 1000 / n
     other_ms = cpu["other_threads_cpu_s"] * 1000 / n

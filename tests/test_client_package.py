@@ -1,5 +1,5 @@
 """The Python client package (clients/python, `genservice_client`) against a real
-`genservice serve`: generate with wait (the job's event stream), status, jobs, balance,
+`genservice serve`: generate with wait (in the submit, then the job's event stream), status, jobs, balance,
 cancel, uploads from a path, bytes and a file object, downloads, products (list, get, run,
 get_run, cancel_run), every error class from a real answer (RateLimited from a node with a
 tight per-key limit, JobFailed from test mode's fail and nsfw directives and from a job
@@ -70,6 +70,38 @@ def test_generate_waits_on_the_stream_and_downloads(live, tmp_path):
         assert isinstance(accepted, gc.SubmitAccepted) and accepted.status == "queued"
         assert c.cancel(accepted.request_id).status == "canceled"
         assert c.balance().available > 0
+
+
+def test_generate_waits_in_the_submit_then_follows_the_stream(live):
+    """Without `on_event` a short job ends in its one request (`Prefer: wait`); a submit
+    that comes back not final (202: here the preference is dropped on the way, as a node
+    over its stream limit or an older node answers) is followed on the job's stream."""
+    node, org = live
+    sent = []
+
+    def record(request: httpx.Request) -> None:
+        sent.append((request.url.path, request.headers.get("Prefer")))
+
+    def drop_prefer(request: httpx.Request) -> None:
+        request.headers.pop("Prefer", None)
+
+    submit = "/v1/generation/capabilities/image.generate"
+    http = httpx.Client(base_url=node.url, event_hooks={"request": [record]}, timeout=60)
+    with gc.Client(org["api_key"], node.url, http=http) as c:
+        job = c.generate("image.generate", "a fox in one request")
+        assert job.status == "completed" and sent == [(submit, "wait=60")]
+        assert c.status(job.request_id).model_dump() == job.model_dump()
+        sent.clear()
+        assert c.generate("image.generate", "a fox", timeout=7).status == "completed"
+        assert sent == [(submit, "wait=7")]
+        sent.clear()
+        http.event_hooks["request"].insert(0, drop_prefer)
+        job = c.generate("image.generate", "a fox followed")
+        assert job.status == "completed"
+        assert sent == [(submit, None), (f"/v1/generation/requests/{job.request_id}/events", None)]
+        with pytest.raises(gc.JobFailed):
+            http.event_hooks["request"].remove(drop_prefer)
+            c.generate("image.generate", "a fox [[fail:internal]]")
 
 
 def test_uploads_from_a_path_bytes_and_a_file_object(live, tmp_path):

@@ -246,6 +246,9 @@ async def test_routes_match_openapi(node):
         assert hidden in every_rule  # hidden, not missing
 
 
+WAITS = {"POST /v1/generation/capabilities/{capability}", "POST /v1/generation/models/{model}"}
+
+
 async def test_every_operation_documents_its_answers(node):
     doc = await _document(node)
     assert doc["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
@@ -261,6 +264,12 @@ async def test_every_operation_documents_its_answers(node):
             ids.append(op["operationId"])
             responses = op["responses"]
             success = [s for s in responses if s[0] in "23"]
+            if where in WAITS:  # the 202, and the 200 of a `Prefer: wait` that saw the job end
+                assert sorted(success) == ["200", "202"], where
+                assert responses["200"]["headers"]["Preference-Applied"]["schema"]["pattern"] == "^wait=[0-9]+$"
+                assert responses["200"]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/JobStatus"}
+                success = ["202"]
             assert len(success) == 1, where
             permission = views[(method.upper(), path)].permission
             assert "401" in responses and "408" in responses, where

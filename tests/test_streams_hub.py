@@ -119,3 +119,22 @@ async def test_close_ends_every_subscription(hub):
     for sub in subs:
         with pytest.raises(trio.EndOfChannel):
             sub.receive.receive_nowait()
+
+
+async def test_a_topic_only_waits_followed_is_forgotten_when_the_last_leaves(hub):
+    """A submit that waits hands out no event ids: nobody can resume its topic, so it is not
+    kept for ten minutes; a topic a stream also followed is kept as before."""
+    waits = [hub.subscribe("job:a", None, resumable=False).sub for _ in range(2)]
+    hub.publish(("job:a",), "status", lambda: {"status": "completed"})
+    assert [drain(s) for s in waits] == [[1], [1]]
+    waits[0].close()
+    assert "job:a" in hub.topics  # the other wait still follows it
+    waits[1].close()
+    assert "job:a" not in hub.topics
+    wait = hub.subscribe("job:b", None, resumable=False).sub
+    stream = hub.subscribe("job:b", None).sub
+    hub.publish(("job:b",), "status", lambda: {"status": "completed"})
+    wait.close()
+    stream.close()
+    assert "job:b" in hub.topics and [e.seq for e in hub.topics["job:b"].events] == [2]
+    assert hub.subscribe("job:b", 1).backlog[0].seq == 2  # resumable from the stream's id

@@ -93,8 +93,9 @@ def still_allowed() -> Callable[[], bool]:
     return check
 
 
-def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
-    """Authenticate, check `permission` (None: any valid key), and enforce the time limit."""
+def requires(permission: str | None, *, limit: int | Callable[[], int] = ROUTE_LIMIT) -> Callable:
+    """Authenticate, check `permission` (None: any valid key), and enforce the time limit
+    (seconds, or a function of the request giving them: a submit that waits)."""
 
     def deco(func: Callable) -> Callable:
         @wraps(func)
@@ -114,10 +115,11 @@ def requires(permission: str | None, *, limit: int = ROUTE_LIMIT) -> Callable:
                     raise
             g.principal = principal
             g.permission = permission
-            with trio.move_on_after(limit) as scope:
+            seconds = limit() if callable(limit) else limit
+            with trio.move_on_after(seconds) as scope:
                 return await func(*args, **kwargs)
             if scope.cancelled_caught:
-                raise RouteTimeout(limit)
+                raise RouteTimeout(seconds)
 
         wrapper.permission = permission  # type: ignore[attr-defined]  # read by the authorization tests
         return wrapper

@@ -31,3 +31,18 @@ def idempotency_key() -> str | None:
         raise BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.",
                          {"header": "Idempotency-Key"})
     return key
+
+
+PREFER_DOC = (
+    "Optional. `wait=N` (RFC 7240): hold the answer until the job is final or N seconds have "
+    "passed (at most 60; `wait` alone: 60). Final in time: 200 with the job's status object; "
+    "else the 202. `Preference-Applied: wait=N` says the node waited; without it (over an event "
+    "stream limit: a wait counts as a stream) the 202 came at once. A `wait` value that is not a "
+    "whole number is a 400; other preferences are ignored."
+)
+
+
+class SubmitHeaders(IdempotencyHeaders):
+    """A submit's optional headers: Idempotency-Key and Prefer (service/http/wait.py)."""
+
+    prefer: str | None = Field(default=None, alias="Prefer", description=PREFER_DOC)

@@ -42,7 +42,8 @@ import copy
 import inspect
 import re
 from dataclasses import replace
-from typing import Any, get_args, get_origin, get_type_hints
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from quart import current_app, request
 from quart_schema import hide
@@ -152,6 +153,8 @@ def apply(method: str, rule: str, func, operation: dict, op: Op) -> dict:
     if op.links:
         success["links"] = op.links
     responses: dict[str, dict] = {str(op.status): success}
+    for status, (text, shape, headers) in op.also.items():
+        responses[str(status)] = json_response(text, shape, headers)
     for status in sorted(statuses):
         responses[str(status)] = error_response(status, envelope_403=(method, rule) == ("POST", "/v1/api-keys"))
     operation["responses"] = responses
@@ -167,6 +170,8 @@ def components(existing: dict, table: dict[tuple[str, str], Op] | None = None) -
     for op in (operations() if table is None else table).values():
         if op.schema is not None and op.schema is not ROUTE and not isinstance(op.schema, dict):
             shapes.update(shape_schema(op.schema)[1])
+        for _text, shape, _headers in op.also.values():
+            shapes.update(shape_schema(shape)[1])
     out = dict(existing)
     out["schemas"] = {**existing.get("schemas", {}), **SCHEMAS, **dict(sorted(shapes.items()))}
     return out
@@ -174,8 +179,11 @@ def components(existing: dict, table: dict[tuple[str, str], Op] | None = None) -
 
 def route_shape(func) -> Any:
     """The success body a route function declares: its return annotation (the body of a
-    `(body, status)` tuple); ROUTE when it has none (`apply` refuses it)."""
+    `(body, status)` tuple; of a union of answers, the first: a submit's 202 before the 200
+    of a wait, which the table's `also` declares); ROUTE when it has none (`apply` refuses it)."""
     shape = get_type_hints(inspect.unwrap(func), include_extras=True).get("return", ROUTE)
+    if get_origin(shape) in (Union, UnionType):
+        shape = get_args(shape)[0]
     return get_args(shape)[0] if get_origin(shape) is tuple else shape
 
 

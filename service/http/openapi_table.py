@@ -10,6 +10,7 @@ from typing import Any
 from service.catalog.capabilities import CAPABILITIES
 from service.http.schemas import STR, UUID, nullable
 from service.roles import ROLE_IDS
+from service.views.shapes import JobStatus
 
 # -- schema helpers ----------------------------------------------------------------------------
 IDEMPOTENCY_KEY = {"type": "string", "pattern": r"^[!-~]{1,255}$"}
@@ -45,6 +46,8 @@ class Op:
     path_examples: dict = field(default_factory=dict)  # path parameter name -> an existing value
     media: str = "application/json"               # the success body's media type
     description: str | None = None                # of the success response
+    # other success answers: status -> (description, shape, headers); a submit's 200 after a wait
+    also: dict = field(default_factory=dict)
 
 
 def shape_ref(name: str) -> dict:
@@ -113,6 +116,13 @@ def _submit_body(node) -> dict:
 
 
 SUBMIT_ERRORS = (402, 404, 409, 422, 503)
+WAITED = {"Preference-Applied": {"schema": {"type": "string", "pattern": "^wait=[0-9]+$"},
+                                 "description": "Present when the node waited for the job (Prefer: wait)."}}
+
+
+def _submit_also() -> dict:
+    """A submit's other answer: the final status after `Prefer: wait` (service/http/wait.py)."""
+    return {200: ("The job ended within the `Prefer: wait` time: its final status object.", JobStatus, WAITED)}
 def operations(node=None) -> dict[tuple[str, str], Op]:
     """Every `/v1` operation, keyed by (method, werkzeug rule)."""
     submit = _submit_body(node)
@@ -128,13 +138,13 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
         ("GET", "/v1/generation/capabilities"): Op(200, ROUTE),
         ("GET", "/v1/generation/models"): Op(200, ROUTE),
         ("POST", "/v1/generation/capabilities/<capability>"): Op(
-            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit,
+            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit, headers=WAITED, also=_submit_also(),
             path={"capability": {"type": "string", "enum": [c.id for c in CAPABILITIES]}}, links=job_links,
             path_examples={"capability": "image.generate"},
             example={"prompt": "A red fox in fresh snow", "aspect_ratio": "1:1", "resolution": "1k"}),
         ("POST", "/v1/generation/models/<model>"): Op(
-            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit, links=job_links,
-            path={"model": known_strings([m.id for m in node.catalog.models] if node is not None else [],
+            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit, links=job_links, headers=WAITED,
+            also=_submit_also(), path={"model": known_strings([m.id for m in node.catalog.models] if node is not None else [],
                                          "model id")},
             path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
         ("POST", "/v1/generation/estimate"): Op(

@@ -51,9 +51,10 @@ class Event:
 class Subscription:
     """One open stream's view of a topic: a bounded buffer of live events."""
 
-    def __init__(self, topic: Topic, clock: Clock) -> None:
+    def __init__(self, topic: Topic, clock: Clock, on_close: Callable[[], None] | None = None) -> None:
         self.topic = topic
         self.clock = clock
+        self.on_close = on_close
         self._send, self.receive = trio.open_memory_channel[Event](BUFFER)
         self.dropped = False
 
@@ -71,6 +72,8 @@ class Subscription:
             self.topic.subscribers.discard(self)
             self.topic.last_at = self.clock.now()  # kept KEEP_S after its last stream
         self._send.close()
+        if self.on_close is not None:
+            self.on_close()
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Topic:
     trimmed: int = 0  # highest seq forgotten (0: none)
     subscribers: set[Subscription] = field(default_factory=set)
     last_at: float = 0.0
+    resumable: bool = False  # some stream followed it, so a client may hold an id of it
 
 
 class Resume:
@@ -173,22 +177,30 @@ class Hub:
             topic.trimmed = events.popleft().seq
 
     # subscribe ------------------------------------------------------------------------------
-    def subscribe(self, key: str, last_seq: int | None) -> Resume:
+    def subscribe(self, key: str, last_seq: int | None, *, resumable: bool = True) -> Resume:
         """Register a stream on `key`. `last_seq` None: live events only (the caller sends
         the current state first). Else the kept events after it, or `reset` when some may be
         gone: forgotten by the trim, or from before the topic was (re)made (a topic idle for
-        KEEP_S with no stream is swept)."""
+        KEEP_S with no stream is swept). `resumable=False`: a follower that hands out no
+        event ids (a submit that waits), so a topic only such followers used is forgotten
+        when the last of them leaves, not kept KEEP_S for resumes nobody can make."""
         now = self.clock.now()
         if now >= self._next_sweep:
             self.sweep(now)
         topic = self._topic(key)
-        sub = Subscription(topic, self.clock)
+        if resumable:
+            topic.resumable = True
+        sub = Subscription(topic, self.clock, None if resumable else lambda: self._forget(key, topic))
         topic.subscribers.add(sub)
         if last_seq is None:
             return Resume(sub, [], False)
         if last_seq < 0 or last_seq > self.seq or last_seq < topic.trimmed or last_seq < topic.made_seq:
             return Resume(sub, [], True)
         return Resume(sub, [e for e in topic.events if e.seq > last_seq], False)
+
+    def _forget(self, key: str, topic: Topic) -> None:
+        if not topic.subscribers and not topic.resumable and self.topics.get(key) is topic:
+            del self.topics[key]
 
     def _topic(self, key: str) -> Topic:
         topic = self.topics.get(key)
@@ -223,6 +235,6 @@ class Hub:
         """Node shutdown: every open stream ends (after a final comment), so the HTTP drain
         is not held by streams."""
         self.closed.set()
-        for topic in self.topics.values():
+        for topic in list(self.topics.values()):  # a wait's topic is forgotten as it closes
             for sub in list(topic.subscribers):
                 sub.close()

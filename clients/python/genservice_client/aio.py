@@ -13,7 +13,8 @@ import anyio
 import httpx
 from httpx_sse import aconnect_sse
 
-from .client import FINAL, IDLE_S, RETRY_STATUS, RUN_FINAL, _backoff, _file_part, asset_id, seen
+from .client import (FINAL, IDLE_S, RETRY_STATUS, RUN_FINAL, _backoff, _file_part, asset_id, seen, submit_body,
+                     wait_seconds, waiting)
 from .errors import GenserviceError, JobFailed, from_response
 from .models import Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
 
@@ -98,16 +99,24 @@ class AsyncClient:
 
     async def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None,
                      **fields: Any) -> SubmitAccepted:
-        body = {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
+        body = submit_body(prompt, model, fields)
         return SubmitAccepted.model_validate(
             await self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True))
 
     async def generate(self, capability: str, prompt: str | None = None, *, wait: bool = True,
-                       timeout: float = 600.0, on_event=None, **fields: Any) -> JobStatus | SubmitAccepted:
-        accepted = await self.submit(capability, prompt, **fields)
+                       timeout: float = 600.0, on_event=None, model: str | None = None,
+                       **fields: Any) -> JobStatus | SubmitAccepted:
         if not wait:
-            return accepted
-        job = await self.wait(accepted.request_id, timeout=timeout, on_event=on_event)
+            return await self.submit(capability, prompt, model=model, **fields)
+        seconds = wait_seconds(timeout, on_event)
+        started = time.monotonic()
+        answer = await self.request("POST", f"/v1/generation/capabilities/{capability}", submit=True,
+                                    json=submit_body(prompt, model, fields), **waiting(self.http, seconds))
+        if answer["status"] in FINAL:
+            job = JobStatus.model_validate(answer)
+        else:
+            job = await self.wait(answer["request_id"], timeout=timeout - (time.monotonic() - started),
+                                  on_event=on_event)
         if job.status != "completed":
             raise JobFailed(job)
         return job

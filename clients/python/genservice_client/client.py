@@ -24,6 +24,7 @@ IDLE_S = 4.0
 
 
 RUN_FINAL = ("completed", "failed", "canceled")
+SUBMIT_WAIT_S = 60  # the longest `Prefer: wait` the node honours
 
 
 def typed_event(stream: str, name: str, data: dict) -> Any:
@@ -43,6 +44,27 @@ def seen(sse: ServerSentEvent, on_event) -> JobStatus | None:
     if on_event is not None:
         on_event(sse.event, event)
     return event if isinstance(event, JobStatus) and event.status in FINAL else None
+
+
+def submit_body(prompt: str | None, model: str | None, fields: dict) -> dict:
+    return {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
+
+
+def wait_seconds(timeout: float, on_event) -> int:
+    """How long a submit asks the node to wait for the job's end: none when every event is
+    wanted (the stream gives them), else up to the node's 60 s within `timeout`."""
+    return 0 if on_event is not None else max(0, min(SUBMIT_WAIT_S, int(timeout)))
+
+
+def waiting(http: httpx.Client | httpx.AsyncClient, seconds: int) -> dict:
+    """A waiting submit's request options: the Prefer header, and a read timeout that
+    outlasts the wait."""
+    if not seconds:
+        return {}
+    read = http.timeout.read
+    return {"headers": {"Prefer": f"wait={seconds}"},
+            "timeout": httpx.Timeout(http.timeout.connect, read=None if read is None else read + seconds,
+                                     write=http.timeout.write, pool=http.timeout.pool)}
 
 
 def asset_id(output: Asset | AssetOutput | dict | str) -> str:
@@ -154,19 +176,27 @@ class Client:
     # generation -------------------------------------------------------------------------
     def submit(self, capability: str, prompt: str | None = None, *, model: str | None = None,
                **fields: Any) -> SubmitAccepted:
-        body = {k: v for k, v in {"prompt": prompt, "model": model, **fields}.items() if v is not None}
+        body = submit_body(prompt, model, fields)
         return SubmitAccepted.model_validate(
             self.request("POST", f"/v1/generation/capabilities/{capability}", json=body, submit=True))
 
     def generate(self, capability: str, prompt: str | None = None, *, wait: bool = True, timeout: float = 600.0,
-                 on_event=None, **fields: Any) -> JobStatus | SubmitAccepted:
-        """Submit, and with `wait` follow the job to its end (its event stream, resumed with
-        Last-Event-ID after a drop, polling when the stream cannot be read). A job that
-        ends other than completed raises `JobFailed`."""
-        accepted = self.submit(capability, prompt, **fields)
+                 on_event=None, model: str | None = None, **fields: Any) -> JobStatus | SubmitAccepted:
+        """Submit, and with `wait` follow the job to its end: without `on_event`, the submit
+        itself waits first (`Prefer: wait`, up to 60 s: a short job ends in its one
+        request); then the job's event stream, resumed with Last-Event-ID after a drop,
+        polling when the stream cannot be read. A job that ends other than completed raises
+        `JobFailed`."""
         if not wait:
-            return accepted
-        job = self.wait(accepted.request_id, timeout=timeout, on_event=on_event)
+            return self.submit(capability, prompt, model=model, **fields)
+        seconds = wait_seconds(timeout, on_event)
+        started = time.monotonic()
+        answer = self.request("POST", f"/v1/generation/capabilities/{capability}", submit=True,
+                              json=submit_body(prompt, model, fields), **waiting(self.http, seconds))
+        if answer["status"] in FINAL:
+            job = JobStatus.model_validate(answer)
+        else:
+            job = self.wait(answer["request_id"], timeout=timeout - (time.monotonic() - started), on_event=on_event)
         if job.status != "completed":
             raise JobFailed(job)
         return job

@@ -20,12 +20,17 @@ from service.catalog.request import SubmitRequest
 from service.errors import NotFound
 from service.http.auth import principal, requires, resolve_project, node
 from service.http.responses import Capability, Data, Estimate, Model
-from service.http.idempotency import IdempotencyHeaders, idempotency_key
+from service.http.idempotency import SubmitHeaders, idempotency_key
+from service.http.topics import owner
+from service.http.wait import final_status, place, route_limit, wanted_wait
 from service.http.schemas import LIMIT, STR, Body, Query, body, clamp, documented, nullable, query
 from service.idempotency import request_hash
 from service.views.shapes import JobStatus, SubmitAccepted
 
 bp = Blueprint("generation", __name__)
+
+# the 202 (accepted; or not final within a `Prefer: wait`), or the 200 final status of a wait
+Submitted = tuple[SubmitAccepted, int] | tuple[SubmitAccepted | JobStatus, int, dict[str, str]]
 
 
 
@@ -85,7 +90,7 @@ async def models() -> Data[list[Model]]:
 
 
 async def _submit(data: SubmitBody, *, capability: str | None = None,
-                  model: str | None = None) -> tuple[SubmitAccepted, int]:
+                  model: str | None = None) -> Submitted:
     p = principal()
     g = gen()
     submitted = data.request()
@@ -98,33 +103,50 @@ async def _submit(data: SubmitBody, *, capability: str | None = None,
                               webhook_url=data.webhook_url, idempotency=idempotency, api_key_id=p.key_id)
 
     key = idempotency_key()
-    if key is None:
-        return await make(None), 202
-    route = f"capabilities/{capability}" if capability is not None else f"models/{model}"
-    fields = data.model_dump(exclude_unset=True)
-    digest = request_hash({"route": route, "body": fields, "project": request.headers.get("X-Service-Project")})
-    return await g.idempotent(p.org_id, key, digest, make), 202
+    seconds = wanted_wait()
+    ticket = place(node().streams, owner()) if seconds else None
+    try:
+        if key is None:
+            accepted = await make(None)
+        else:
+            route = f"capabilities/{capability}" if capability is not None else f"models/{model}"
+            fields = data.model_dump(exclude_unset=True)
+            digest = request_hash({"route": route, "body": fields,
+                                   "project": request.headers.get("X-Service-Project")})
+            accepted = await g.idempotent(p.org_id, key, digest, make)
+        if ticket is None:
+            return accepted, 202
+        applied = {"Preference-Applied": f"wait={seconds}"}
+        final = await final_status(g, node().streams, accepted["request_id"], p.org_id, seconds)
+        if final is not None:
+            return final, 200, applied
+        return accepted, 202, applied
+    finally:
+        if ticket is not None:
+            ticket.release()
 
 
 @bp.post("/v1/generation/capabilities/<capability>")
-@requires("generation:write")
-@document_headers(IdempotencyHeaders)
+@requires("generation:write", limit=route_limit)
+@document_headers(SubmitHeaders)
 @body(SubmitBody)
-async def submit_capability(capability: str, data: SubmitBody) -> tuple[SubmitAccepted, int]:
+async def submit_capability(capability: str, data: SubmitBody) -> Submitted:
     """Submit a job to a capability (its first available model unless `model` is given).
 
     202 with `{status, request_id, status_url, cancel_url, credits_estimate}`. Optional
     header Idempotency-Key: same key and same request within 24 h returns the first answer
-    and creates nothing new; same key with another request is a 422.
+    and creates nothing new; same key with another request is a 422. Optional header
+    `Prefer: wait=N` (at most 60 s): 200 with the job's final status object when it ends in
+    time, else the 202 (service/http/wait.py).
     """
     return await _submit(data, capability=capability)
 
 
 @bp.post("/v1/generation/models/<model>")
-@requires("generation:write")
-@document_headers(IdempotencyHeaders)
+@requires("generation:write", limit=route_limit)
+@document_headers(SubmitHeaders)
 @body(SubmitBody)
-async def submit_model(model: str, data: SubmitBody) -> tuple[SubmitAccepted, int]:
+async def submit_model(model: str, data: SubmitBody) -> Submitted:
     """Submit a job to a model. Same body, answer and Idempotency-Key rules as the
     capability route."""
     return await _submit(data, model=model)
