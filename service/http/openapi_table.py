@@ -123,6 +123,8 @@ WAITED = {"Preference-Applied": {"schema": {"type": "string", "pattern": "^wait=
 def _submit_also() -> dict:
     """A submit's other answer: the final status after `Prefer: wait` (service/http/wait.py)."""
     return {200: ("The job ended within the `Prefer: wait` time: its final status object.", JobStatus, WAITED)}
+
+
 def operations(node=None) -> dict[tuple[str, str], Op]:
     """Every `/v1` operation, keyed by (method, werkzeug rule)."""
     submit = _submit_body(node)
@@ -143,8 +145,8 @@ def operations(node=None) -> dict[tuple[str, str], Op]:
             path_examples={"capability": "image.generate"},
             example={"prompt": "A red fox in fresh snow", "aspect_ratio": "1:1", "resolution": "1k"}),
         ("POST", "/v1/generation/models/<model>"): Op(
-            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit, links=job_links, headers=WAITED,
-            also=_submit_also(), path={"model": known_strings([m.id for m in node.catalog.models] if node is not None else [],
+            202, ROUTE, SUBMIT_ERRORS, True, live_body=submit, links=job_links, headers=WAITED, also=_submit_also(),
+            path={"model": known_strings([m.id for m in node.catalog.models] if node is not None else [],
                                          "model id")},
             path_examples={"model": "proc-image"}, example={"prompt": "A lighthouse at dusk"}),
         ("POST", "/v1/generation/estimate"): Op(
