@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 import trio
-from quart import request
+from quart import g, request
 from werkzeug.http import parse_dict_header
 
 from service.errors import BadRequest, RateLimited
@@ -38,8 +38,15 @@ MAX_WAIT_S = 60  # as Replicate's; a client wanting longer follows the job's eve
 
 
 def wanted_wait() -> int:
-    """Seconds the caller prefers to wait for the job's end (0: answer at once)."""
-    header = request.headers.get("Prefer")
+    """Seconds the caller prefers to wait for the job's end (0: answer at once); read once
+    a request (the route's time limit and the route both ask)."""
+    seconds = getattr(g, "prefer_wait", None)
+    if seconds is None:
+        seconds = g.prefer_wait = _parse(request.headers.get("Prefer"))
+    return seconds
+
+
+def _parse(header: str | None) -> int:
     if not header:
         return 0
     prefs = {name.split(";")[0].strip().lower(): (value or "").split(";")[0].strip().strip('"')
