@@ -44,6 +44,27 @@ async def test_the_final_status_comes_in_the_submits_answer(node, org):
     assert node.parts.streams.topics == {}  # and their topics forgotten (nobody can resume them)
 
 
+async def test_a_job_cancelled_during_the_wait_answers_its_final_status(node, org, autojump_clock):
+    """The final status comes from the job's final event (not read again): the same object
+    as the status route's for a job that ends without outputs."""
+    key = org["api_key"]
+    async with trio.open_nursery() as n:
+        answers: list = []
+
+        async def waiting():
+            answers.append(await post(node, key, "A slow one [[delay:3000]]", "wait=30"))
+
+        n.start_soon(waiting)
+        await wait_until(lambda: node.parts.streams.limits.count == 1)
+        [job] = await jobs(node, key)
+        r = await node.call("POST", f"/v1/generation/requests/{job['request_id']}/cancel", key)
+        assert r.status_code == 200
+    (code, headers, body), = answers
+    assert (code, headers["Preference-Applied"], body["status"]) == (200, "wait=30", "canceled")
+    assert body == await status(node, key, job["request_id"])
+    assert (await balance(node, key))["held"] == "0.00"
+
+
 async def test_a_job_that_outlasts_the_wait_gets_the_202_and_runs_on(node, org, autojump_clock):
     key = org["api_key"]
     started = trio.current_time()

@@ -81,7 +81,8 @@ async def final_status(gen, hub: Hub, job_id: str, org_id: str, seconds: int) ->
     """The job's status object once it is final, or None when `seconds` pass first or the
     node shuts down. Subscribed before the status is read, so an end committed in between
     is in the status or in the subscription, never in neither (actors publish after their
-    commit)."""
+    commit). The final event's data is the job's status object as its final commit left it
+    (service/actors/jobs/actor.py `_finish`), so it is answered without reading it again."""
     with trio.move_on_after(seconds):
         while True:
             sub = hub.subscribe(f"job:{job_id}", None, resumable=False).sub
@@ -92,8 +93,11 @@ async def final_status(gen, hub: Hub, job_id: str, org_id: str, seconds: int) ->
                 try:
                     while True:
                         event = await sub.receive.receive()
-                        if event.name == "status" and json.loads(event.data).get("status") in JOB.final:
-                            return gen.status(job_id, org_id)
+                        if event.name == "status":
+                            data = json.loads(event.data)
+                            if data.get("status") in JOB.final:
+                                final: JobStatus = data  # the status object the final commit published
+                                return final
                 except (trio.EndOfChannel, trio.ClosedResourceError):
                     if hub.closed.is_set():
                         return None
