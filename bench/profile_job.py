@@ -20,7 +20,14 @@ each on a fresh node and after a warm-up of 64 jobs, the node measured over the 
    Python code more than C code, so the split is an estimate; the raw profiled figures are
    printed too). The other threads are one area of their own (cProfile sees one thread).
 
-    .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25] [--sites 40] [--stream]
+    .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25] [--sites 40] [--stream] [--healthz 6000]
+
+Pass 1 also splits the trio thread's wall clock over the window: on a core, idle (every task
+waiting), waiting for a core (the kernel's run queue) and waiting for the GIL; and, with
+`--healthz N` (6000 unless 0), measures N `/healthz` requests at 16 connections on the same
+node just before its jobs the same way, so `jobs_vs_healthz_instant_64` of bench/engines.py
+splits into a job's CPU counted in `/healthz` answers and the trio thread's share of its
+core in each window.
 
 `--sites N` also records, in pass 1, where each task step ended (the task's innermost
 awaits) and prints the N most frequent: which awaits cost the steps. BENCH_COG_OUTCOME=response
@@ -47,6 +54,7 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import jobdriver
+import loadgen
 from instant_engine import MODEL, SLOTS, instant_node
 from server import create_org
 
@@ -131,7 +139,7 @@ def wait_report(out: Path, timeout: float = 60.0) -> dict:
     raise RuntimeError(f"the node wrote no window.json in {out}")
 
 
-def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool = False) -> dict:
+def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool = False, healthz: int = 0) -> dict:
     out = tmp / mode
     out.mkdir(parents=True)
     env = {"GENSERVICE_BENCH_PROFILE": mode, "GENSERVICE_BENCH_PROFILE_DIR": str(out),
@@ -146,6 +154,15 @@ def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool 
 
         run_jobs = functools.partial(jobdriver.run_jobs, wait=not stream)
         trio.run(run_jobs, host, int(port), key, MODEL, SLOTS, SLOTS, body)  # warm-up
+        health = None
+        if healthz:  # the same node's /healthz just before, measured the same way
+            os.kill(node.pid, signal.SIGUSR1)
+            hres = trio.run(functools.partial(loadgen.run, host, int(port), "/healthz", connections=16,
+                                              total=healthz))
+            os.kill(node.pid, signal.SIGUSR2)
+            health = wait_report(out)
+            health["requests"] = hres.requests
+            (out / "window.json").unlink()
         os.kill(node.pid, signal.SIGUSR1)
         res = trio.run(run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
         os.kill(node.pid, signal.SIGUSR2)
@@ -154,7 +171,17 @@ def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool 
     report["errors"] = res["errors"]
     report["client_wall_s"] = res["wall"]
     report["dir"] = str(out)
+    report["healthz"] = health
     return report
+
+
+def thread_split(window: dict) -> tuple[float, float, float, float]:
+    """The trio thread's share of a window's wall clock: on a core, idle in epoll (nothing
+    to run), waiting for a core (the run queue), and the rest (waiting for the GIL)."""
+    wall = window["wall_s"] or 1.0
+    busy, idle = window["main_thread_cpu_s_fine"] / wall, window.get("idle_wait_s", 0.0) / wall
+    queued = window.get("run_delay_s", 0.0) / wall
+    return busy, idle, queued, 1 - busy - idle - queued
 
 
 def areas(pstats_path: Path) -> tuple[dict[str, float], list[tuple[float, str, str]]]:
@@ -178,12 +205,15 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25, help="functions printed, by own CPU")
     ap.add_argument("--stream", action="store_true",
                     help="follow each job on its event stream instead of a submit that waits")
+    ap.add_argument("--healthz", type=int, default=6000,
+                    help="/healthz requests (16 connections) measured the same way on the same node just before "
+                         "pass 1's jobs; 0: none")
     ap.add_argument("--sites", type=int, default=0,
                     help="also print the N places task steps most often suspend at (pass 1, a little slower)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     load0 = os.getloadavg()
-    cpu = one_pass("cpu", tmp, args.jobs, sites=args.sites > 0, stream=args.stream)
+    cpu = one_pass("cpu", tmp, args.jobs, sites=args.sites > 0, stream=args.stream, healthz=args.healthz)
     prof = one_pass("profile", tmp, args.jobs, stream=args.stream)
     n = max(cpu["jobs"], 1)
     main_ms = cpu["main_thread_cpu_s"] * 1000 / n
@@ -193,6 +223,22 @@ def main() -> None:
           f"jobs/s), node CPU per job {main_ms + other_ms:.2f} ms (trio thread {main_ms:.2f}, other threads "
           f"{other_ms:.2f}), commits per job {cpu['commits'] / n:.2f} carrying {cpu['writes'] / n:.2f} writes per job "
           f"(Store.write calls; group commit shares a COMMIT between jobs)")
+    busy, idle, queued, gil = thread_split(cpu)
+    print(f"the trio thread over the window (pass 1, wall clock): on a core {busy:.1%}, idle (every task "
+          f"waiting, in epoll) {idle:.1%}, runnable but waiting for a core (the kernel's run queue) "
+          f"{queued:.1%}, the rest {gil:.1%} (waiting for the GIL another thread held)")
+    health = cpu.get("healthz")
+    if health:
+        h_us = health["main_thread_cpu_s_fine"] * 1e6 / max(health["requests"], 1)
+        h_busy, h_idle, h_queued, h_gil = thread_split(health)
+        rps = health["requests"] / (health["wall_s"] or 1.0)
+        trio_ms = cpu["main_thread_cpu_s_fine"] * 1000 / n
+        print(f"/healthz on the same node just before ({health['requests']} at 16 connections, {rps:.0f} req/s): "
+              f"trio thread {h_us:.0f} us a request; on a core {h_busy:.1%}, idle {h_idle:.1%}, run queue "
+              f"{h_queued:.1%}, GIL {h_gil:.1%}")
+        print(f"a job costs the trio thread {trio_ms * 1000 / h_us:.1f} /healthz answers; jobs/s over /healthz/s "
+              f"{cpu['jobs'] / cpu['client_wall_s'] / rps:.4f} = (on a core, jobs over /healthz) "
+              f"{busy / (h_busy or 1):.3f} x (CPU, /healthz over a job) {h_us / 1000 / trio_ms:.4f}")
     print(f"the cyclic collector (pass 1, whichever thread ran it): {cpu['gc_s'] * 1000 / n:.3f} ms per job, "
           f"runs by generation {cpu['gc_runs']}")
     by_area, funcs = areas(Path(prof["dir"]) / "main.pstats")
@@ -233,6 +279,10 @@ def main() -> None:
              "writes_per_job": round(cpu["writes"] / n, 3), "gc_ms_per_job": round(cpu["gc_s"] * 1000 / n, 3),
              "areas_ms_per_job": split, "task_steps_per_job": round(sum(cpu["task_steps"].values()) / n, 1),
              "run_loop_ms_per_job": round((cpu["main_thread_cpu_s_fine"] - step_total) * 1000 / n, 3),
+             "trio_thread_busy": round(busy, 3), "trio_thread_idle": round(idle, 3),
+             "trio_thread_queued": round(queued, 3), "trio_thread_gil_wait": round(gil, 3),
+             "healthz_trio_us": round(h_us, 1) if health else None,
+             "healthz_trio_busy": round(h_busy, 3) if health else None,
              "errors": len(cpu["errors"]) + len(prof["errors"]), "load_start": load0, "load_end": os.getloadavg()}
     print(json.dumps(final))
 

@@ -14,7 +14,9 @@ Both modes run a trio Instrument that adds up the CPU of every task step by task
 counts steps over the window (two `thread_time` calls a step), so the trio thread's CPU
 splits into task steps and the run loop itself. With GENSERVICE_BENCH_SITES=1 it also counts
 where each step ended: the task's innermost awaits (profile_job.py --sites). A `gc` callback
-adds up the cyclic collector's CPU and runs over the window. `profile` also
+adds up the cyclic collector's CPU and runs over the window. The trio thread's wall clock
+splits into its CPU, its run loop's waits with nothing to run (the instrument's I/O-wait
+hooks), and its wait for a core (the kernel's schedstat); the rest is its wait for the GIL. `profile` also
 runs, over the window only, cProfile on the trio thread with a CPU-time clock (`time.thread_time`: waiting in epoll
 costs nothing, as it costs no CPU), written to `main.pstats`.
 """
@@ -59,6 +61,18 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
 
         def before_task_step(self, task) -> None:
             self._t = time.thread_time()
+
+        # the run loop's waits for I/O with nothing to run (a timeout above 0), by the wall
+        # clock: the trio thread idle because every task waits on something else
+        idle = 0.0
+        _w = 0.0
+
+        def before_io_wait(self, timeout: float) -> None:
+            self._w = time.perf_counter() if timeout > 0 else 0.0
+
+        def after_io_wait(self, timeout: float) -> None:
+            if self.on and self._w:
+                self.idle += time.perf_counter() - self._w
 
         def after_task_step(self, task) -> None:
             if self.on:
@@ -105,13 +119,22 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
 
         trio.run = run_with_instrument
 
+    def run_delay() -> float:
+        """Seconds the trio thread was runnable but waited for a core (the kernel's
+        schedstat: its run-queue wait), 0.0 where the kernel does not say."""
+        try:
+            return int(Path(f"/proc/self/task/{MAIN_TID}/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
     def _open(signum, frame) -> None:
         STATE.update(cpu=thread_cpu(), batches=sum(s.batches for s in STORES), writes=sum(s.writes for s in STORES),
                      t=time.monotonic(),
-                     main_cpu=time.thread_time())
+                     main_cpu=time.thread_time(), run_delay=run_delay())
         CLOCK.cpu.clear()
         CLOCK.steps.clear()
         CLOCK.sites.clear()
+        CLOCK.idle = 0.0
         GC.update(s=0.0, runs=[0, 0, 0])
         CLOCK.on = True
         if PROFILE is not None:
@@ -128,7 +151,8 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
                   - STATE["batches"], "writes": sum(s.writes for s in STORES) - STATE["writes"],
                   "stores": len(STORES), "main_thread_cpu_s": main, "other_threads_cpu_s": others,
                   "threads": len(cpu), "main_thread_cpu_s_fine": time.thread_time() - STATE["main_cpu"],
-                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps, "sites": CLOCK.sites, "gc_s": GC["s"], "gc_runs": GC["runs"]}
+                  "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps, "sites": CLOCK.sites, "gc_s": GC["s"], "gc_runs": GC["runs"],
+                  "idle_wait_s": CLOCK.idle, "run_delay_s": run_delay() - STATE["run_delay"]}
         if PROFILE is not None:
             PROFILE.dump_stats(str(OUT / "main.pstats"))
         (OUT / "window.json.tmp").write_text(json.dumps(report))
