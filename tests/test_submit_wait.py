@@ -5,6 +5,8 @@ depending on the wait. Waits run on trio's mock clock."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import trio
 
 from conftest import err
@@ -22,6 +24,20 @@ async def post(node, key: str, prompt: str, prefer: str | None, path: str = IMAG
         h["Prefer"] = prefer
     r = await node.call("POST", path, key, json={"prompt": prompt}, headers=h)
     return r.status_code, r.headers, await r.get_json()
+
+
+@asynccontextmanager
+async def waiting_submit(node, key: str):
+    """A slow job's submit with `Prefer: wait=30` running beside the block, which begins once
+    the wait holds its place; yields the nursery and the list its answer lands in."""
+    answers: list = []
+    async with trio.open_nursery() as n:
+        async def waiting():
+            answers.append(await post(node, key, "A slow one [[delay:3000]]", "wait=30"))
+
+        n.start_soon(waiting)
+        await wait_until(lambda: node.parts.streams.limits.count == 1)
+        yield n, answers
 
 
 async def jobs(node, key: str) -> list[dict]:
@@ -48,14 +64,7 @@ async def test_a_job_cancelled_during_the_wait_answers_its_final_status(node, or
     """The final status comes from the job's final event (not read again): the same object
     as the status route's for a job that ends without outputs."""
     key = org["api_key"]
-    async with trio.open_nursery() as n:
-        answers: list = []
-
-        async def waiting():
-            answers.append(await post(node, key, "A slow one [[delay:3000]]", "wait=30"))
-
-        n.start_soon(waiting)
-        await wait_until(lambda: node.parts.streams.limits.count == 1)
+    async with waiting_submit(node, key) as (_, answers):
         [job] = await jobs(node, key)
         r = await node.call("POST", f"/v1/generation/requests/{job['request_id']}/cancel", key)
         assert r.status_code == 200
@@ -113,15 +122,8 @@ async def test_a_wait_counts_as_an_event_stream(node, org, autojump_clock):
     key = org["api_key"]
     limits = node.parts.streams.limits
     limits.per_key = 2
-    async with trio.open_nursery() as n:
+    async with waiting_submit(node, key) as (n, answers):
         held = Held(n, node)
-        answers: list = []
-
-        async def waiting():
-            answers.append(await post(node, key, "A slow one [[delay:3000]]", "wait=30"))
-
-        n.start_soon(waiting)
-        await wait_until(lambda: limits.count == 1)
         assert await held.open("/v1/events", key) == 200  # the second place
         code, headers, body = await post(node, key, "Over the limit [[delay:3000]]", "wait=30")  # no third
         assert (code, set(body)) == (202, SUBMIT_KEYS) and "Preference-Applied" not in headers
@@ -159,14 +161,7 @@ async def test_a_client_that_leaves_leaves_the_job_running(node, org, autojump_c
 
 async def test_the_node_shutting_down_ends_a_wait_with_the_202(node, org, autojump_clock):
     key = org["api_key"]
-    async with trio.open_nursery() as n:
-        answers: list = []
-
-        async def waiting():
-            answers.append(await post(node, key, "A slow one [[delay:3000]]", "wait=30"))
-
-        n.start_soon(waiting)
-        await wait_until(lambda: node.parts.streams.limits.count == 1)
+    async with waiting_submit(node, key) as (_, answers):
         started = trio.current_time()
         node.parts.streams.close()
     (code, headers, body), = answers

@@ -30,7 +30,7 @@ from werkzeug.http import parse_dict_header
 from service.errors import BadRequest, RateLimited
 from service.http.auth import ROUTE_LIMIT
 from service.machines import JOB
-from service.streams.hub import Hub
+from service.streams.hub import Hub, Subscription
 from service.streams.limits import Owner, Ticket
 from service.views.shapes import JobStatus
 
@@ -91,13 +91,7 @@ async def final_status(gen, hub: Hub, job_id: str, org_id: str, seconds: int) ->
                 if status is None or status["status"] in JOB.final:
                     return status
                 try:
-                    while True:
-                        event = await sub.receive.receive()
-                        if event.name == "status":
-                            data = json.loads(event.data)
-                            if data.get("status") in JOB.final:
-                                final: JobStatus = data  # the status object the final commit published
-                                return final
+                    return await _final_event(sub)
                 except (trio.EndOfChannel, trio.ClosedResourceError):
                     if hub.closed.is_set():
                         return None
@@ -105,3 +99,15 @@ async def final_status(gen, hub: Hub, job_id: str, org_id: str, seconds: int) ->
             finally:
                 sub.close()
     return None
+
+
+async def _final_event(sub: Subscription) -> JobStatus:
+    """The status object of the first final status event on `sub` (the one the job's final
+    commit published); the channel's end or close is raised to the caller."""
+    while True:
+        event = await sub.receive.receive()
+        if event.name == "status":
+            data = json.loads(event.data)
+            if data.get("status") in JOB.final:
+                final: JobStatus = data
+                return final
