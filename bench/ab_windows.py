@@ -15,7 +15,7 @@ pairs moved each way. The last line is one JSON object.
 
     .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640] [--lead-in 0]
                                          [--outcome-a webhook] [--outcome-b response]
-                                         [--healthz 6000]
+                                         [--healthz 6000] [--wait-b]
 
 `--lead-in N` runs N jobs just before each measured window (not measured). Work a node
 leaves for later (a connection it closes at its keep-alive timeout, 5 s on) otherwise falls
@@ -32,6 +32,10 @@ A TREE is a checkout of the project (`git worktree add /tmp/a COMMIT`) with a `.
 (a link to this one's will do); its node runs its own code. The same tree twice with
 `--outcome-b response` compares the Cog model's two ways of getting a prediction's end
 (BENCH_COG_OUTCOME, read by bench/instant_engine.py from 219525b on).
+
+`--wait-b`: B's submits ask `Prefer: wait=60` (the client's `generate`, a node from
+f899fb8 on) where A's are followed on their event stream (every version's way): the
+client's path then against now, for a tree from before submits could wait.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from pathlib import Path
 # Runs in each version's own process, from its tree: its bench code, its service package.
 CHILD = r"""
 import json, os, sys, tempfile, time
+from functools import partial
 from pathlib import Path
 tree = sys.argv[1]
 sys.path[:0] = [f"{tree}/bench", f"{tree}/tests", tree]
@@ -62,6 +67,7 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
     host, port = url.removeprefix("http://").split(":")
     key = create_org(url, op, "ab")["api_key"]
     n = 0
+    WAIT = os.environ.get("BENCH_SUBMIT_WAIT") == "1"
 
     def body(i):
         return {"prompt": f"window job {i}"}
@@ -69,10 +75,12 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
     def window(jobs, lead_in=0):
         global n
         if lead_in:  # the same load just before: what it leaves for later lands in the window
-            trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, lead_in, SLOTS, lambda i: body(n + i))
+            trio.run(partial(jobdriver.run_jobs, wait=WAIT), host, int(port), key, MODEL, lead_in, SLOTS,
+                     lambda i: body(n + i))
             n += lead_in
         c0, t0 = cpu_s(node.pid), time.perf_counter()
-        r = trio.run(jobdriver.run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(n + i))
+        r = trio.run(partial(jobdriver.run_jobs, wait=WAIT), host, int(port), key, MODEL, jobs, SLOTS,
+                     lambda i: body(n + i))
         wall = time.perf_counter() - t0
         n += jobs
         if r["errors"] or len(r["statuses"]) != jobs:
@@ -94,11 +102,12 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
 
 
 class Version:
-    def __init__(self, tree: str, outcome: str) -> None:
+    def __init__(self, tree: str, outcome: str, wait: bool = False) -> None:
         self.tree = str(Path(tree).resolve())
         self.proc = subprocess.Popen([f"{self.tree}/.venv/bin/python", "-c", CHILD, self.tree], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "BENCH_COG_OUTCOME": outcome})
+                                     env={**os.environ, "BENCH_COG_OUTCOME": outcome,
+                                          "BENCH_SUBMIT_WAIT": "1" if wait else "0"})
         if self.proc.stdout.readline().strip() != "ready":
             raise SystemExit(f"{tree}: the node did not start")
         self.windows: list[dict] = []
@@ -140,9 +149,11 @@ def main() -> None:
     for v in ("a", "b"):
         ap.add_argument(f"--outcome-{v}", default="webhook", choices=("webhook", "response"),
                         help=f"how the Cog model of {v.upper()} gets a prediction's end (docs/engines.md)")
+    ap.add_argument("--wait-b", action="store_true",
+                    help="B's submits wait for the job's end (Prefer: wait); A's follow the event stream")
     args = ap.parse_args()
     load = os.getloadavg()[0]
-    a, b = Version(args.tree_a, args.outcome_a), Version(args.tree_b, args.outcome_b)
+    a, b = Version(args.tree_a, args.outcome_a), Version(args.tree_b, args.outcome_b, args.wait_b)
     try:
         for i in range(args.pairs):
             first, second = (a, b) if i % 2 == 0 else (b, a)
@@ -159,7 +170,7 @@ def main() -> None:
         a.stop()
         b.stop()
     out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "lead_in": args.lead_in, "load_at_start": round(load, 2),
-           "outcome_a": args.outcome_a, "outcome_b": args.outcome_b,
+           "outcome_a": args.outcome_a, "outcome_b": args.outcome_b, "wait_b": args.wait_b,
            **compare(a.windows, b.windows, "jobs_per_s"), **compare(a.windows, b.windows, "node_ms_per_job")}
     if args.healthz:
         out.update(healthz_per_window=args.healthz, **compare(a.healthz, b.healthz, "healthz_per_s"),
