@@ -67,7 +67,8 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
     host, port = url.removeprefix("http://").split(":")
     key = create_org(url, op, "ab")["api_key"]
     n = 0
-    WAIT = os.environ.get("BENCH_SUBMIT_WAIT") == "1"
+    # this version's clients: submits that wait (`--wait-b`) or submits followed on the stream
+    drive = partial(jobdriver.run_jobs, wait=os.environ.get("BENCH_SUBMIT_WAIT") == "1")
 
     def body(i):
         return {"prompt": f"window job {i}"}
@@ -75,12 +76,10 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
     def window(jobs, lead_in=0):
         global n
         if lead_in:  # the same load just before: what it leaves for later lands in the window
-            trio.run(partial(jobdriver.run_jobs, wait=WAIT), host, int(port), key, MODEL, lead_in, SLOTS,
-                     lambda i: body(n + i))
+            trio.run(drive, host, int(port), key, MODEL, lead_in, SLOTS, lambda i: body(n + i))
             n += lead_in
         c0, t0 = cpu_s(node.pid), time.perf_counter()
-        r = trio.run(partial(jobdriver.run_jobs, wait=WAIT), host, int(port), key, MODEL, jobs, SLOTS,
-                     lambda i: body(n + i))
+        r = trio.run(drive, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(n + i))
         wall = time.perf_counter() - t0
         n += jobs
         if r["errors"] or len(r["statuses"]) != jobs:
