@@ -48,28 +48,41 @@ def one_file_certs(tmp: Path) -> dict[str, str]:
 
 
 class InstantCog(CogServer):
-    """`python -m cog.server.http` with bench/cog_instant.py and COG_MAX_CONCURRENCY=64, its
-    CA certificates read from one file (`one_file_certs`)."""
+    """`python -m cog.server.http` with bench/cog_instant.py and COG_MAX_CONCURRENCY=`slots`
+    (64 unless given), its CA certificates read from one file (`one_file_certs`)."""
 
     what = "instant Cog server"
 
+    def __init__(self, log_path: Path, slots: int = SLOTS) -> None:
+        super().__init__(log_path)
+        self.slots = slots
+
     def start(self, timeout: float = 60.0) -> InstantCog:
+        return self.launch().ready_within(timeout)
+
+    def ready_within(self, timeout: float) -> InstantCog:
+        return self._wait(timeout, self.log_path)
+
+    def launch(self) -> InstantCog:
+        """The process started, not yet ready: a fleet starts all its servers before it waits."""
         env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": "cog_instant.py:Predictor",
-               "COG_MAX_CONCURRENCY": str(SLOTS),
+               "COG_MAX_CONCURRENCY": str(self.slots),
                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
                **one_file_certs(Path(self.log_path).parent)}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
                                          cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
-        return self._wait(timeout, self.log_path)
+        return self
 
 
-def catalog_entry(url: str, price: str = "0.01", outcome: str = "webhook") -> str:
-    """`outcome`: how the prediction's end reaches the node (docs/engines.md, Cog)."""
+def catalog_entry(url: str | list[str], price: str = "0.01", outcome: str = "webhook", slots: int = SLOTS) -> str:
+    """`outcome`: how the prediction's end reaches the node (docs/engines.md, Cog); `slots`:
+    the model's concurrency, each of its `url`s."""
+    urls = ", ".join(f'"{u}"' for u in ([url] if isinstance(url, str) else url))
     return (f'[[models]]\nid = "{MODEL}"\ncapability = "image.generate"\nbackend = "cog"\nresolutions = ["1k"]\n'
-            f'concurrency = {SLOTS}\nprices = [{{ resolution = "1k", credits = "{price}" }}]\n'
-            f'[models.engine]\nurls = ["{url}"]\noutcome = "{outcome}"\n'
+            f'concurrency = {slots}\nprices = [{{ resolution = "1k", credits = "{price}" }}]\n'
+            f'[models.engine]\nurls = [{urls}]\noutcome = "{outcome}"\n'
             f'[models.engine.bind]\nprompt = "prompt"\nseed = "seed"\n')
 
 

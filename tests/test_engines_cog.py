@@ -198,6 +198,27 @@ async def test_a_server_of_several_slots_is_asked_only_for_the_completed_webhook
     assert seen == ["succeeded", "succeeded"], seen
 
 
+async def test_a_single_slot_prediction_longer_than_the_lost_job_rule_completes(cog, tmp_path, monkeypatch):
+    """A single-slot model is asked for the `completed` webhook only too: its lost-job rule
+    (READY for five health checks with no outcome) reads the health check, and the real
+    server answers it BUSY for as long as it holds the prediction. Here the rule would fire
+    after 0.5 s (`poll_s` 0.1) and the prediction takes 1.5 s."""
+    from service.engines.context import Context
+    real, seen = Context.deliver, []
+
+    def deliver(self, job_id, token, payload, *rest):
+        seen.append(payload.get("status"))
+        return real(self, job_id, token, payload, *rest)
+
+    monkeypatch.setattr(Context, "deliver", deliver)
+    async with engine_node(tmp_path, cog_catalog(cog.url, extra="poll_s = 0.1")) as n:
+        key = (await n.create_org())["api_key"]
+        rid = (await submit(n, key, {"prompt": "fox [slow:1.5]"}, path=COG))["request_id"]
+        st = await wait_status(n, key, rid)
+    assert st["status"] == "completed", st
+    assert seen == ["succeeded"], seen
+
+
 RESPONSE = 'outcome = "response"'
 
 

@@ -2,7 +2,7 @@
 `Cog.status`): on trio's mock clock against a scripted Cog (httpx.MockTransport), eight
 jobs waiting together ask the server about once per `poll_s` rather than eight times, each
 job still sees a new answer each turn, and a check whose job is cancelled holds up no one.
-And a server of several slots is asked for the `completed` webhook only."""
+And every server, of one slot or several, is asked for the `completed` webhook only."""
 
 from __future__ import annotations
 
@@ -156,9 +156,10 @@ async def test_a_check_whose_job_is_cancelled_holds_up_no_one(tmp_path, autojump
     assert server.checks == 2  # the second asked anew once the first check was given up
 
 
-async def test_a_server_of_several_slots_sends_only_the_completed_webhook(tmp_path, autojump_clock):
-    """The `start` webhook only serves a single-slot server's lost-job rule: one incoming
-    request a job fewer where it serves nothing."""
+async def test_every_server_is_asked_only_for_the_completed_webhook(tmp_path, autojump_clock):
+    """No `start` webhook, for a single-slot server either: its lost-job rule reads the
+    health check, which Cog answers BUSY while it holds the prediction
+    (tests/test_engines_cog.py checks that against the real server)."""
     server = Scripted()
     ctx = Context(httpx.AsyncClient(transport=httpx.MockTransport(server.handler)), lambda: "http://node",
                   b"hook-secret", lambda *args: None)
@@ -175,7 +176,7 @@ async def test_a_server_of_several_slots_sends_only_the_completed_webhook(tmp_pa
         for job_id in ("job-1", "job-8"):
             ctx.deliver(job_id, ctx.token(job_id), {"status": "succeeded", "output": png()})
     filters = {body["id"]: body["webhook_events_filter"] for body in server.created}
-    assert filters == {"job-1": ["start", "completed"], "job-8": ["completed"]}
+    assert filters == {"job-1": ["completed"], "job-8": ["completed"]}
 
 
 async def test_response_mode_sends_no_webhook_and_no_prefer(tmp_path, autojump_clock):

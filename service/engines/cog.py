@@ -138,9 +138,11 @@ class CogJob:
             return
         self.hooks = self.ctx.expect_hooks(req.job_id)
         body["webhook"] = self.ctx.hook_url(req.job_id)
-        # the `start` hook only tells a single-slot server's lost job from a queued one
-        # (`wait`); a server of several slots is spared it (one request fewer a job)
-        body["webhook_events_filter"] = ["start", "completed"] if self.single_slot else ["completed"]
+        # the final webhook only: Cog answers its health check BUSY from the PUT's answer to
+        # the prediction's end (coglet 0.23.1 and cog's Python server before it), so a
+        # single-slot server's lost-job rule (`wait`) needs no `start` hook; a GPU fleet of
+        # single-slot servers takes one incoming connection a job fewer (bench/fleet.py)
+        body["webhook_events_filter"] = ["completed"]
         self.prediction = await self._create(body, {"Prefer": "respond-async"}, self.cfg.timeout_s)
 
     async def _create(self, body: dict[str, Any], headers: dict[str, str],
@@ -199,7 +201,7 @@ class CogJob:
                     if payload.get("status") in FINAL:
                         self.prediction = payload
                         return
-                    idle = 0  # a `start`/`processing` hook: it is working on it
+                    idle = 0  # a hook that is not final (a server that ignores the filter): at work
             answered, status = await self._health()
             down.seen(answered)
             idle = idle + 1 if self.single_slot and status == "READY" else 0

@@ -1,0 +1,108 @@
+"""Jobs through one node in front of a fleet of instant Cog servers.
+
+`--servers` real Cog servers of `--slots` each (bench/cog_instant.py), one model over all
+their URLs, servers x slots jobs in flight through the public API, each submitted with
+`Prefer: wait` as the Python client's `generate` does. The default, 64 single-slot servers,
+is the shape of a GPU fleet where each GPU runs one prediction at a time; `--servers 1
+--slots 64` is `engines.py --quick`'s one server. Prints, for each window of `--jobs` jobs:
+jobs/s, the node's CPU a job (every thread), the Cog servers' CPU a job together, this load
+generator's; then lost and double-charged jobs over all windows (0 and 0, or the node is
+wrong). The machine's two cores carry all of it: compare runs, not machines.
+
+    .venv/bin/python bench/fleet.py [--servers 64] [--slots 1] [--jobs 1280] [--windows 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jobdriver  # noqa: E402
+from engines import cpu_s, ledger_check  # noqa: E402
+from instant_engine import MODEL, InstantCog, catalog_entry, free_port  # noqa: E402
+from server import create_org, start_server  # noqa: E402
+
+
+async def windows(url: str, op: str, level: int, jobs: int, count: int, pids: tuple[int, list[int]],
+                  data_dir: str) -> dict:
+    host, port = url.removeprefix("http://").split(":")
+    key = (await trio.to_thread.run_sync(create_org, url, op, "bench-fleet"))["api_key"]
+    node_pid, cog_pids = pids
+    statuses: list[dict] = []
+    errors: list[str] = []
+    done = [0]
+
+    def body(i: int) -> dict:
+        return {"prompt": f"fleet {done[0] + i}", "seed": i}
+
+    async def batch(n: int) -> dict:
+        res = await jobdriver.run_jobs(host, int(port), key, MODEL, n, level, body, wait=True)
+        done[0] += n
+        statuses.extend(res["statuses"])
+        errors.extend(res["errors"])
+        return res
+
+    await batch(level * 2)  # warm-up: every server's connection made, every path run once
+    out: list[dict] = []
+    for _ in range(count):
+        node0, cogs0, me0 = cpu_s(node_pid), sum(cpu_s(p) for p in cog_pids), time.process_time()
+        res = await batch(jobs)
+        completed = sum(1 for st in res["statuses"] if st["status"] == "completed")
+        per = 1000 / max(completed, 1)
+        out.append({"jobs_per_s": round(completed / res["wall"], 1), "completed": completed,
+                    "node_cpu_ms_per_job": round((cpu_s(node_pid) - node0) * per, 2),
+                    "cogs_cpu_ms_per_job": round((sum(cpu_s(p) for p in cog_pids) - cogs0) * per, 2),
+                    "driver_cpu_ms_per_job": round((time.process_time() - me0) * per, 2)})
+        print(json.dumps(out[-1]), flush=True)
+    lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
+    return {"windows": out, "lost": lost, "double_charged": double, "errors": len(errors)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--servers", type=int, default=64, help="Cog servers")
+    ap.add_argument("--slots", type=int, default=1, help="predictions each server runs at once")
+    ap.add_argument("--jobs", type=int, default=1280, help="jobs a window")
+    ap.add_argument("--windows", type=int, default=3)
+    ap.add_argument("--outcome", choices=("webhook", "response"), default="webhook")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
+    cogs = [InstantCog(tmp / f"cog-{i}.log", slots=args.slots).launch() for i in range(args.servers)]
+    try:
+        for cog in cogs:
+            cog.ready_within(120.0)
+        (tmp / "catalog.toml").write_text(catalog_entry([c.url for c in cogs], outcome=args.outcome,
+                                                        slots=args.slots))
+        port = free_port()
+        node, url, op, data = start_server({"GENSERVICE_CATALOG_FILE": str(tmp / "catalog.toml"),
+                                            "GENSERVICE_PORT": str(port),
+                                            "GENSERVICE_BASE_URL": f"http://127.0.0.1:{port}",
+                                            # one key's submits wait as streams: past the default 20
+                                            "GENSERVICE_MAX_STREAMS_PER_KEY": "0",
+                                            "GENSERVICE_MAX_STREAMS_PER_ORG": "0"})
+        try:
+            load0 = os.getloadavg()
+            res = trio.run(windows, url, op, args.servers * args.slots, args.jobs, args.windows,
+                           (node.pid, [c.proc.pid for c in cogs]), data)
+        finally:
+            node.stop()
+    finally:
+        for cog in cogs:
+            cog.stop()
+    jps = sorted(w["jobs_per_s"] for w in res["windows"])
+    cpu = sorted(w["node_cpu_ms_per_job"] for w in res["windows"])
+    print(json.dumps({"servers": args.servers, "slots": args.slots, "outcome": args.outcome,
+                      "jobs_per_s_median": jps[len(jps) // 2], "node_cpu_ms_per_job_median": cpu[len(cpu) // 2],
+                      **res, "machine": {"cpus": os.cpu_count(), "load_start": load0, "load_end": os.getloadavg()}}))
+
+
+if __name__ == "__main__":
+    main()
