@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -75,8 +76,14 @@ def main() -> None:
     ap.add_argument("--outcome", choices=("webhook", "response"), default="webhook")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    cogs = [InstantCog(tmp / f"cog-{i}.log", slots=args.slots).launch() for i in range(args.servers)]
+    cogs: list[InstantCog] = []
+    while len(cogs) < args.servers:
+        cog = InstantCog(tmp / f"cog-{len(cogs)}.log", slots=args.slots)
+        if all(c.port != cog.port for c in cogs):  # a port handed out twice before either is bound
+            cogs.append(cog)
     try:
+        for cog in cogs:
+            cog.launch()
         for cog in cogs:
             cog.ready_within(120.0)
         (tmp / "catalog.toml").write_text(catalog_entry([c.url for c in cogs], outcome=args.outcome,
@@ -97,6 +104,7 @@ def main() -> None:
     finally:
         for cog in cogs:
             cog.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     jps = sorted(w["jobs_per_s"] for w in res["windows"])
     cpu = sorted(w["node_cpu_ms_per_job"] for w in res["windows"])
     print(json.dumps({"servers": args.servers, "slots": args.slots, "outcome": args.outcome,

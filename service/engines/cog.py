@@ -139,9 +139,9 @@ class CogJob:
         self.hooks = self.ctx.expect_hooks(req.job_id)
         body["webhook"] = self.ctx.hook_url(req.job_id)
         # the final webhook only: Cog answers its health check BUSY from the PUT's answer to
-        # the prediction's end (coglet 0.23.1 and cog's Python server before it), so a
-        # single-slot server's lost-job rule (`wait`) needs no `start` hook; a GPU fleet of
-        # single-slot servers takes one incoming connection a job fewer (bench/fleet.py)
+        # the prediction's end (coglet 0.23.1, tests/test_engines_cog.py), so a single-slot
+        # server's lost-job rule (`wait`) needs no `start` hook; a GPU fleet of single-slot
+        # servers takes one incoming connection a job fewer (bench/README.md, "Throughput XVIII")
         body["webhook_events_filter"] = ["completed"]
         self.prediction = await self._create(body, {"Prefer": "respond-async"}, self.cfg.timeout_s)
 
