@@ -9,7 +9,11 @@ jobs/s, the node's CPU a job (every thread), the Cog servers' CPU a job together
 generator's; then lost and double-charged jobs over all windows (0 and 0, or the node is
 wrong). The machine's two cores carry all of it: compare runs, not machines.
 
-    .venv/bin/python bench/fleet.py [--servers 64] [--slots 1] [--jobs 1280] [--windows 3]
+    .venv/bin/python bench/fleet.py [--servers 64] [--slots 1] [--jobs 1280] [--windows 3] [--seconds 0]
+
+`--seconds S` makes each prediction take S seconds (an asyncio sleep in the predictor): jobs/s
+is then bounded by the fleet (servers x slots / S), and the node's CPU a job adds what a
+longer job costs it (health checks while it waits, timers).
 """
 
 from __future__ import annotations
@@ -74,11 +78,15 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1280, help="jobs a window")
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--outcome", choices=("webhook", "response"), default="webhook")
+    ap.add_argument("--in-flight", type=int, default=0,
+                    help="jobs in flight (default servers x slots; more keeps a backlog queued in the node)")
+    ap.add_argument("--seconds", type=float, default=0.0,
+                    help="each prediction's length (a GPU's time; 0: instant, the node's own bound)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     cogs: list[InstantCog] = []
     while len(cogs) < args.servers:
-        cog = InstantCog(tmp / f"cog-{len(cogs)}.log", slots=args.slots)
+        cog = InstantCog(tmp / f"cog-{len(cogs)}.log", slots=args.slots, seconds=args.seconds)
         if all(c.port != cog.port for c in cogs):  # a port handed out twice before either is bound
             cogs.append(cog)
     try:
@@ -97,7 +105,7 @@ def main() -> None:
                                             "GENSERVICE_MAX_STREAMS_PER_ORG": "0"})
         try:
             load0 = os.getloadavg()
-            res = trio.run(windows, url, op, args.servers * args.slots, args.jobs, args.windows,
+            res = trio.run(windows, url, op, args.in_flight or args.servers * args.slots, args.jobs, args.windows,
                            (node.pid, [c.proc.pid for c in cogs]), data)
         finally:
             node.stop()
@@ -107,7 +115,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     jps = sorted(w["jobs_per_s"] for w in res["windows"])
     cpu = sorted(w["node_cpu_ms_per_job"] for w in res["windows"])
-    print(json.dumps({"servers": args.servers, "slots": args.slots, "outcome": args.outcome,
+    print(json.dumps({"servers": args.servers, "slots": args.slots, "outcome": args.outcome, "seconds": args.seconds,
                       "jobs_per_s_median": jps[len(jps) // 2], "node_cpu_ms_per_job_median": cpu[len(cpu) // 2],
                       **res, "machine": {"cpus": os.cpu_count(), "load_start": load0, "load_end": os.getloadavg()}}))
 

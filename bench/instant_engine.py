@@ -49,13 +49,14 @@ def one_file_certs(tmp: Path) -> dict[str, str]:
 
 class InstantCog(CogServer):
     """`python -m cog.server.http` with bench/cog_instant.py and COG_MAX_CONCURRENCY=`slots`
-    (64 unless given), its CA certificates read from one file (`one_file_certs`)."""
+    (64 unless given), each prediction `seconds` long (0: at once), its CA certificates read
+    from one file (`one_file_certs`)."""
 
     what = "instant Cog server"
 
-    def __init__(self, log_path: Path, slots: int = SLOTS) -> None:
+    def __init__(self, log_path: Path, slots: int = SLOTS, seconds: float = 0.0) -> None:
         super().__init__(log_path)
-        self.slots = slots
+        self.slots, self.seconds = slots, seconds
 
     def start(self, timeout: float = 60.0) -> InstantCog:
         return self.launch().ready_within(timeout)
@@ -66,7 +67,7 @@ class InstantCog(CogServer):
     def launch(self) -> InstantCog:
         """The process started, not yet ready: a fleet starts all its servers before it waits."""
         env = {**os.environ, "PORT": str(self.port), "COG_PREDICT_TYPE_STUB": "cog_instant.py:Predictor",
-               "COG_MAX_CONCURRENCY": str(self.slots),
+               "COG_MAX_CONCURRENCY": str(self.slots), "BENCH_PREDICT_S": str(self.seconds),
                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
                **one_file_certs(Path(self.log_path).parent)}
         with open(self.log_path, "ab") as log:
