@@ -20,7 +20,7 @@ from waiting import wait_until
 
 from service.engines import one_send
 from service.net.write_now import write_now
-from service.engines.transport import Sharded, engine_client, send_plain
+from service.engines.transport import MAX_CONNECTIONS, MAX_KEEPALIVE, Sharded, engine_client, send_plain
 
 
 class Server:
@@ -114,6 +114,26 @@ async def test_many_servers_at_low_load_each_reuse_their_connection(nursery):
             for s in servers:
                 assert (await c.get(f"http://127.0.0.1:{s.port}/x")).text == "ok"
     assert [s.accepted for s in servers] == [1] * 16
+
+
+async def test_a_fleet_of_servers_with_a_request_each_keeps_its_connections(nursery):
+    """64 single-slot servers, each sent a request at the same time, round after round (a
+    fleet's creates and health checks): the node's own limits keep their connections alive.
+    Requests spill past a busy home shard, so a server may gain a connection in another shard
+    for a while; with 64 kept alive in all (8 a shard) idle ones were closed as surplus and
+    opened again, about 17 a round for good."""
+    servers = [Server() for _ in range(64)]
+    for s in servers:
+        await s.serve(nursery)
+    opened = []
+    async with httpx.AsyncClient(transport=Sharded(MAX_CONNECTIONS, MAX_KEEPALIVE)) as c:
+        for _ in range(30):
+            async with trio.open_nursery() as n:
+                for s in servers:
+                    n.start_soon(c.get, f"http://127.0.0.1:{s.port}/x")
+            opened.append(sum(s.accepted for s in servers))
+    assert opened[0] == 64
+    assert opened[-1] - opened[-11] < 64, opened  # the last 10 rounds: under one new connection a server
 
 
 async def test_a_failed_or_cancelled_request_gives_its_slot_back(server):

@@ -8,11 +8,18 @@ single cost of a job in the node (bench/README.md, "Where a job's time goes").
 
 `Sharded` splits the same limits over a few ordinary `httpx.AsyncHTTPTransport`s. A server
 (an origin) has a home shard (by hash) and goes on to the next shards in turn while the
-one it tries has as many requests in flight as a shard keeps connections alive; past every
-shard, to the least busy. So a server at low load always meets its own idle connections in
-its home shard (many servers spread over the shards, as they shared the one pool), and one
-server running 64 jobs fills the shards evenly. Each shard's pool is then small, and a
-response's connection goes back to its shard's pool when the response is closed.
+one it tries has SPILL_AT requests in flight (8: one 64-slot server's share of a shard);
+past every shard, to the least busy. So a server at low load always meets its own idle
+connections in its home shard (many servers spread over the shards, as they shared the one
+pool), and one server running 64 jobs fills the shards evenly. Each shard's pool is then
+small, and a response's connection goes back to its shard's pool when the response is closed.
+
+Every connection the node may open may also stay open while idle (MAX_KEEPALIVE is the
+connection cap, so each shard keeps up to 32), until httpcore's keep-alive expiry (5 s).
+With 64 kept in all (8 a shard), a fleet of 64 single-slot servers, each with a create or a
+health check in flight now and then, spilled past its home shard often enough that idle
+connections were closed as surplus and opened again: 0.63 new connections a job, about 1.8
+ms of the node's CPU a job (bench/README.md, "Throughput XVIII").
 
 Each shard's connections send a request's head and body in one write (`one_send`).
 `send_plain` skips the client's layers for the hottest engine call.
@@ -38,7 +45,8 @@ from .http_pool import Pool
 from .one_send import OneSendBackend
 
 SHARDS = 8
-MAX_CONNECTIONS, MAX_KEEPALIVE = ENGINE_CONNECTIONS, 64
+SPILL_AT = 8  # requests in flight on a shard before a server tries the next (module docstring)
+MAX_CONNECTIONS = MAX_KEEPALIVE = ENGINE_CONNECTIONS
 
 
 def engine_client() -> httpx.AsyncClient:
@@ -73,13 +81,14 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
 
 
 class Sharded(httpx.AsyncBaseTransport):
-    def __init__(self, max_connections: int, max_keepalive_connections: int, shards: int = SHARDS) -> None:
+    def __init__(self, max_connections: int, max_keepalive_connections: int, shards: int = SHARDS,
+                 spill_at: int = SPILL_AT) -> None:
         per = httpx.Limits(max_connections=-(-max_connections // shards),
                            max_keepalive_connections=-(-max_keepalive_connections // shards))
         tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
         self.shards = [_shard(tls, per) for _ in range(shards)]
         self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
-        self.spill_at = per.max_keepalive_connections or 1  # in flight before a server tries the next shard
+        self.spill_at = max(1, spill_at)  # in flight before a server tries the next shard
 
     def pick(self, url: httpx.URL) -> int:
         """The shard for a request to `url` (module docstring)."""
