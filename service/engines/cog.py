@@ -102,7 +102,7 @@ class Cog:
         check = self._checks[key] = _Check(trio.current_time())
         try:
             try:
-                resp = await self.ctx.http.get(f"{url}/health-check", timeout=timeout_s)
+                resp = await send_plain(self.ctx.http, "GET", f"{url}/health-check", timeout=timeout_s)
                 answer: tuple[bool, str | None] = (True, resp.json().get("status") if resp.status_code == 200 else None)
             except (httpx.TransportError, ValueError):
                 answer = (False, None)
@@ -115,7 +115,7 @@ class Cog:
         return list(cfg.urls)
 
     async def health(self, cfg: CogEngine, url: str) -> bool:
-        resp = await self.ctx.http.get(f"{url}/health-check", timeout=5.0)
+        resp = await send_plain(self.ctx.http, "GET", f"{url}/health-check", timeout=5.0)
         return resp.status_code == 200 and resp.json().get("status") in ("READY", "BUSY")
 
     def job(self, cfg: CogEngine, job: Job) -> CogJob:

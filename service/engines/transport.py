@@ -7,19 +7,20 @@ that runs 64 jobs at once keeps about 64 connections to it, and that scan was th
 single cost of a job in the node (bench/README.md, "Where a job's time goes").
 
 `Sharded` splits the same limits over a few ordinary `httpx.AsyncHTTPTransport`s. A server
-(an origin) has a home shard (by hash) and goes on to the next shards in turn while the
-one it tries has SPILL_AT requests in flight (8: one 64-slot server's share of a shard);
-past every shard, to the least busy. So a server at low load always meets its own idle
-connections in its home shard (many servers spread over the shards, as they shared the one
-pool), and one server running 64 jobs fills the shards evenly. Each shard's pool is then
-small, and a response's connection goes back to its shard's pool when the response is closed.
+(an origin) has a home shard (by hash) and goes on to the next shards in turn while it has
+SPILL_AT requests of its own in flight in the one it tries (8: a 64-slot server's share of a
+shard); past every shard, to the one where it has the fewest. So a server with a request or
+two at a time always meets its own idle connections in its home shard (many servers spread
+over the shards, as they shared the one pool), and one server running 64 jobs fills the
+shards evenly. Each shard's pool is then small, and a response's connection goes back to its
+shard's pool when the response is closed.
 
 Every connection the node may open may also stay open while idle (MAX_KEEPALIVE is the
 connection cap, so each shard keeps up to 32), until httpcore's keep-alive expiry (5 s).
-With 64 kept in all (8 a shard), a fleet of 64 single-slot servers, each with a create or a
-health check in flight now and then, spilled past its home shard often enough that idle
-connections were closed as surplus and opened again: 0.63 new connections a job, about 1.8
-ms of the node's CPU a job (bench/README.md, "Throughput XVIII").
+With 64 kept in all (8 a shard), and a spill decided by all the requests in a shard rather
+than the server's own, a fleet of 64 single-slot servers (a create or a health check in
+flight now and then each) had idle connections closed as surplus and opened again: 0.63 new
+connections a job, about 1.8 ms of the node's CPU a job (bench/README.md, "Throughput XVIII").
 
 Each shard's connections send a request's head and body in one write (`one_send`).
 `send_plain` skips the client's layers for the hottest engine call.
@@ -33,7 +34,8 @@ Each shard's connections send a request's head and body in one write (`one_send`
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -88,30 +90,46 @@ class Sharded(httpx.AsyncBaseTransport):
         tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
         self.shards = [_shard(tls, per) for _ in range(shards)]
         self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
-        self.spill_at = max(1, spill_at)  # in flight before a server tries the next shard
+        # the same per server (origin), only while it has any in flight: output URLs name
+        # any host, so a server with none is forgotten
+        self.load: dict[tuple[str, str, int | None], list[int]] = {}
+        self.spill_at = max(1, spill_at)  # a server's own in flight before it tries the next shard
 
-    def pick(self, url: httpx.URL) -> int:
-        """The shard for a request to `url` (module docstring)."""
-        busy, n = self.busy, len(self.busy)
-        home = hash((url.scheme, url.host, url.port)) % n
+    def pick(self, url: httpx.URL) -> tuple[int, list[int]]:
+        """The shard for a request to `url` (module docstring), and its server's counts."""
+        origin = (url.scheme, url.host, url.port)
+        mine = self.load.get(origin)
+        if mine is None:
+            mine = self.load[origin] = [0] * len(self.shards)
+        n = len(mine)
+        home = hash(origin) % n
         for k in range(n):
             i = (home + k) % n
-            if busy[i] < self.spill_at:
-                return i
-        return busy.index(min(busy))
+            if mine[i] < self.spill_at:
+                return i, mine
+        return mine.index(min(mine)), mine
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        busy = self.busy
-        i = self.pick(request.url)
-        busy[i] += 1
+        i, mine = self.pick(request.url)
+        self.busy[i] += 1
+        mine[i] += 1
         try:
             resp = await self.shards[i].handle_async_request(request)
         except BaseException:
-            busy[i] -= 1
+            self._done(request.url, mine, i)
             raise
         assert isinstance(resp.stream, httpx.AsyncByteStream)
-        resp.stream = _Counted(resp.stream, busy, i)
+        resp.stream = _Counted(resp.stream, partial(self._done, request.url, mine, i))
         return resp
+
+    def _done(self, url: httpx.URL, mine: list[int], i: int) -> None:
+        """A request's slot given back: its response closed, or it failed."""
+        self.busy[i] -= 1
+        mine[i] -= 1
+        if not any(mine):
+            origin = (url.scheme, url.host, url.port)
+            if self.load.get(origin) is mine:
+                del self.load[origin]
 
     async def aclose(self) -> None:
         for shard in self.shards:
@@ -134,8 +152,8 @@ def _shard(tls: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTranspor
 class _Counted(httpx.AsyncByteStream):
     """A response body that gives its shard's slot back when closed (once)."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, busy: list[int], index: int) -> None:
-        self._stream, self._busy, self._index = stream, busy, index
+    def __init__(self, stream: httpx.AsyncByteStream, done: Callable[[], None]) -> None:
+        self._stream, self._done = stream, done
         self._open = True
 
     def __aiter__(self) -> AsyncIterator[bytes]:  # the shard's own iterator: no extra step per chunk
@@ -144,5 +162,5 @@ class _Counted(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         if self._open:
             self._open = False
-            self._busy[self._index] -= 1
+            self._done()
         await self._stream.aclose()
