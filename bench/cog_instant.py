@@ -1,8 +1,10 @@
 """An instant Cog predictor that takes many predictions at once (bench only).
 
 Async `predict`, so Cog runs up to COG_MAX_CONCURRENCY of them together (a sync predictor is
-refused above 1). It returns a 64x64 PNG made once at setup (after BENCH_PREDICT_S seconds, 0 unless
-set): the engine costs next to nothing, and whatever bounds jobs per second through a node in front of it is the node.
+refused above 1). It returns a 64x64 PNG made once at setup: the engine costs next to
+nothing, and whatever bounds jobs per second through a node in front of it is the node.
+BENCH_PREDICT_S (0 unless set) makes each prediction wait that long first, as a GPU would
+(bench/fleet.py `--seconds`).
 Started by bench/engines.py and bench/profile_job.py (`InstantCog`).
 """
 

@@ -1,8 +1,9 @@
-"""Jobs through one node in front of a fleet of instant Cog servers.
+"""Jobs through one node in front of a fleet of Cog servers.
 
-`--servers` real Cog servers of `--slots` each (bench/cog_instant.py), one model over all
-their URLs, servers x slots jobs in flight through the public API, each submitted with
-`Prefer: wait` as the Python client's `generate` does. The default, 64 single-slot servers,
+`--servers` real Cog servers of `--slots` each with the instant predictor
+(bench/cog_instant.py), one model over all their URLs, servers x slots jobs in flight
+through the public API, each submitted with `Prefer: wait` as the Python client's
+`generate` does. The default, 64 single-slot servers,
 is the shape of a GPU fleet where each GPU runs one prediction at a time; `--servers 1
 --slots 64` is `engines.py --quick`'s one server. Prints, for each window of `--jobs` jobs:
 jobs/s, the node's CPU a job (every thread), the Cog servers' CPU a job together, this load
@@ -105,7 +106,8 @@ def main() -> None:
                                             "GENSERVICE_MAX_STREAMS_PER_ORG": "0"})
         try:
             load0 = os.getloadavg()
-            res = trio.run(windows, url, op, args.in_flight or args.servers * args.slots, args.jobs, args.windows,
+            level = args.in_flight or args.servers * args.slots
+            res = trio.run(windows, url, op, level, args.jobs, args.windows,
                            (node.pid, [c.proc.pid for c in cogs]), data)
         finally:
             node.stop()
@@ -115,9 +117,10 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     jps = sorted(w["jobs_per_s"] for w in res["windows"])
     cpu = sorted(w["node_cpu_ms_per_job"] for w in res["windows"])
-    print(json.dumps({"servers": args.servers, "slots": args.slots, "outcome": args.outcome, "seconds": args.seconds,
-                      "jobs_per_s_median": jps[len(jps) // 2], "node_cpu_ms_per_job_median": cpu[len(cpu) // 2],
-                      **res, "machine": {"cpus": os.cpu_count(), "load_start": load0, "load_end": os.getloadavg()}}))
+    print(json.dumps({"servers": args.servers, "slots": args.slots, "outcome": args.outcome,
+                      "seconds": args.seconds, "jobs_per_s_median": jps[len(jps) // 2],
+                      "node_cpu_ms_per_job_median": cpu[len(cpu) // 2], **res,
+                      "machine": {"cpus": os.cpu_count(), "load_start": load0, "load_end": os.getloadavg()}}))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from .http_pool import Pool
 from .one_send import OneSendBackend
 
 SHARDS = 8
-SPILL_AT = 8  # requests in flight on a shard before a server tries the next (module docstring)
+SPILL_AT = 8  # a server's own requests in flight on a shard before it tries the next (module docstring)
 MAX_CONNECTIONS = MAX_KEEPALIVE = ENGINE_CONNECTIONS
 
 
