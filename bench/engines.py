@@ -250,6 +250,17 @@ def cpu_s(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_marks(node_pid: int | None, engine_pids: list[int]) -> tuple[float, float, float]:
+    """CPU seconds so far of the node, of the engine processes together, and of this load
+    generator: take one before a window and one after, and `ms_per_job` of the two."""
+    return (cpu_s(node_pid) if node_pid else 0.0, sum(cpu_s(p) for p in engine_pids), time.process_time())
+
+
+def ms_per_job(before: tuple[float, ...], after: tuple[float, ...], jobs: int) -> list[float]:
+    """Each mark's CPU over the window, in ms a job."""
+    return [(b - a) * 1000 / max(jobs, 1) for a, b in zip(before, after)]
+
+
 def ledger_check(url: str, key: str, statuses: list[dict], data_dir: str | None = None) -> tuple[int, int]:
     """(lost, double_charged); the holds from the API (newest 500), or from the database
     (read-only) when `data_dir` is given, for runs of more jobs than that."""
@@ -381,26 +392,25 @@ async def measure_instant(url: str, op: str, jobs: int, data_dir: str, node_pid:
     for name, wait, first in (("", True, 0), ("_stream", False, jobs + SLOTS)):
         warm = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, SLOTS, SLOTS,
                                         lambda i, first=first: body(first + i), wait=wait)
-        cpu0 = cpu_s(node_pid) if node_pid else 0.0
-        cog0, me0 = cpu_s(cog_pid) if cog_pid else 0.0, time.process_time()
+        before = cpu_marks(node_pid, [cog_pid] if cog_pid else [])
         res = await jobdriver.run_jobs(host, int(port), key, INSTANT_MODEL, jobs, SLOTS,
                                        lambda i, first=first: body(first + SLOTS + i), wait=wait)
-        cpu_ms = (cpu_s(node_pid) - cpu0) * 1000 if node_pid else 0.0
-        cog_ms = (cpu_s(cog_pid) - cog0) * 1000 if cog_pid else 0.0
-        driver_ms = (time.process_time() - me0) * 1000
+        after = cpu_marks(node_pid, [cog_pid] if cog_pid else [])
         statuses += warm["statuses"] + res["statuses"]
         errors += len(warm["errors"]) + len(res["errors"])
         completed = sum(1 for st in res["statuses"] if st["status"] == "completed")
+        cpu_ms, cog_ms, driver_ms = ms_per_job(before, after, completed)
         jps = completed / res["wall"]
         windows.update({
             f"jobs_per_s_instant_64{name}": round(jps, 1), f"jobs_vs_healthz_instant_64{name}": round(jps / hz.rps, 4),
             f"instant_completed{name}": completed,
             # the node's CPU (every thread) per measured job: steadier than jobs/s on a shared machine
-            f"node_cpu_ms_per_job{name}": round(cpu_ms / max(completed, 1), 2),
+            f"node_cpu_ms_per_job{name}": round(cpu_ms, 2),
             # who else used the 2 cores meanwhile: the Cog server and this load generator
-            f"cog_cpu_ms_per_job{name}": round(cog_ms / max(completed, 1), 2),
-            f"driver_cpu_ms_per_job{name}": round(driver_ms / max(completed, 1), 2),
-            f"machine_busy{name}": round((cpu_ms + cog_ms + driver_ms) / 1000 / res["wall"] / (os.cpu_count() or 1), 2)})
+            f"cog_cpu_ms_per_job{name}": round(cog_ms, 2),
+            f"driver_cpu_ms_per_job{name}": round(driver_ms, 2),
+            f"machine_busy{name}": round((cpu_ms + cog_ms + driver_ms) * completed / 1000 / res["wall"]
+                                         / (os.cpu_count() or 1), 2)})
     # the final status and the capture commit together now (bench/README.md, "Throughput III"),
     # so none should be behind; still read again until the holds settle, and count any that were
     lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)

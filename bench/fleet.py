@@ -25,14 +25,13 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jobdriver  # noqa: E402
-from engines import cpu_s, ledger_check  # noqa: E402
+from engines import cpu_marks, ledger_check, ms_per_job  # noqa: E402
 from instant_engine import MODEL, InstantCog, catalog_entry, free_port  # noqa: E402
 from server import create_org, start_server  # noqa: E402
 
@@ -44,14 +43,15 @@ async def windows(url: str, op: str, level: int, jobs: int, count: int, pids: tu
     node_pid, cog_pids = pids
     statuses: list[dict] = []
     errors: list[str] = []
-    done = [0]
+    done = 0
 
     def body(i: int) -> dict:
-        return {"prompt": f"fleet {done[0] + i}", "seed": i}
+        return {"prompt": f"fleet {done + i}", "seed": i}
 
     async def batch(n: int) -> dict:
+        nonlocal done
         res = await jobdriver.run_jobs(host, int(port), key, MODEL, n, level, body, wait=True)
-        done[0] += n
+        done += n
         statuses.extend(res["statuses"])
         errors.extend(res["errors"])
         return res
@@ -59,14 +59,13 @@ async def windows(url: str, op: str, level: int, jobs: int, count: int, pids: tu
     await batch(level * 2)  # warm-up: every server's connection made, every path run once
     out: list[dict] = []
     for _ in range(count):
-        node0, cogs0, me0 = cpu_s(node_pid), sum(cpu_s(p) for p in cog_pids), time.process_time()
+        before = cpu_marks(node_pid, cog_pids)
         res = await batch(jobs)
         completed = sum(1 for st in res["statuses"] if st["status"] == "completed")
-        per = 1000 / max(completed, 1)
+        node_ms, cogs_ms, driver_ms = ms_per_job(before, cpu_marks(node_pid, cog_pids), completed)
         out.append({"jobs_per_s": round(completed / res["wall"], 1), "completed": completed,
-                    "node_cpu_ms_per_job": round((cpu_s(node_pid) - node0) * per, 2),
-                    "cogs_cpu_ms_per_job": round((sum(cpu_s(p) for p in cog_pids) - cogs0) * per, 2),
-                    "driver_cpu_ms_per_job": round((time.process_time() - me0) * per, 2)})
+                    "node_cpu_ms_per_job": round(node_ms, 2), "cogs_cpu_ms_per_job": round(cogs_ms, 2),
+                    "driver_cpu_ms_per_job": round(driver_ms, 2)})
         print(json.dumps(out[-1]), flush=True)
     lost, double = await trio.to_thread.run_sync(ledger_check, url, key, statuses, data_dir)
     return {"windows": out, "lost": lost, "double_charged": double, "errors": len(errors)}

@@ -89,15 +89,18 @@ class Sharded(httpx.AsyncBaseTransport):
                            max_keepalive_connections=-(-max_keepalive_connections // shards))
         tls = httpx.create_ssl_context()  # what each would make alone (~0.1 s of CPU each): one for all
         self.shards = [_shard(tls, per) for _ in range(shards)]
-        self.busy = [0] * shards  # requests in flight per shard: sent, their response not closed
-        # the same per server (origin), only while it has any in flight: output URLs name
-        # any host, so a server with none is forgotten
+        # requests in flight (sent, their response not closed) per server (origin) and shard,
+        # only while the server has any: output URLs name any host, so one with none is forgotten
         self.load: dict[tuple[str, str, int | None], list[int]] = {}
         self.spill_at = max(1, spill_at)  # a server's own in flight before it tries the next shard
 
-    def pick(self, url: httpx.URL) -> tuple[int, list[int]]:
-        """The shard for a request to `url` (module docstring), and its server's counts."""
-        origin = (url.scheme, url.host, url.port)
+    @property
+    def busy(self) -> list[int]:
+        """Requests in flight per shard, every server's together."""
+        return [sum(shard) for shard in zip(*self.load.values())] if self.load else [0] * len(self.shards)
+
+    def pick(self, origin: tuple[str, str, int | None]) -> tuple[int, list[int]]:
+        """The shard for a request to `origin` (module docstring), and the origin's counts."""
         mine = self.load.get(origin)
         if mine is None:
             mine = self.load[origin] = [0] * len(self.shards)
@@ -110,26 +113,24 @@ class Sharded(httpx.AsyncBaseTransport):
         return mine.index(min(mine)), mine
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        i, mine = self.pick(request.url)
-        self.busy[i] += 1
+        url = request.url
+        origin = (url.scheme, url.host, url.port)
+        i, mine = self.pick(origin)
         mine[i] += 1
         try:
             resp = await self.shards[i].handle_async_request(request)
         except BaseException:
-            self._done(request.url, mine, i)
+            self._done(origin, mine, i)
             raise
         assert isinstance(resp.stream, httpx.AsyncByteStream)
-        resp.stream = _Counted(resp.stream, partial(self._done, request.url, mine, i))
+        resp.stream = _Counted(resp.stream, partial(self._done, origin, mine, i))
         return resp
 
-    def _done(self, url: httpx.URL, mine: list[int], i: int) -> None:
+    def _done(self, origin: tuple[str, str, int | None], mine: list[int], i: int) -> None:
         """A request's slot given back: its response closed, or it failed."""
-        self.busy[i] -= 1
         mine[i] -= 1
-        if not any(mine):
-            origin = (url.scheme, url.host, url.port)
-            if self.load.get(origin) is mine:
-                del self.load[origin]
+        if not any(mine) and self.load.get(origin) is mine:
+            del self.load[origin]
 
     async def aclose(self) -> None:
         for shard in self.shards:
