@@ -250,10 +250,23 @@ def cpu_s(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid`: a node's hook gate (service/hookgate/), whose CPU
+    is the node's work too."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+
+
+def children_cpu_s(pid: int) -> float:
+    return sum(cpu_s(c) for c in children(pid))
+
+
 def cpu_marks(node_pid: int | None, engine_pids: list[int]) -> tuple[float, float, float]:
-    """CPU seconds so far of the node, of the engine processes together, and of this load
-    generator: take one before a window and one after, and `ms_per_job` of the two."""
-    return (cpu_s(node_pid) if node_pid else 0.0, sum(cpu_s(p) for p in engine_pids), time.process_time())
+    """CPU seconds so far of the node (with its live child processes), of the engine
+    processes together, and of this load generator: take one before a window and one after,
+    and `ms_per_job` of the two."""
+    node = cpu_s(node_pid) + children_cpu_s(node_pid) if node_pid else 0.0
+    return (node, sum(cpu_s(p) for p in engine_pids), time.process_time())
 
 
 def ms_per_job(before: tuple[float, ...], after: tuple[float, ...], jobs: int) -> list[float]:

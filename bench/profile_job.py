@@ -56,6 +56,7 @@ sys.path.insert(0, str(HERE))
 import jobdriver
 import loadgen
 from instant_engine import MODEL, SLOTS, instant_node
+from engines import children_cpu_s
 from server import create_org
 
 # (area, test on (filename, function name)); first match wins; the rest is "other"
@@ -163,10 +164,13 @@ def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool 
             health = wait_report(out)
             health["requests"] = hres.requests
             (out / "window.json").unlink()
+        gate0 = children_cpu_s(node.pid)  # the hook gate's process, when the node runs one
         os.kill(node.pid, signal.SIGUSR1)
         res = trio.run(run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
         os.kill(node.pid, signal.SIGUSR2)
+        gate_s = children_cpu_s(node.pid) - gate0
         report = wait_report(out)
+        report["gate_cpu_s"] = gate_s
     report["jobs"] = sum(1 for s in res["statuses"] if s["status"] == "completed")
     report["errors"] = res["errors"]
     report["client_wall_s"] = res["wall"]
@@ -218,11 +222,15 @@ def main() -> None:
     n = max(cpu["jobs"], 1)
     main_ms = cpu["main_thread_cpu_s"] * 1000 / n
     other_ms = cpu["other_threads_cpu_s"] * 1000 / n
+    gate_ms = cpu["gate_cpu_s"] * 1000 / n
     print(f"# {os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the start")
     print(f"pass cpu: {cpu['jobs']} jobs in {cpu['client_wall_s']:.1f} s ({cpu['jobs'] / cpu['client_wall_s']:.1f} "
           f"jobs/s), node CPU per job {main_ms + other_ms:.2f} ms (trio thread {main_ms:.2f}, other threads "
           f"{other_ms:.2f}), commits per job {cpu['commits'] / n:.2f} carrying {cpu['writes'] / n:.2f} writes per job "
           f"(Store.write calls; group commit shares a COMMIT between jobs)")
+    if gate_ms:
+        print(f"the hook gate's process (service/hookgate/, another process than the node's): {gate_ms:.2f} ms "
+              f"of CPU per job")
     busy, idle, queued, gil = thread_split(cpu)
     print(f"the trio thread over the window (pass 1, wall clock): on a core {busy:.1%}, idle (every task "
           f"waiting, in epoll) {idle:.1%}, runnable but waiting for a core (the kernel's run queue) "
@@ -275,7 +283,7 @@ def main() -> None:
             print(f"  {count / n:6.2f}  {where}")
     final = {"jobs_per_s_instant_64": round(cpu["jobs"] / cpu["client_wall_s"], 1),
              "cpu_ms_per_job": round(main_ms + other_ms, 3), "trio_thread_ms_per_job": round(main_ms, 3),
-             "other_threads_ms_per_job": round(other_ms, 3), "commits_per_job": round(cpu["commits"] / n, 3),
+             "other_threads_ms_per_job": round(other_ms, 3), "gate_process_ms_per_job": round(gate_ms, 3), "commits_per_job": round(cpu["commits"] / n, 3),
              "writes_per_job": round(cpu["writes"] / n, 3), "gc_ms_per_job": round(cpu["gc_s"] * 1000 / n, 3),
              "areas_ms_per_job": split, "task_steps_per_job": round(sum(cpu["task_steps"].values()) / n, 1),
              "run_loop_ms_per_job": round((cpu["main_thread_cpu_s_fine"] - step_total) * 1000 / n, 3),

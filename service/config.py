@@ -87,6 +87,12 @@ class Settings(BaseModel):
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
     replica_url: str | None = None
+    # The hook gate (service/hookgate/): HOST:PORT where a process of its own receives the
+    # webhooks of the engine servers the operator runs (Cog), off the node's own port and
+    # its thread; and the base URL those servers reach it at (default http://HOST:PORT).
+    # Unset: they report to the node's own address, as hosted APIs always do.
+    engine_hooks_listen: str | None = None
+    engine_hooks_url: str | None = None
 
     @property
     def public_base_url(self) -> str:

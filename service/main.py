@@ -23,7 +23,8 @@ from service import crash
 from service.clock import Clock
 from service.config import Settings
 from service.descriptors import quiet_accept_loop, raise_nofile
-from service.http.app import create_app
+from service.hookgate import HookGate, bind as bind_hook_gate
+from service.http.app import UPLOAD_BODY_LIMIT, create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.http.connection import install as install_connection
 from service.local_node import ensure_operator_token, write_url
@@ -136,6 +137,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     quiet_accept_loop()
     install_connection()  # Hypercorn's connection without its per-request costs (service/http/connection.py)
     sock = prebind(settings)
+    # before the node is built: the engines' hook URLs carry the gate's bound address
+    gate_sock = bind_hook_gate(settings) if settings.engine_hooks_listen else None
     apply_all(settings.db_path)
     node_key = NodeKey(settings.node_key_path)
     sealed = seal_at_rest(settings.db_path, node_key)
@@ -149,6 +152,9 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
                 await actors.start(replicate, settings, store)
             node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
+            if gate_sock is not None:  # the engines' hooks, received by a process of its own
+                await actors.start(HookGate(gate_sock, node.engines.context, node.metrics, UPLOAD_BODY_LIMIT).run)
+                log.info("engine hooks: received by a gate process at %s", settings.engine_hooks_url)
             if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
                 await actors.start(reload_on_sighup, node)  # SIGHUP: read the catalog file again
             app = create_app(node)
@@ -179,4 +185,6 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     finally:
         if sock is not None and sock.fileno() != -1:  # never handed to Hypercorn
             sock.close()
+        if gate_sock is not None:  # the gate closes it; a start that failed before it did not
+            gate_sock.close()
         store.close()

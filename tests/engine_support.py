@@ -19,6 +19,9 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from service.hookgate import HookGate
+from service.hookgate import bind as bind_hook_gate
+from service.http.app import UPLOAD_BODY_LIMIT
 from test_generation_support import running_node
 
 HERE = Path(__file__).parent
@@ -174,7 +177,8 @@ height = "height"
 @asynccontextmanager
 async def engine_node(tmp_path: Path, catalog: str, files: dict[str, str] | None = None, **settings):
     """A test node with this catalog, its app also served on a real loopback port (the
-    engines post back to it); yields the test `Node`."""
+    engines post back to it); yields the test `Node`. With `engine_hooks_listen` set, its
+    hook gate runs too (`n.gate`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     for name, text in (files or {}).items():
         (tmp_path / name).write_text(text)
@@ -187,6 +191,10 @@ async def engine_node(tmp_path: Path, catalog: str, files: dict[str, str] | None
             cfg.accesslog = None
             urls = await nursery.start(partial(serve, n.app, cfg, shutdown_trigger=trio.sleep_forever))
             n.parts.settings.base_url = urls[0]
+            if n.parts.settings.engine_hooks_listen:  # the hook gate, as `genservice serve` starts it
+                n.gate = HookGate(bind_hook_gate(n.parts.settings), n.parts.engines.context, n.parts.metrics,
+                                  UPLOAD_BODY_LIMIT)
+                await nursery.start(n.gate.run)
             try:
                 yield n
             finally:

@@ -181,8 +181,8 @@ async def test_a_hook_whose_body_is_queued_is_answered_without_a_scheduler_step(
         class engines:
             class context:
                 @staticmethod
-                def deliver(job_id, token, payload, headers, body):
-                    return True
+                def judge(job_id, token, body, headers):
+                    return None  # taken
 
     body = b'{"status": "succeeded"}'
     into, out = trio.open_memory_channel[dict](4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +24,10 @@ Payload = dict[str, Any]  # a webhook's JSON body, as the engine sent it
 Hooks = trio.MemoryReceiveChannel[Payload]
 Verify = Callable[[Mapping[str, str], bytes], bool]  # (headers, raw body) -> signed by the engine?
 HOOK_PATH = "/engine-hooks"
+Refusal = tuple[int, str, str]  # (status, code, message): the answer to a hook not taken
+NOT_JSON: Refusal = (400, "request.bad_request", "Body must be a JSON object.")
+BAD_SIGNATURE: Refusal = (401, "request.unauthorized", "Invalid webhook signature.")
+UNKNOWN: Refusal = (404, "request.not_found", "Not found.")
 
 
 class BadSignature(Exception):
@@ -31,9 +36,12 @@ class BadSignature(Exception):
 
 class Context:
     def __init__(self, http: httpx.AsyncClient, base_url: Callable[[], str], secret: bytes,
-                 progress: Progress) -> None:
+                 progress: Progress, hook_base: Callable[[], str | None] = lambda: None) -> None:
         self.http = http
         self._base_url = base_url
+        # where the operator's own engine servers send their hooks (the hook gate,
+        # service/hookgate/), when it runs; the node's own address otherwise
+        self._hook_base = hook_base
         self._secret = secret
         self.progress = progress
         # set when the node shuts down: engine jobs are then left running (not cancelled),
@@ -45,8 +53,11 @@ class Context:
     def token(self, job_id: str) -> str:
         return hmac.new(self._secret, f"engine-hook:{job_id}".encode(), hashlib.sha256).hexdigest()[:40]
 
-    def hook_url(self, job_id: str) -> str:
-        return f"{self._base_url()}{HOOK_PATH}/{job_id}/{self.token(job_id)}"
+    def hook_url(self, job_id: str, public: bool = False) -> str:
+        """`public`: for a hosted API (Replicate), which reaches the node only at its public
+        address, never at the hook gate's (a private address, as a rule)."""
+        base = None if public else self._hook_base()
+        return f"{base or self._base_url()}{HOOK_PATH}/{job_id}/{self.token(job_id)}"
 
     def expect_hooks(self, job_id: str, verify: Verify | None = None) -> Hooks:
         """Where the webhooks for this job arrive until `forget_hooks`; with `verify`, only
@@ -62,6 +73,21 @@ class Context:
         send = self._hooks.pop(job_id, None)
         if send is not None:
             send.close()
+
+    def judge(self, job_id: str, token: str, body: bytes, headers: Mapping[str, str]) -> Refusal | None:
+        """A hook's raw body delivered as `POST /engine-hooks/...` takes it; None when taken,
+        else the refusal. One rule for the route, the front and the hook gate."""
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return NOT_JSON
+        if not isinstance(payload, dict):
+            return NOT_JSON
+        try:
+            known = self.deliver(job_id, token, payload, headers, body)
+        except BadSignature:  # Replicate signs its webhooks (Standard Webhooks)
+            return BAD_SIGNATURE
+        return None if known else UNKNOWN
 
     def deliver(self, job_id: str, token: str, payload: Payload, headers: Mapping[str, str] | None = None,
                 body: bytes = b"") -> bool:

@@ -140,7 +140,7 @@ class ReplicateJob:
         key = await self.keys.get(ctx.http, cfg)
         self.hooks = hooks = ctx.expect_hooks(req.job_id, verifier(key))
         body: dict[str, Any] = {"input": await bound_inputs(req, cfg),
-                                "webhook": ctx.hook_url(req.job_id), "webhook_events_filter": ["completed"]}
+                                "webhook": ctx.hook_url(req.job_id, public=True), "webhook_events_filter": ["completed"]}
         if cfg.version:
             body["version"] = cfg.version
             create = f"{cfg.url}/predictions"

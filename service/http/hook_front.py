@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from service.engines.context import HOOK_PATH, BadSignature
+from service.engines.context import HOOK_PATH
 from service.http.connection import Receive
 
 PREFIX = HOOK_PATH + "/"
@@ -71,17 +71,9 @@ class HookFront:
 
     def _delivered(self, job_id: str, token: str, scope: dict[str, Any], body: bytes) -> bool:
         """Delivered as the route would; False for every case the route answers otherwise."""
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return False
-        if not isinstance(payload, dict):
-            return False
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            return bool(self.node.engines.context.deliver(job_id, token, payload, headers, body))
-        except BadSignature:
-            return False
+            return self.node.engines.context.judge(job_id, token, body, headers) is None
         except Exception:  # noqa: BLE001 - a verifier's fault: the route meets it again and answers it
             return False
 

@@ -9,14 +9,11 @@ Quart, with the same answer (service/http/hook_front.py); this route answers the
 
 from __future__ import annotations
 
-import json
-
 from quart import Blueprint, request
 from quart_schema import hide
 
 from service.engines import HOOK_PATH
-from service.engines.context import BadSignature
-from service.errors import ApiError, BadRequest, NotFound
+from service.errors import ApiError
 from service.http.auth import node
 
 bp = Blueprint("engine_hooks", __name__)
@@ -26,18 +23,10 @@ bp = Blueprint("engine_hooks", __name__)
 @hide
 async def engine_hook(job_id: str, token: str):
     body = await request.get_data(cache=False)
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("Body must be a JSON object.") from None
-    if not isinstance(payload, dict):
-        raise BadRequest("Body must be a JSON object.")
-    try:
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        raw = body if isinstance(body, bytes) else body.encode()
-        known = node().engines.context.deliver(job_id, token, payload, headers, raw)
-    except BadSignature:  # Replicate signs its webhooks (Standard Webhooks)
-        raise ApiError("Invalid webhook signature.", code="request.unauthorized", status=401) from None
-    if not known:
-        raise NotFound("Not found.")
+    raw = body if isinstance(body, bytes) else body.encode()
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    refusal = node().engines.context.judge(job_id, token, raw, headers)
+    if refusal is not None:
+        status, code, message = refusal
+        raise ApiError(message, code=code, status=status)
     return {"received": True}
