@@ -15,7 +15,7 @@ pairs moved each way. The last line is one JSON object.
 
     .venv/bin/python bench/ab_windows.py TREE_A TREE_B [--pairs 8] [--jobs 640] [--lead-in 0]
                                          [--outcome-a webhook] [--outcome-b response]
-                                         [--healthz 6000] [--wait-b]
+                                         [--healthz 6000] [--wait-a] [--wait-b] [--gate-a] [--gate-b]
 
 `--lead-in N` runs N jobs just before each measured window (not measured). Work a node
 leaves for later (a connection it closes at its keep-alive timeout, 5 s on) otherwise falls
@@ -33,7 +33,10 @@ A TREE is a checkout of the project (`git worktree add /tmp/a COMMIT`) with a `.
 `--outcome-b response` compares the Cog model's two ways of getting a prediction's end
 (BENCH_COG_OUTCOME, read by bench/instant_engine.py from 219525b on).
 
-`--wait-b`: B's submits ask `Prefer: wait=60` (the client's `generate`, a node from
+`--gate-b` (or `-a`): that version's Cog reports to the node's hook gate (service/hookgate/);
+a node's CPU is its own with its live child processes' (the gate) throughout.
+
+`--wait-b` (or `-a`): B's submits ask `Prefer: wait=60` (the client's `generate`, a node from
 f899fb8 on) where A's are followed on their event stream (every version's way): the
 client's path then against now, for a tree from before submits could wait.
 """
@@ -59,6 +62,15 @@ os.chdir(tree)
 import trio
 import jobdriver
 from engines import cpu_s
+try:  # the node's live child processes (its hook gate): a tree from before 2026-11-29 has none
+    from engines import children_cpu_s
+except ImportError:
+    def children_cpu_s(pid):
+        return 0.0
+
+
+def node_cpu_s(pid):
+    return cpu_s(pid) + children_cpu_s(pid)
 from instant_engine import MODEL, SLOTS, instant_node
 from loadgen import run
 from server import create_org
@@ -78,18 +90,18 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
         if lead_in:  # the same load just before: what it leaves for later lands in the window
             trio.run(drive, host, int(port), key, MODEL, lead_in, SLOTS, lambda i: body(n + i))
             n += lead_in
-        c0, t0 = cpu_s(node.pid), time.perf_counter()
+        c0, t0 = node_cpu_s(node.pid), time.perf_counter()
         r = trio.run(drive, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(n + i))
         wall = time.perf_counter() - t0
         n += jobs
         if r["errors"] or len(r["statuses"]) != jobs:
             raise SystemExit(f"window failed: {r['errors'][:3]}")
-        return {"jobs_per_s": jobs / wall, "node_ms_per_job": (cpu_s(node.pid) - c0) * 1000 / jobs}
+        return {"jobs_per_s": jobs / wall, "node_ms_per_job": (node_cpu_s(node.pid) - c0) * 1000 / jobs}
 
     def healthz(total):
-        c0 = cpu_s(node.pid)
+        c0 = node_cpu_s(node.pid)
         r = trio.run(lambda: run(host, int(port), "/healthz", connections=16, total=total))
-        return {"healthz_per_s": r.rps, "node_us_per_request": (cpu_s(node.pid) - c0) * 1e6 / total}
+        return {"healthz_per_s": r.rps, "node_us_per_request": (node_cpu_s(node.pid) - c0) * 1e6 / total}
 
     window(SLOTS * 2)  # warm-up
     healthz(500)
@@ -101,12 +113,13 @@ with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, o
 
 
 class Version:
-    def __init__(self, tree: str, outcome: str, wait: bool = False) -> None:
+    def __init__(self, tree: str, outcome: str, wait: bool = False, gate: bool = False) -> None:
         self.tree = str(Path(tree).resolve())
         self.proc = subprocess.Popen([f"{self.tree}/.venv/bin/python", "-c", CHILD, self.tree], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env={**os.environ, "BENCH_COG_OUTCOME": outcome,
-                                          "BENCH_SUBMIT_WAIT": "1" if wait else "0"})
+                                          "BENCH_SUBMIT_WAIT": "1" if wait else "0",
+                                          "BENCH_HOOK_GATE": "1" if gate else "0"})
         if self.proc.stdout.readline().strip() != "ready":
             raise SystemExit(f"{tree}: the node did not start")
         self.windows: list[dict] = []
@@ -148,11 +161,15 @@ def main() -> None:
     for v in ("a", "b"):
         ap.add_argument(f"--outcome-{v}", default="webhook", choices=("webhook", "response"),
                         help=f"how the Cog model of {v.upper()} gets a prediction's end (docs/engines.md)")
-    ap.add_argument("--wait-b", action="store_true",
-                    help="B's submits wait for the job's end (Prefer: wait); A's follow the event stream")
+        ap.add_argument(f"--wait-{v}", action="store_true",
+                        help=f"{v.upper()}'s submits wait for the job's end (Prefer: wait); else followed on the "
+                             f"event stream")
+        ap.add_argument(f"--gate-{v}", action="store_true",
+                        help=f"{v.upper()}'s Cog reports to the node's hook gate (BENCH_HOOK_GATE, service/hookgate/)")
     args = ap.parse_args()
     load = os.getloadavg()[0]
-    a, b = Version(args.tree_a, args.outcome_a), Version(args.tree_b, args.outcome_b, args.wait_b)
+    a = Version(args.tree_a, args.outcome_a, args.wait_a, args.gate_a)
+    b = Version(args.tree_b, args.outcome_b, args.wait_b, args.gate_b)
     try:
         for i in range(args.pairs):
             first, second = (a, b) if i % 2 == 0 else (b, a)
@@ -169,7 +186,8 @@ def main() -> None:
         a.stop()
         b.stop()
     out = {"pairs": args.pairs, "jobs_per_window": args.jobs, "lead_in": args.lead_in, "load_at_start": round(load, 2),
-           "outcome_a": args.outcome_a, "outcome_b": args.outcome_b, "wait_b": args.wait_b,
+           "outcome_a": args.outcome_a, "outcome_b": args.outcome_b, "wait_a": args.wait_a, "wait_b": args.wait_b,
+           "gate_a": args.gate_a, "gate_b": args.gate_b,
            **compare(a.windows, b.windows, "jobs_per_s"), **compare(a.windows, b.windows, "node_ms_per_job")}
     if args.healthz:
         out.update(healthz_per_window=args.healthz, **compare(a.healthz, b.healthz, "healthz_per_s"),

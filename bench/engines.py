@@ -36,7 +36,9 @@ with the tests' tiny GGUF model (text.llm; else the peer's instant chat). Then
    creates, completed webhooks to a bare receiver: bench/cog_alone.py), the engine's own
    bound on this machine, with `jobs_vs_cog_alone_64`. Then the same on a fresh node whose
    model has `outcome = "response"` (the PUT answers the prediction's end, no webhook:
-   docs/engines.md): the same figures ending in `_response`. Each node also runs a second
+   docs/engines.md): the same figures ending in `_response`; and on a node whose hook gate
+   receives Cog's webhooks (GENSERVICE_ENGINE_HOOKS_LISTEN, service/hookgate/; the node's CPU
+   with the gate process's): `_gate`. Each node also runs a second
    window in which each job is submitted and then followed on its event stream (a client
    that wants every event): the same figures ending in `_stream`. `--quick` runs this part
    only.
@@ -367,7 +369,8 @@ def main() -> None:
 def instant_part(tmp: Path, jobs: int) -> dict:
     """Part 5 (module docstring), on a node of its own in front of the 64-slot instant Cog;
     then again on a fresh node whose model takes the outcome from the PUT's answer
-    (`outcome = "response"`, docs/engines.md): the same figures with `_response` appended."""
+    (`outcome = "response"`, docs/engines.md): the same figures with `_response` appended;
+    and on a node whose hook gate receives the webhooks (service/hookgate/): `_gate`."""
     tmp.mkdir(parents=True, exist_ok=True)
     with instant_node(tmp, outcome="webhook") as (node, url, op, _data, _cog):
         alone = trio.run(cog_alone.predictions_per_s, _cog.url, jobs)  # the node idle meanwhile
@@ -382,6 +385,13 @@ def instant_part(tmp: Path, jobs: int) -> dict:
     out["lost"] += resp.pop("lost")
     out["double_charged"] += resp.pop("double_charged")
     out.update({f"{k}_response": v for k, v in resp.items() if k not in ("instant_jobs", "load_at_start")})
+    print("the same with the webhook received by the node's hook gate (GENSERVICE_ENGINE_HOOKS_LISTEN, "
+          "service/hookgate/; the node's CPU counts the gate's process):")
+    with instant_node(tmp / "gate", outcome="webhook", gate=True) as (node, url, op, _data, _cog):
+        gated = trio.run(measure_instant, url, op, jobs, _data, node.pid, _cog.proc.pid)
+    out["lost"] += gated.pop("lost")
+    out["double_charged"] += gated.pop("double_charged")
+    out.update({f"{k}_gate": v for k, v in gated.items() if k not in ("instant_jobs", "load_at_start")})
     return out
 
 

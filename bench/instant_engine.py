@@ -87,16 +87,18 @@ def catalog_entry(url: str | list[str], price: str = "0.01", outcome: str = "web
             f'[models.engine.bind]\nprompt = "prompt"\nseed = "seed"\n')
 
 
-def gate_env() -> dict[str, str]:
-    """The node's settings for BENCH_HOOK_GATE=1: a hook gate on a port of its own."""
-    return {"GENSERVICE_ENGINE_HOOKS_LISTEN": "127.0.0.1:0"} if os.environ.get("BENCH_HOOK_GATE") == "1" else {}
+def gate_env(gate: bool | None = None) -> dict[str, str]:
+    """The node's settings for a hook gate on a port of its own (`gate`, else BENCH_HOOK_GATE=1)."""
+    gate = os.environ.get("BENCH_HOOK_GATE") == "1" if gate is None else gate
+    return {"GENSERVICE_ENGINE_HOOKS_LISTEN": "127.0.0.1:0"} if gate else {}
 
 
 @contextmanager
-def instant_node(tmp: Path, extra_env: dict | None = None, outcome: str | None = None):
+def instant_node(tmp: Path, extra_env: dict | None = None, outcome: str | None = None, gate: bool | None = None):
     """(node, url, operator_token, data_dir, cog) with only the instant Cog model; `outcome`
-    defaults to BENCH_COG_OUTCOME, else "webhook" (the node's default). BENCH_HOOK_GATE=1:
-    Cog's webhooks go to the node's hook gate (service/hookgate/) instead of its own port."""
+    defaults to BENCH_COG_OUTCOME, else "webhook" (the node's default). `gate` (default
+    BENCH_HOOK_GATE=1): Cog's webhooks go to the node's hook gate (service/hookgate/)
+    instead of its own port."""
     from server import start_server
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -111,7 +113,7 @@ def instant_node(tmp: Path, extra_env: dict | None = None, outcome: str | None =
                                             # 64 clients of one key each follow their job on a stream:
                                             # past the default 20 a key (docs/streams.md)
                                             "GENSERVICE_MAX_STREAMS_PER_KEY": "0", "GENSERVICE_MAX_STREAMS_PER_ORG": "0",
-                                            **gate_env(), **(extra_env or {})})
+                                            **gate_env(gate), **(extra_env or {})})
         try:
             yield node, url, op, data, cog
         finally:
