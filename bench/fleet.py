@@ -10,11 +10,12 @@ jobs/s, the node's CPU a job (every thread), the Cog servers' CPU a job together
 generator's; then lost and double-charged jobs over all windows (0 and 0, or the node is
 wrong). The machine's two cores carry all of it: compare runs, not machines.
 
-    .venv/bin/python bench/fleet.py [--servers 64] [--slots 1] [--jobs 1280] [--windows 3] [--seconds 0]
+    .venv/bin/python bench/fleet.py [--servers 64] [--slots 1] [--jobs 1280] [--windows 3] [--seconds 0] [--gate]
 
 `--seconds S` makes each prediction take S seconds (an asyncio sleep in the predictor): jobs/s
 is then bounded by the fleet (servers x slots / S), and the node's CPU a job adds what a
-longer job costs it (health checks while it waits, timers).
+longer job costs it (health checks while it waits, timers). `--gate`: the servers' webhooks
+go to the node's hook gate (service/hookgate/), whose process's CPU the node's figure counts.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jobdriver  # noqa: E402
 from engines import cpu_marks, ledger_check, ms_per_job  # noqa: E402
-from instant_engine import MODEL, InstantCog, catalog_entry, free_port  # noqa: E402
+from instant_engine import MODEL, InstantCog, catalog_entry, free_port, gate_env  # noqa: E402
 from server import create_org, start_server  # noqa: E402
 
 
@@ -78,6 +79,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1280, help="jobs a window")
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--outcome", choices=("webhook", "response"), default="webhook")
+    ap.add_argument("--gate", action="store_true", help="the webhooks to the node's hook gate (service/hookgate/)")
     ap.add_argument("--in-flight", type=int, default=0,
                     help="jobs in flight (default servers x slots; more keeps a backlog queued in the node)")
     ap.add_argument("--seconds", type=float, default=0.0,
@@ -102,7 +104,8 @@ def main() -> None:
                                             "GENSERVICE_BASE_URL": f"http://127.0.0.1:{port}",
                                             # one key's submits wait as streams: past the default 20
                                             "GENSERVICE_MAX_STREAMS_PER_KEY": "0",
-                                            "GENSERVICE_MAX_STREAMS_PER_ORG": "0"})
+                                            "GENSERVICE_MAX_STREAMS_PER_ORG": "0",
+                                            **gate_env(args.gate)})
         try:
             load0 = os.getloadavg()
             level = args.in_flight or args.servers * args.slots

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 
 import httpx
@@ -26,8 +25,6 @@ from serve_process import HARNESS_ENV, ServeProcess
 from test_generation_support import submit, wait_status
 from waiting import wait_until, wait_until_sync
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from engines import children  # noqa: E402  (the bench's reading of a node's child processes)
 
 NOT_JSON = (400, "request.bad_request", "Body must be a JSON object.")
 SENT = {"id": "p1", "status": "succeeded", "output": "data:,x"}
@@ -257,6 +254,10 @@ def test_genservice_serve_runs_the_gate_and_the_gate_ends_with_a_killed_node(tmp
     finally:
         node.kill()  # SIGKILL: the node cannot stop its gate; the gate sees its link close
     wait_until_sync(lambda: not alive(pid), 10)  # another process's exit: waited for, not timed
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
 
 
 def alive(pid: int) -> bool:

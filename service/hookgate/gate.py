@@ -21,27 +21,22 @@ from typing import Any
 
 import trio
 
-from service.engines.context import HOOK_PATH, Context
+from service.engines.context import Context
 from service.hookgate import wire
+from service.http.errors import HTTP_CODES
+from service.http.hook_front import ANSWER, PREFIX, ROUTE
 from service.metrics import UNMATCHED
 
 log = logging.getLogger("service.hookgate")
 
-PREFIX = HOOK_PATH + "/"
-ROUTE = f"{PREFIX}<job_id>/<token>"  # the metrics label the node's route has
 READ = 256 * 1024
 BACKLOG = 1024
 RESTART_S = 1.0
 # The child's environment: what Python needs and nothing of the node's own (settings and
 # tokens in GENSERVICE_* stay in the node's process)
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
-ANSWER = json.dumps({"received": True}, separators=(",", ":")).encode() + b"\n"  # the route's, as Quart writes it
-REFUSALS = {  # the node's own port's answers to the same requests (service/http/errors.py)
-    404: ("request.not_found", "The requested resource was not found."),
-    405: ("request.method_not_allowed", "The method is not allowed for this route."),
-    413: ("request.bad_request", "The request body is too large."),
-    500: ("request.internal_error", "Something went wrong on our side."),
-}
+# the node's own port's answers to the same requests (service/http/errors.py)
+REFUSALS = {**HTTP_CODES, 500: ("request.internal_error", "Something went wrong on our side.")}
 TIMEOUT_BODY = b'{"error":"Request timeout","message":"Request took longer than 120 seconds to process"}\n'
 
 
