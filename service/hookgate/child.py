@@ -127,6 +127,7 @@ async def run(start: dict[str, Any]) -> None:
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.keep_alive_timeout = start["keep_alive_s"]
     cfg.graceful_timeout = 1
+    cfg.backlog = start["backlog"]  # Hypercorn listens on the socket again, with its own backlog unless told
     app = make_app(link, start["body_limit"], start["body_timeout_s"])
     async with trio.open_nursery() as nursery:
         nursery.start_soon(link.write)

@@ -75,7 +75,8 @@ class HookGate:
                  body_timeout_s: float = 120.0, keep_alive_s: float = 5.0) -> None:
         self.sock, self.context, self.metrics = sock, context, metrics
         self.start = {"listen_fd": sock.fileno(), "body_limit": body_limit, "body_timeout_s": body_timeout_s,
-                      "keep_alive_s": keep_alive_s}
+                      "keep_alive_s": keep_alive_s,
+                      "backlog": BACKLOG}
         self.children = 0  # started so far (a test's way to see a restart)
         self.pid: int | None = None
 
