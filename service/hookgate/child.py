@@ -19,6 +19,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from service.descriptors import quiet_accept_loop
 from service.hookgate import wire
 from service.http.connection import install
 
@@ -76,7 +77,10 @@ def make_app(link: Link, limit: int, body_timeout: float):
             return await _lifespan(receive, send)
         if scope["type"] != "http":
             return
-        kind, body = await _read_body(scope, receive, limit, body_timeout)
+        read = await _read_body(scope, receive, limit, body_timeout)
+        if read is None:  # the client went away: nobody to answer
+            return
+        kind, body = read
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
         status, answer_headers, answer = await link.ask(kind, scope["method"], scope["path"], headers, body)
         await send({"type": "http.response.start", "status": status,
@@ -85,9 +89,9 @@ def make_app(link: Link, limit: int, body_timeout: float):
     return app
 
 
-async def _read_body(scope: Any, receive: Any, limit: int, body_timeout: float) -> tuple[int, bytes]:
+async def _read_body(scope: Any, receive: Any, limit: int, body_timeout: float) -> tuple[int, bytes] | None:
     """(kind, body): the whole body, or why not (a declared or read length over `limit`,
-    or a body still coming after `body_timeout`)."""
+    or a body still coming after `body_timeout`); None when the client went away."""
     for name, value in scope["headers"]:
         if name.lower() == b"content-length" and value.isdigit() and int(value) > limit:
             return wire.TOO_LARGE, b""
@@ -95,8 +99,8 @@ async def _read_body(scope: Any, receive: Any, limit: int, body_timeout: float) 
     with trio.move_on_after(body_timeout):
         while True:
             message = await receive()
-            if message["type"] != "http.request":  # the client went away: nobody to answer
-                return wire.TIMED_OUT, b""
+            if message["type"] != "http.request":
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
@@ -119,6 +123,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
 
 async def run(start: dict[str, Any]) -> None:
     install()
+    quiet_accept_loop()  # out of descriptors: one line a while, as the node's own accept loop
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=start["link_fd"])))
     link = Link(stream)
     cfg = Config()
