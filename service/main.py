@@ -153,7 +153,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
             node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
             if gate_sock is not None:  # the engines' hooks, received by a process of its own
-                await actors.start(HookGate(gate_sock, node.engines.context, node.metrics, UPLOAD_BODY_LIMIT).run)
+                node.hook_gate = HookGate(gate_sock, node.engines.context, node.metrics, UPLOAD_BODY_LIMIT)
+                await actors.start(node.hook_gate.run)
                 log.info("engine hooks: received by a gate process at %s", settings.engine_hooks_url)
             if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
                 await actors.start(reload_on_sighup, node)  # SIGHUP: read the catalog file again

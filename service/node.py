@@ -104,6 +104,7 @@ class Node:
     oidc: dict[str, OidcProvider]  # identity providers by their key
     mail: MailOutbox  # the mail outbox's dispatcher (SMTP, or the log without a host)
     console: Console  # the operator console's sessions, audit log and last catalog reload
+    hook_gate: Any = None  # the hook gate (service/hookgate/) when it runs: set by `genservice serve`
 
     def __init__(self, settings: Settings, store: Store, clock: Clock) -> None:
         self.settings = settings

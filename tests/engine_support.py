@@ -192,8 +192,8 @@ async def engine_node(tmp_path: Path, catalog: str, files: dict[str, str] | None
             urls = await nursery.start(partial(serve, n.app, cfg, shutdown_trigger=trio.sleep_forever))
             n.parts.settings.base_url = urls[0]
             if n.parts.settings.engine_hooks_listen:  # the hook gate, as `genservice serve` starts it
-                n.gate = HookGate(bind_hook_gate(n.parts.settings), n.parts.engines.context, n.parts.metrics,
-                                  UPLOAD_BODY_LIMIT)
+                n.gate = n.parts.hook_gate = HookGate(bind_hook_gate(n.parts.settings), n.parts.engines.context,
+                                                      n.parts.metrics, UPLOAD_BODY_LIMIT)
                 await nursery.start(n.gate.run)
             try:
                 yield n

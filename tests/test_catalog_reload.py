@@ -143,6 +143,7 @@ async def test_engine_pools_follow_the_file(reloadable):
     await sign_in(n.client)
     _, html = await page(n.client, "/operator/engines")
     assert "cogged" in html and "http://127.0.0.1:9" in html and ">down</span>" in html
+    assert f"Engine servers send their webhooks to {n.parts.settings.public_base_url}, this node's own address." in html
     _, html = await page(n.client, "/operator")
     assert "<strong>1</strong>engine servers down" in html
     n.catalog_path.write_text(model("painter", "1.00"))

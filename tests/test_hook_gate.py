@@ -23,6 +23,8 @@ from service.hookgate.gate import BadListen, bind
 from engine_support import cog_catalog, engine_node
 from serve_process import HARNESS_ENV, ServeProcess
 from test_generation_support import submit, wait_status
+from tests.pages import page
+from tests.test_operator_console import sign_in
 from waiting import wait_until, wait_until_sync
 
 
@@ -182,10 +184,16 @@ async def test_the_gate_is_started_again_on_its_port_and_holds_nothing_of_the_no
         environ = Path(f"/proc/{first}/environ").read_bytes().split(b"\0")
         assert not [e for e in environ if e.startswith(b"GENSERVICE_")]
         assert not [e for e in environ if b"op-token-not-for-the-gate" in e]
+        await sign_in(n.client)
+        _, html = await page(n.client, "/operator/engines")
+        where = f"Engine servers send their webhooks to {n.parts.settings.engine_hooks_url}, the hook gate: "
+        assert where + '<span class="badge ok">running</span> (started 1 time).' in html
         os.kill(first, signal.SIGKILL)
         await wait_until(lambda: n.gate.children == 2 and n.gate.pid not in (None, first), 10)
         second = n.gate.pid
         assert (await post(url, b"{}")).status_code == 200  # the same URL, the next process
+        _, html = await page(n.client, "/operator/engines")
+        assert where + '<span class="badge ok">running</span> (started 2 times).' in html
     assert n.gate.pid is None and not alive(second)  # the node stopped: so did its gate
 
 

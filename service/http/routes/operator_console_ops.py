@@ -47,7 +47,10 @@ async def engines():
         models.append({"id": m.id, "backend": m.backend, "servers": list(pool.servers) if pool else None,
                        "concurrency": m.concurrency, "available": svc.runnable(m),
                        "jobs": figures.get(m.id, {"queued": 0, "rendering": 0}), "start_s": starts.get(m.id)})
-    return show("operator_engines.html", title="Engines", models=models)
+    gate = svc.hook_gate
+    hooks = {"url": svc.settings.engine_hooks_url or svc.settings.public_base_url, "gate": gate is not None,
+             "running": gate is not None and gate.pid is not None, "starts": gate.children if gate else 0}
+    return show("operator_engines.html", title="Engines", models=models, hooks=hooks)
 
 
 @bp.get("/operator/jobs")
