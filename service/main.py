@@ -1,7 +1,7 @@
 """serve(): the nursery tree of a node, on one screen.
 
     storage (migrated first)
-    └── actors nursery (writer, registries; outlives HTTP)
+    └── actors nursery (writer, registries, the hook gate's child process when set; outlives HTTP)
         └── Hypercorn (trio worker)
 Shutdown: HTTP drains first, then actors stop, then storage closes.
 """
