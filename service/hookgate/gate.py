@@ -37,7 +37,6 @@ RESTART_S = 1.0
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 # the node's own port's answers to the same requests (service/http/errors.py)
 REFUSALS = {**HTTP_CODES, 500: ("request.internal_error", "Something went wrong on our side.")}
-TIMEOUT_BODY = b'{"error":"Request timeout","message":"Request took longer than 120 seconds to process"}\n'
 
 
 class BadListen(SystemExit):
@@ -77,7 +76,7 @@ class HookGate:
         self.start = {"listen_fd": sock.fileno(), "body_limit": body_limit, "body_timeout_s": body_timeout_s,
                       "keep_alive_s": keep_alive_s,
                       "backlog": BACKLOG}
-        self.children = 0  # started so far (a test's way to see a restart)
+        self.children = 0  # started so far: more than one, it ended and was started again (engines page)
         self.pid: int | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -142,7 +141,7 @@ class HookGate:
             status, answer = 413, _envelope(413)
             extra = [["connection", "close"]]  # its body was not read: the connection ends
         elif kind == wire.TIMED_OUT:
-            status, answer = 408, TIMEOUT_BODY
+            status, answer = 408, _timed_out(self.start["body_timeout_s"])
         elif route == UNMATCHED:
             status, answer = 404, _envelope(404)
         elif method != "POST":
@@ -171,6 +170,12 @@ def _envelope(status: int, code: str | None = None, message: str | None = None) 
         code, message = REFUSALS[status]
     error = {"code": code, "message": message, "request_id": str(uuid.uuid4())}
     return json.dumps({"error": error}, separators=(",", ":")).encode() + b"\n"
+
+
+def _timed_out(seconds: float) -> bytes:
+    """The node's own 408 for a body past its time (service/http/errors.py, `on_timeout`)."""
+    return json.dumps({"error": "Request timeout", "message": f"Request took longer than {seconds:g} seconds to process"},
+                      separators=(",", ":")).encode() + b"\n"
 
 
 def _child_env() -> dict[str, str]:
