@@ -151,7 +151,7 @@ async def test_a_body_that_stops_coming_is_given_up_after_the_timeout(autojump_c
     assert await child._read_body(scope, gone, 100, 120.0) is None  # nobody to answer: the node is not asked
 
 
-def test_the_gates_timeout_answer_is_the_nodes(tmp_path):
+def test_the_gates_timeout_answer_is_the_nodes():
     """408 as the node's app answers a body past its BODY_TIMEOUT (service/http/errors.py)."""
     g = gate.HookGate(socket.socket(), None, type("M", (), {"answered": lambda *a: None})(), 10)
     frame = bytearray(g.answer(7, wire.TIMED_OUT, "POST", "/engine-hooks/a/b", [], b""))
