@@ -62,6 +62,9 @@ os.chdir(tree)
 import trio
 import jobdriver
 from engines import cpu_s
+from instant_engine import MODEL, SLOTS, instant_node
+from loadgen import run
+from server import create_org
 try:  # the node's live child processes (its hook gate): a tree from before 2026-11-29 has none
     from engines import children_cpu_s
 except ImportError:
@@ -71,9 +74,6 @@ except ImportError:
 
 def node_cpu_s(pid):
     return cpu_s(pid) + children_cpu_s(pid)
-from instant_engine import MODEL, SLOTS, instant_node
-from loadgen import run
-from server import create_org
 
 with instant_node(Path(tempfile.mkdtemp(prefix="ab-windows-"))) as (node, url, op, data, cog):
     host, port = url.removeprefix("http://").split(":")

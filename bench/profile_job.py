@@ -283,7 +283,8 @@ def main() -> None:
             print(f"  {count / n:6.2f}  {where}")
     final = {"jobs_per_s_instant_64": round(cpu["jobs"] / cpu["client_wall_s"], 1),
              "cpu_ms_per_job": round(main_ms + other_ms, 3), "trio_thread_ms_per_job": round(main_ms, 3),
-             "other_threads_ms_per_job": round(other_ms, 3), "gate_process_ms_per_job": round(gate_ms, 3), "commits_per_job": round(cpu["commits"] / n, 3),
+             "other_threads_ms_per_job": round(other_ms, 3), "gate_process_ms_per_job": round(gate_ms, 3),
+             "commits_per_job": round(cpu["commits"] / n, 3),
              "writes_per_job": round(cpu["writes"] / n, 3), "gc_ms_per_job": round(cpu["gc_s"] * 1000 / n, 3),
              "areas_ms_per_job": split, "task_steps_per_job": round(sum(cpu["task_steps"].values()) / n, 1),
              "run_loop_ms_per_job": round((cpu["main_thread_cpu_s_fine"] - step_total) * 1000 / n, 3),
