@@ -23,8 +23,8 @@ from service import crash
 from service.clock import Clock
 from service.config import Settings
 from service.descriptors import quiet_accept_loop, raise_nofile
-from service.hookgate import HookGate, bind as bind_hook_gate
-from service.http.app import UPLOAD_BODY_LIMIT, create_app
+from service.hookgate.gate import HookGate, bind as bind_hook_gate
+from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.http.connection import install as install_connection
 from service.local_node import ensure_operator_token, write_url
@@ -153,8 +153,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
             node = build(settings, store, clock or Clock(), node_key)
             await node.start(actors)
             if gate_sock is not None:  # the engines' hooks, received by a process of its own
-                node.hook_gate = HookGate(gate_sock, node.engines.context, node.metrics, UPLOAD_BODY_LIMIT)
-                await actors.start(node.hook_gate.run)
+                await actors.start(HookGate.for_node(node, gate_sock).run)
                 log.info("engine hooks: received by a gate process at %s", settings.engine_hooks_url)
             if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
                 await actors.start(reload_on_sighup, node)  # SIGHUP: read the catalog file again

@@ -19,9 +19,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from service.hookgate import HookGate
-from service.hookgate import bind as bind_hook_gate
-from service.http.app import UPLOAD_BODY_LIMIT
+from service.hookgate.gate import HookGate
+from service.hookgate.gate import bind as bind_hook_gate
 from test_generation_support import running_node
 
 HERE = Path(__file__).parent
@@ -192,8 +191,7 @@ async def engine_node(tmp_path: Path, catalog: str, files: dict[str, str] | None
             urls = await nursery.start(partial(serve, n.app, cfg, shutdown_trigger=trio.sleep_forever))
             n.parts.settings.base_url = urls[0]
             if n.parts.settings.engine_hooks_listen:  # the hook gate, as `genservice serve` starts it
-                n.gate = n.parts.hook_gate = HookGate(bind_hook_gate(n.parts.settings), n.parts.engines.context,
-                                                      n.parts.metrics, UPLOAD_BODY_LIMIT)
+                n.gate = HookGate.for_node(n.parts, bind_hook_gate(n.parts.settings))
                 await nursery.start(n.gate.run)
             try:
                 yield n

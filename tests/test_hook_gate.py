@@ -107,7 +107,7 @@ async def test_every_refusal_of_the_gate_is_the_nodes_own(tmp_path):
 
 
 async def test_a_body_over_the_limit_is_refused_and_ends_the_connection(tmp_path, monkeypatch):
-    monkeypatch.setattr("engine_support.UPLOAD_BODY_LIMIT", 1000)  # the node's hook-body limit, made small
+    monkeypatch.setattr(gate, "UPLOAD_BODY_LIMIT", 1000)  # the node's hook-body limit, made small
     async with engine_node(tmp_path, "", engine_hooks_listen="127.0.0.1:0") as n:
         url = gate_url(n, "job-5")
         too_large = (413, "request.bad_request", "The request body is too large.")
@@ -159,6 +159,27 @@ def test_the_gates_timeout_answer_is_the_nodes():
     assert (seq, status) == (7, 408)
     assert json.loads(body) == {"error": "Request timeout", "message": "Request took longer than 120 seconds to process"}
     g.sock.close()
+
+
+async def test_a_child_that_ends_is_started_again_after_a_second(autojump_clock, monkeypatch):
+    """The restart rule on the mock clock: each start RESTART_S after the last child ended,
+    whether it ended by itself or failed."""
+    g = gate.HookGate(socket.socket(), None, None, 10)  # type: ignore[arg-type]
+    starts: list[float] = []
+
+    async def child_ends() -> None:
+        starts.append(trio.current_time())
+        await trio.sleep(0.25)  # served a while, then ended
+        if len(starts) == 2:
+            raise OSError("could not start")
+
+    monkeypatch.setattr(g, "_child", child_ends)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(g.run)
+        await wait_until(lambda: len(starts) == 3)
+        nursery.cancel_scope.cancel()
+    assert [s - starts[0] for s in starts] == [0.0, 1.25, 2.5]
+    assert g.sock.fileno() == -1  # the socket closed with the gate
 
 
 def test_frames_are_taken_whole_and_in_order():

@@ -14,8 +14,6 @@ read among others and the delivery itself.
 The child holds no secret and decides nothing: every answer, refusals included, is the
 node's. The listening socket stays the node's, so a child that dies is started again on
 the same port (`gate.py`), and connections that arrive meanwhile wait in its backlog.
+
+Nothing is imported here: the child imports `wire` alone, without the node's modules.
 """
-
-from .gate import HookGate, bind
-
-__all__ = ["HookGate", "bind"]

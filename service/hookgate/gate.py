@@ -23,7 +23,8 @@ import trio
 
 from service.engines.context import Context
 from service.hookgate import wire
-from service.http.errors import HTTP_CODES
+from service.http.app import UPLOAD_BODY_LIMIT
+from service.http.errors import HTTP_CODES, INTERNAL, error_body, timeout_body
 from service.http.hook_front import ANSWER, PREFIX, ROUTE
 from service.metrics import UNMATCHED
 
@@ -36,7 +37,7 @@ RESTART_S = 1.0
 # tokens in GENSERVICE_* stay in the node's process)
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 # the node's own port's answers to the same requests (service/http/errors.py)
-REFUSALS = {**HTTP_CODES, 500: ("request.internal_error", "Something went wrong on our side.")}
+REFUSALS = {**HTTP_CODES, 500: INTERNAL}
 
 
 class BadListen(SystemExit):
@@ -78,6 +79,13 @@ class HookGate:
                       "backlog": BACKLOG}
         self.children = 0  # started so far: more than one, it ended and was started again (engines page)
         self.pid: int | None = None
+
+    @classmethod
+    def for_node(cls, node: Any, sock: socket.socket) -> HookGate:
+        """The gate of a built node (its engines' hooks, its metrics), as `node.hook_gate`;
+        bodies bounded as the node's own hook route bounds them."""
+        node.hook_gate = cls(sock, node.engines.context, node.metrics, UPLOAD_BODY_LIMIT)
+        return node.hook_gate
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The child, started again whenever it ends, until the node stops. Started at once:
@@ -168,14 +176,16 @@ class HookGate:
 def _envelope(status: int, code: str | None = None, message: str | None = None) -> bytes:
     if code is None or message is None:
         code, message = REFUSALS[status]
-    error = {"code": code, "message": message, "request_id": str(uuid.uuid4())}
-    return json.dumps({"error": error}, separators=(",", ":")).encode() + b"\n"
+    return _json(error_body(code, message, str(uuid.uuid4())))
 
 
 def _timed_out(seconds: float) -> bytes:
     """The node's own 408 for a body past its time (service/http/errors.py, `on_timeout`)."""
-    return json.dumps({"error": "Request timeout", "message": f"Request took longer than {seconds:g} seconds to process"},
-                      separators=(",", ":")).encode() + b"\n"
+    return _json(timeout_body(seconds))
+
+
+def _json(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"  # as Quart's jsonify writes it
 
 
 def _child_env() -> dict[str, str]:

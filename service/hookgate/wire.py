@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 REQUEST = struct.Struct(">IBII")  # seq, kind, head length, body length
 ANSWER = struct.Struct(">IHII")  # seq, status, headers length, body length
@@ -19,38 +20,45 @@ Headers = list[list[str]]  # [name, value] pairs, latin-1 as HTTP has them
 
 
 def request(seq: int, kind: int, method: str, path: str, headers: Headers, body: bytes) -> bytes:
-    head = json.dumps([method, path, headers], separators=(",", ":")).encode()
-    return REQUEST.pack(seq, kind, len(head), len(body)) + head + body
+    return _pack(REQUEST, (seq, kind), [method, path, headers], body)
 
 
 def answer(seq: int, status: int, headers: Headers, body: bytes) -> bytes:
-    head = json.dumps(headers, separators=(",", ":")).encode()
-    return ANSWER.pack(seq, status, len(head), len(body)) + head + body
+    return _pack(ANSWER, (seq, status), headers, body)
 
 
 def take_request(buf: bytearray) -> tuple[int, int, str, str, Headers, bytes] | None:
     """The first whole request in `buf`, removed from it; None while it is incomplete."""
-    if len(buf) < REQUEST.size:
+    got = _take(REQUEST, buf)
+    if got is None:
         return None
-    seq, kind, head_len, body_len = REQUEST.unpack_from(buf)
-    end = REQUEST.size + head_len + body_len
-    if len(buf) < end:
-        return None
-    method, path, headers = json.loads(bytes(buf[REQUEST.size:REQUEST.size + head_len]))
-    body = bytes(buf[REQUEST.size + head_len:end])
-    del buf[:end]
+    (seq, kind), (method, path, headers), body = got
     return seq, kind, method, path, headers, body
 
 
 def take_answer(buf: bytearray) -> tuple[int, int, Headers, bytes] | None:
     """The first whole answer in `buf`, removed from it; None while it is incomplete."""
-    if len(buf) < ANSWER.size:
+    got = _take(ANSWER, buf)
+    if got is None:
         return None
-    seq, status, head_len, body_len = ANSWER.unpack_from(buf)
-    end = ANSWER.size + head_len + body_len
+    (seq, status), headers, body = got
+    return seq, status, headers, body
+
+
+def _pack(frame: struct.Struct, fields: tuple[int, int], head: Any, body: bytes) -> bytes:
+    encoded = json.dumps(head, separators=(",", ":")).encode()
+    return frame.pack(*fields, len(encoded), len(body)) + encoded + body
+
+
+def _take(frame: struct.Struct, buf: bytearray) -> tuple[tuple[int, int], Any, bytes] | None:
+    """A frame's two leading fields, its decoded head and its body, removed from `buf`."""
+    if len(buf) < frame.size:
+        return None
+    first, second, head_len, body_len = frame.unpack_from(buf)
+    end = frame.size + head_len + body_len
     if len(buf) < end:
         return None
-    headers = json.loads(bytes(buf[ANSWER.size:ANSWER.size + head_len]))
-    body = bytes(buf[ANSWER.size + head_len:end])
+    head = json.loads(bytes(buf[frame.size:frame.size + head_len]))
+    body = bytes(buf[frame.size + head_len:end])
     del buf[:end]
-    return seq, status, headers, body
+    return (first, second), head, body

@@ -33,18 +33,29 @@ class RouteTimeout(Exception):
         self.seconds = seconds
 
 
-def envelope(status: int, code: str, message: str, details: dict | None = None):
+def error_body(code: str, message: str, request_id: str, details: dict | None = None) -> dict:
+    """The envelope's object; also written outside a request context (the hook gate)."""
     err: dict[str, object] = {"code": code, "message": message}
     if details is not None:
         err["details"] = details
-    err["request_id"] = g.get("request_id") or ""
-    return jsonify(error=err), status
+    err["request_id"] = request_id
+    return {"error": err}
+
+
+def timeout_body(seconds: float) -> dict:
+    """The flat 408 object of a request (or its body) past its time."""
+    return {"error": "Request timeout", "message": f"Request took longer than {seconds:g} seconds to process"}
+
+
+def envelope(status: int, code: str, message: str, details: dict | None = None):
+    return jsonify(error_body(code, message, g.get("request_id") or "", details)), status
 
 
 def validation_failed(errors: list[dict]):
     return envelope(400, "request.validation_failed", "The request failed validation.", {"errors": errors})
 
 
+INTERNAL = ("request.internal_error", "Something went wrong on our side.")  # a 500's code and message
 HTTP_CODES = {
     400: ("request.bad_request", "The request is malformed."),
     404: ("request.not_found", "The requested resource was not found."),
@@ -74,8 +85,7 @@ def install(app: Quart) -> None:
 
     @app.errorhandler(RouteTimeout)
     async def on_timeout(e: RouteTimeout):
-        return jsonify(error="Request timeout",
-                       message=f"Request took longer than {e.seconds} seconds to process"), 408
+        return jsonify(timeout_body(e.seconds)), 408
 
     @app.errorhandler(UnicodeDecodeError)
     async def on_bad_encoding(e):
@@ -114,4 +124,4 @@ def install(app: Quart) -> None:
                                             f"keeps failing, tell the operator this reference: {g.get('request_id')}."))
             except Exception:  # the page itself failed: the JSON answer below still goes out
                 log.exception("error page failed (request_id=%s)", g.get("request_id"))
-        return envelope(500, "request.internal_error", "Something went wrong on our side.")
+        return envelope(500, *INTERNAL)
