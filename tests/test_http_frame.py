@@ -163,7 +163,11 @@ async def test_plain_answers_skip_the_conversion_and_read_the_same():
         "list": lambda: [1, "two", {"three": inner}],
         "model": lambda: inner,
         "headers": lambda: ({"h": 1}, 200, {"X-Seen": "yes"}),
+        "headers_only": lambda: ({"h": 1}, {"X-Seen": "yes"}),
+        "snake_header": lambda: ({"h": 1}, 200, {"X_Seen": "yes"}),  # quart-schema's kebab rule
+        "int_header": lambda: ({"h": 1}, 200, {"X-Seen": 7}),
     }
+    converts = {"model", "snake_header", "int_header"}  # the answers that keep quart-schema's path
 
     def make(bypass: bool) -> QuartTrio:
         app = QuartTrio("frame-test")
@@ -174,8 +178,25 @@ async def test_plain_answers_skip_the_conversion_and_read_the_same():
             app.add_url_rule(f"/{name}", name, lambda answer=answer: answer())
         return app
 
+    import quart_schema.conversion as conversion
+
+    built = []
+    real = conversion.model_dump
+
+    def counted(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
     plain, converted = make(True).test_client(), make(False).test_client()
     for name in answers:
-        a, b = await plain.get(f"/{name}"), await converted.get(f"/{name}")
+        conversion.model_dump = counted
+        try:
+            a = await plain.get(f"/{name}")
+            took = len(built)
+            b = await converted.get(f"/{name}")
+        finally:
+            conversion.model_dump = real
         assert (a.status_code, await a.get_data()) == (b.status_code, await b.get_data()), name
-        assert a.headers.get("X-Seen") == b.headers.get("X-Seen")
+        assert a.headers.get("X-Seen") == b.headers.get("X-Seen"), name
+        assert (took > 0) == (name in converts), name  # the bypass skipped the conversion, or not
+        built.clear()

@@ -85,19 +85,27 @@ class Provider(OpenAPIProvider):
 def plain_answers_as_they_are(app: QuartTrio) -> None:
     """quart-schema passes every answer through a pydantic TypeAdapter built anew for each
     one (about 50 µs a request, a seventh of /healthz in process: bench/README.md) only to
-    copy a dict or list. Answers that are a plain dict or list (with at most a status) are
-    JSON-ready, so they go to Quart as they are; a model left inside one is still encoded by
-    quart-schema's JSON provider. Models, and answers with headers, keep quart-schema's path."""
+    copy a dict or list (and a second one for the headers). Answers that are a plain dict or
+    list, with at most a status and a dict of headers that conversion would leave as they are
+    (string values, no `_` in a name: quart-schema turns one into `-`), are JSON-ready, so they
+    go to Quart as they are; a model left inside one is still encoded by quart-schema's JSON
+    provider. Models, and any other headers, keep quart-schema's path."""
     converting = app.make_response
     plain = types.MethodType(QuartTrio.make_response, app)
 
     async def make_response(result):
         value, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-        if type(value) in (dict, list) and all(type(x) is int for x in rest):
+        if type(value) in (dict, list) and all(type(x) is int or _plain_headers(x) for x in rest):
             return await plain(result)
         return await converting(result)
 
     app.make_response = make_response  # type: ignore[method-assign]
+
+
+def _plain_headers(headers) -> bool:
+    """A dict of headers quart-schema's conversion would hand on unchanged."""
+    return type(headers) is dict and all(type(k) is str and "_" not in k and type(v) is str
+                                         for k, v in headers.items())
 
 
 class App(QuartTrio):
