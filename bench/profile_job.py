@@ -23,7 +23,9 @@ each on a fresh node and after a warm-up of 64 jobs, the node measured over the 
     .venv/bin/python bench/profile_job.py [--jobs 640] [--top 25] [--sites 40] [--stream] [--healthz 6000]
 
 Pass 1 also splits the trio thread's wall clock over the window: on a core, idle (every task
-waiting), waiting for a core (the kernel's run queue) and waiting for the GIL; and, with
+waiting), waiting for a core (the kernel's run queue) and waiting for the GIL, with how
+often it lost its core while it could run (preempted: the kernel's nonvoluntary context
+switches); and, with
 `--healthz N` (6000 unless 0), measures N `/healthz` requests at 16 connections on the same
 node just before its jobs the same way, so `jobs_vs_healthz_instant_64` of bench/engines.py
 splits into a job's CPU counted in `/healthz` answers and the trio thread's share of its
@@ -234,7 +236,8 @@ def main() -> None:
     busy, idle, queued, gil = thread_split(cpu)
     print(f"the trio thread over the window (pass 1, wall clock): on a core {busy:.1%}, idle (every task "
           f"waiting, in epoll) {idle:.1%}, runnable but waiting for a core (the kernel's run queue) "
-          f"{queued:.1%}, the rest {gil:.1%} (waiting for the GIL another thread held)")
+          f"{queued:.1%}, the rest {gil:.1%} (waiting for the GIL another thread held); preempted "
+          f"{cpu.get('preempted', 0) / n:.2f} times a job (another thread or process woke and took its core)")
     health = cpu.get("healthz")
     if health:
         h_us = health["main_thread_cpu_s_fine"] * 1e6 / max(health["requests"], 1)
@@ -290,6 +293,7 @@ def main() -> None:
              "run_loop_ms_per_job": round((cpu["main_thread_cpu_s_fine"] - step_total) * 1000 / n, 3),
              "trio_thread_busy": round(busy, 3), "trio_thread_idle": round(idle, 3),
              "trio_thread_queued": round(queued, 3), "trio_thread_gil_wait": round(gil, 3),
+             "trio_thread_preempted_per_job": round(cpu.get("preempted", 0) / n, 2),
              "healthz_trio_us": round(h_us, 1) if health else None,
              "healthz_trio_busy": round(h_busy, 3) if health else None,
              "errors": len(cpu["errors"]) + len(prof["errors"]), "load_start": load0, "load_end": os.getloadavg()}

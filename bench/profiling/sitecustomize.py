@@ -127,10 +127,21 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
         except (OSError, IndexError, ValueError):
             return 0.0
 
+    def preemptions() -> int:
+        """Times the trio thread lost its core while it could still run (the kernel's
+        nonvoluntary context switches): another thread or process woke and took it."""
+        try:
+            for line in Path(f"/proc/self/task/{MAIN_TID}/status").read_text().splitlines():
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+        return 0
+
     def _open(signum, frame) -> None:
         STATE.update(cpu=thread_cpu(), batches=sum(s.batches for s in STORES), writes=sum(s.writes for s in STORES),
                      t=time.monotonic(),
-                     main_cpu=time.thread_time(), run_delay=run_delay())
+                     main_cpu=time.thread_time(), run_delay=run_delay(), preempted=preemptions())
         CLOCK.cpu.clear()
         CLOCK.steps.clear()
         CLOCK.sites.clear()
@@ -152,7 +163,8 @@ if os.environ.get("GENSERVICE_BENCH_PROFILE") in ("cpu", "profile"):
                   "stores": len(STORES), "main_thread_cpu_s": main, "other_threads_cpu_s": others,
                   "threads": len(cpu), "main_thread_cpu_s_fine": time.thread_time() - STATE["main_cpu"],
                   "task_cpu_s": CLOCK.cpu, "task_steps": CLOCK.steps, "sites": CLOCK.sites, "gc_s": GC["s"], "gc_runs": GC["runs"],
-                  "idle_wait_s": CLOCK.idle, "run_delay_s": run_delay() - STATE["run_delay"]}
+                  "idle_wait_s": CLOCK.idle, "run_delay_s": run_delay() - STATE["run_delay"],
+                  "preempted": preemptions() - STATE["preempted"]}
         if PROFILE is not None:
             PROFILE.dump_stats(str(OUT / "main.pstats"))
         (OUT / "window.json.tmp").write_text(json.dumps(report))
