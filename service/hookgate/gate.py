@@ -25,7 +25,7 @@ from service.engines.context import Context
 from service.hookgate import wire
 from service.http.app import UPLOAD_BODY_LIMIT
 from service.http.errors import HTTP_CODES, INTERNAL, error_body, timeout_body
-from service.http.hook_front import ANSWER, PREFIX, ROUTE
+from service.http.hook_front import ANSWER, ROUTE, as_jsonify, hook_parts
 from service.metrics import UNMATCHED
 
 log = logging.getLogger("service.hookgate")
@@ -141,16 +141,15 @@ class HookGate:
     def answer(self, seq: int, kind: int, method: str, path: str, headers: wire.Headers, body: bytes) -> bytes:
         """The node's answer to one request the child read, as a frame."""
         started = time.perf_counter()
-        route, extra = UNMATCHED, []
-        parts = path[len(PREFIX):].split("/") if path.startswith(PREFIX) else []
-        if len(parts) == 2 and all(parts):
-            route = ROUTE
+        extra: wire.Headers = []
+        parts = hook_parts(path)
+        route = UNMATCHED if parts is None else ROUTE
         if kind == wire.TOO_LARGE:
             status, answer = 413, _envelope(413)
             extra = [["connection", "close"]]  # its body was not read: the connection ends
         elif kind == wire.TIMED_OUT:
             status, answer = 408, _timed_out(self.start["body_timeout_s"])
-        elif route == UNMATCHED:
+        elif parts is None:
             status, answer = 404, _envelope(404)
         elif method != "POST":
             status, answer, extra = 405, _envelope(405), [["allow", "POST"]]
@@ -176,16 +175,12 @@ class HookGate:
 def _envelope(status: int, code: str | None = None, message: str | None = None) -> bytes:
     if code is None or message is None:
         code, message = REFUSALS[status]
-    return _json(error_body(code, message, str(uuid.uuid4())))
+    return as_jsonify(error_body(code, message, str(uuid.uuid4())))
 
 
 def _timed_out(seconds: float) -> bytes:
     """The node's own 408 for a body past its time (service/http/errors.py, `on_timeout`)."""
-    return _json(timeout_body(seconds))
-
-
-def _json(obj: dict) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"  # as Quart's jsonify writes it
+    return as_jsonify(timeout_body(seconds))
 
 
 def _child_env() -> dict[str, str]:

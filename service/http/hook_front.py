@@ -30,7 +30,20 @@ ROUTE = f"{PREFIX}<job_id>/<token>"  # the route's template: its metrics label
 # to Quart, whose own body timeout then runs (app.py)
 FRONT_LIMIT = 1024 * 1024
 FRONT_WAIT_S = 10.0
-ANSWER = json.dumps({"received": True}, separators=(",", ":")).encode() + b"\n"  # as Quart's jsonify writes it
+
+
+def as_jsonify(obj: Any) -> bytes:
+    """`obj` as Quart's jsonify writes it (here, and the hook gate's answers)."""
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def hook_parts(path: str) -> list[str] | None:
+    """[job_id, token] of a hook's path, None for any other path."""
+    parts = path[len(PREFIX):].split("/") if path.startswith(PREFIX) else []
+    return parts if len(parts) == 2 and all(parts) else None
+
+
+ANSWER = as_jsonify({"received": True})
 
 
 class HookFront:
@@ -44,9 +57,9 @@ class HookFront:
         if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith(PREFIX):
             return await self.app(scope, receive, send)
         started = time.perf_counter()
-        parts = scope["path"][len(PREFIX):].split("/")
+        parts = hook_parts(scope["path"])
         size = _length(scope)
-        if len(parts) != 2 or not all(parts) or size is None or size > FRONT_LIMIT:
+        if parts is None or size is None or size > FRONT_LIMIT:
             return await self.app(scope, receive, send)
         body, more, message = b"", True, None
         with trio.move_on_after(FRONT_WAIT_S):
