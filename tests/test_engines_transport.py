@@ -254,6 +254,32 @@ async def test_a_plain_send_is_read_in_full_and_keeps_its_connection(server):
         assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]  # the slot given back
 
 
+async def test_a_plain_send_writes_what_httpx_would_and_reads_the_same_answer(server, socket_writes, monkeypatch):
+    """The shards' short path (no httpx request or response layers) against httpx's own:
+    the same bytes on the socket, the same answer; a path httpx would escape goes httpx's way."""
+    clear_proxies(monkeypatch)
+    base = f"http://127.0.0.1:{server.port}"
+    calls = [("PUT", "/predictions/j-1", {"id": "j-1", "input": {"prompt": "caf\u00e9 \u2603", "n": [1, 2.5]}},
+              {"Prefer": "respond-async"}),
+             ("GET", "/health-check", None, None),
+             ("POST", "/predictions/j-1/cancel", None, None)]
+    async with engine_client() as c:
+        for method, path, body, headers in calls:
+            short = await send_plain(c, method, base + path, json=body, headers=headers, timeout=5)
+            request = httpx.Request(method, base + path, json=body, headers=headers,
+                                    extensions={"timeout": httpx.Timeout(5).as_dict()})
+            long = await c._transport.handle_async_request(request)
+            await long.aread()
+            assert socket_writes[-1] == socket_writes[-2] and socket_writes[-1].startswith(f"{method} {path} ".encode())
+            assert (short.status_code, short.text, short.headers.raw) == (long.status_code, long.text, long.headers.raw)
+            assert type(short).__name__ == "_Answer"  # the short path was taken
+            assert short.request.method == method and short.request.headers.raw == request.headers.raw
+        escaped = await send_plain(c, "GET", base + "/a path?x=1", timeout=5)
+        assert type(escaped) is httpx.Response and escaped.text == "ok"
+        assert socket_writes[-1].startswith(b"GET /a%20path?x=1 HTTP/1.1\r\n")
+        assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]
+
+
 async def test_a_plain_send_goes_through_an_environment_proxy(server, monkeypatch):
     clear_proxies(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")

@@ -169,3 +169,24 @@ async def test_the_node_shutting_down_ends_a_wait_with_the_202(node, org, autoju
     assert trio.current_time() - started < 30  # ended by the close, not by the wait's own end
     code, headers, _ = await post(node, key, "After the close", "wait=30")  # closed: no wait at all
     assert code == 202 and "Preference-Applied" not in headers
+
+
+async def test_a_wait_reads_only_a_job_its_actor_does_not_hold_open(node, org, monkeypatch):
+    """The wait subscribes first; a job its live actor holds open is not read (the actor makes
+    its record final before it publishes the end), one that ended before is read and answered."""
+    from service.actors.jobs import facade
+
+    reads: list[str] = []
+    job_in_org = facade.sql.job_in_org
+    monkeypatch.setattr(facade.sql, "job_in_org", lambda store, org_id, job_id: (
+        reads.append(job_id), job_in_org(store, org_id, job_id))[1])
+    key = org["api_key"]
+    code, _, body = await post(node, key, "A lighthouse [[delay:0.2]]", "wait=30")
+    assert (code, body["status"], reads) == (200, "completed", [])
+    assert body == await status(node, key, body["request_id"])
+    first = await post(node, key, "A fox", None, headers={"Idempotency-Key": "k-2"})
+    await wait_status(node, key, first[2]["request_id"], "completed")
+    await wait_until(lambda: not node.parts.generation.open_in(first[2]["request_id"], org["organization_id"]))
+    reads.clear()
+    code, _, body = await post(node, key, "A fox", "wait=30", headers={"Idempotency-Key": "k-2"})  # a replay: ended
+    assert (code, body["status"], reads) == (200, "completed", [first[2]["request_id"]])

@@ -33,12 +33,16 @@ Each shard's connections send a request's head and body in one write (`one_send`
 
 from __future__ import annotations
 
+import re
 import ssl
-from collections.abc import AsyncIterator, Callable
-from functools import partial
-from typing import Any
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from functools import lru_cache, partial
+from json import dumps as json_dumps
+from typing import Any, NamedTuple
 
+import httpcore
 import httpx
+from httpx._transports.default import map_httpcore_exceptions  # how httpx's transport maps httpcore's errors
 from httpx._utils import get_environment_proxies  # the reader httpx uses for a client of its own
 
 from service.catalog.engines import ENGINE_CONNECTIONS
@@ -70,7 +74,31 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
     the auth flow, redirects, default headers, event hooks), which cost about 9 % of the
     node's CPU a job on the one engine call every Cog job makes (bench/README.md,
     "Throughput IV"). Only for calls that need none of them. Errors are httpx's own, as from
-    the client (the transport maps httpcore's)."""
+    the client (the transport maps httpcore's).
+
+    To the shards, a URL whose path httpx would send as it is (`_split`) also skips httpx's
+    request and response layers: its origin is parsed once (`_origin`), the request goes to
+    the shard's httpcore pool as httpx's transport would build it (the same head, bytes for
+    bytes), and the response is built from the body read (its `request` made only when asked
+    for). httpx parsed the whole URL again for every call, character by character
+    (bench/README.md, "Throughput XXI")."""
+    split = _split(url)
+    if split is not None:
+        origin = _origin(split[0])
+        transport = client._transport_for_url(origin.url)
+        if isinstance(transport, Sharded):
+            content = b"" if json is None else _json_body(json)
+            sent = [(b"Host", origin.netloc)]
+            sent += [(k.encode("ascii"), v.encode("ascii")) for k, v in (headers or {}).items()]  # as httpx encodes them
+            if json is not None:
+                sent += [(b"Content-Length", str(len(content)).encode()), (b"Content-Type", b"application/json")]
+            elif method in ("POST", "PUT", "PATCH"):
+                sent.append((b"Content-Length", b"0"))
+            status, got, body, extensions = await transport.plain(
+                method, origin, split[1], sent, content, _timeouts(timeout))
+            answer = _Answer(status, headers=got, content=body, extensions=extensions)
+            answer.ask = (method, url, json, headers, timeout)
+            return answer
     request = httpx.Request(method, url, json=json, headers=headers,
                             extensions={"timeout": httpx.Timeout(timeout).as_dict()})
     response = await client._transport_for_url(request.url).handle_async_request(request)
@@ -80,6 +108,64 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
     finally:
         await response.aclose()
     return response
+
+
+_PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~-]*")  # a path httpx sends unchanged (no query, no escapes)
+
+
+def _split(url: str) -> tuple[str, str] | None:
+    """(origin, path) of an http(s) URL whose path httpx would send as it is, else None."""
+    scheme = url.find("://")
+    slash = url.find("/", scheme + 3) if scheme > 0 else -1
+    if slash < 0 or not _PLAIN_TARGET.fullmatch(url, slash):
+        return None
+    return url[:slash], url[slash:]
+
+
+class Origin(NamedTuple):
+    url: httpx.URL
+    key: tuple[str, str, int | None]  # as `Sharded.pick` counts a server
+    core: tuple[bytes, bytes, int | None]  # httpcore's scheme, host and port
+    netloc: bytes  # the Host header httpx sends
+
+
+@lru_cache(maxsize=1024)
+def _origin(origin: str) -> Origin:
+    url = httpx.URL(origin)
+    return Origin(url, (url.scheme, url.host, url.port), (url.raw_scheme, url.raw_host, url.port), url.netloc)
+
+
+def _timeouts(timeout: float | httpx.Timeout) -> dict[str, dict[str, float | None]]:
+    """A request's timeout extension (httpcore reads it, never changes it)."""
+    return {"timeout": timeout.as_dict()} if isinstance(timeout, httpx.Timeout) else _float_timeouts(timeout)
+
+
+@lru_cache(maxsize=64)
+def _float_timeouts(timeout: float) -> dict[str, dict[str, float | None]]:
+    return {"timeout": httpx.Timeout(timeout).as_dict()}
+
+
+def _json_body(value: Any) -> bytes:
+    """A JSON body as httpx 0.28 encodes `json=` (compact, UTF-8, no NaN)."""
+    return json_dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+class _Answer(httpx.Response):
+    """A plain send's response; its `request` (what httpx would have sent) built when read."""
+
+    ask: tuple[str, str, Any, dict[str, str] | None, float | httpx.Timeout]
+
+    @property
+    def request(self) -> httpx.Request:
+        if self._request is None:
+            method, url, body, headers, timeout = self.ask
+            self._request = httpx.Request(method, url, json=body, headers=headers,
+                                          extensions=_timeouts(timeout))
+        return self._request
+
+    @request.setter
+    def request(self, value: httpx.Request) -> None:
+        self._request = value
 
 
 class Sharded(httpx.AsyncBaseTransport):
@@ -125,6 +211,27 @@ class Sharded(httpx.AsyncBaseTransport):
         assert isinstance(resp.stream, httpx.AsyncByteStream)
         resp.stream = _Counted(resp.stream, partial(self._done, origin, mine, i))
         return resp
+
+    async def plain(self, method: str, origin: Origin, target: str, headers: list[tuple[bytes, bytes]],
+                    content: bytes, extensions: dict[str, Any]
+                    ) -> tuple[int, list[tuple[bytes, bytes]], bytes, MutableMapping[str, Any]]:
+        """`send_plain`'s request on a shard's httpcore pool, as httpx's transport sends it:
+        (status, headers, body read in full, extensions); httpcore's errors raised as httpx's."""
+        i, mine = self.pick(origin.key)
+        mine[i] += 1
+        scheme, host, port = origin.core
+        request = httpcore.Request(method, httpcore.URL(scheme=scheme, host=host, port=port, target=target),
+                                   headers=headers, content=content, extensions=extensions)
+        try:
+            with map_httpcore_exceptions():
+                response = await self.shards[i]._pool.handle_async_request(request)
+                try:
+                    body = await response.aread()
+                finally:
+                    await response.aclose()
+        finally:
+            self._done(origin.key, mine, i)
+        return response.status, response.headers, body, response.extensions
 
     def _done(self, origin: tuple[str, str, int | None], mine: list[int], i: int) -> None:
         """A request's slot given back: its response closed, or it failed."""

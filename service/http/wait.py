@@ -82,14 +82,16 @@ async def final_status(gen, hub: Hub, job_id: str, org_id: str, seconds: int) ->
     node shuts down. Subscribed before the status is read, so an end committed in between
     is in the status or in the subscription, never in neither (actors publish after their
     commit). The final event's data is the job's status object as its final commit left it
-    (service/actors/jobs/actor.py `_finish`), so it is answered without reading it again."""
+    (service/actors/jobs/actor.py `_finish`), so it is answered without reading it again; a
+    job its live actor holds open is not read at all (`Generation.open_in`)."""
     with trio.move_on_after(seconds):
         while True:
             sub = hub.subscribe(f"job:{job_id}", None, resumable=False).sub
             try:
-                status = gen.status(job_id, org_id)
-                if status is None or status["status"] in JOB.final:
-                    return status
+                if not gen.open_in(job_id, org_id):  # else: no read (open), the end comes on `sub`
+                    status = gen.status(job_id, org_id)
+                    if status is None or status["status"] in JOB.final:
+                        return status
                 try:
                     return await _final_event(sub)
                 except (trio.EndOfChannel, trio.ClosedResourceError):

@@ -159,6 +159,14 @@ class Generation:
             return actor.job.organization_id == org_id
         return sql.job_in_org(self.store, org_id, job_id) is not None
 
+    def open_in(self, job_id: str, org_id: str) -> bool:
+        """Whether `org_id`'s job is open by its live actor's record. The actor makes its
+        record final before it publishes the final status (`JobActor._finish`), so a
+        subscriber that finds it open here hears of the end on its subscription."""
+        actor = self.jobs.peek(job_id)
+        job = actor.job if actor is not None else None
+        return job is not None and job.organization_id == org_id and not job.final
+
     def status(self, job_id: str, org_id: str | None = None) -> JobStatus | None:
         job = sql.get_job(self.store, job_id) if org_id is None else sql.job_in_org(self.store, org_id, job_id)
         if job is None:
