@@ -277,6 +277,8 @@ async def test_a_plain_send_writes_what_httpx_would_and_reads_the_same_answer(se
         escaped = await send_plain(c, "GET", base + "/a path?x=1", timeout=5)
         assert type(escaped) is httpx.Response and escaped.text == "ok"
         assert socket_writes[-1].startswith(b"GET /a%20path?x=1 HTTP/1.1\r\n")
+        dotted = await send_plain(c, "GET", base + "/a/../health-check", timeout=5)  # httpx drops dot segments
+        assert type(dotted) is httpx.Response and socket_writes[-1].startswith(b"GET /health-check HTTP/1.1\r\n")
         assert c._transport.busy == [0] * 8  # type: ignore[attr-defined]
 
 

@@ -110,14 +110,16 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
     return response
 
 
-_PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~-]*")  # a path httpx sends unchanged (no query, no escapes)
+_PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~-]*")  # no query, nothing httpx escapes
 
 
 def _split(url: str) -> tuple[str, str] | None:
-    """(origin, path) of an http(s) URL whose path httpx would send as it is, else None."""
+    """(origin, path) of an http(s) URL whose path httpx would send as it is, else None
+    (httpx also removes `.` and `..` segments: a path with a segment that starts with a dot
+    goes its way)."""
     scheme = url.find("://")
     slash = url.find("/", scheme + 3) if scheme > 0 else -1
-    if slash < 0 or not _PLAIN_TARGET.fullmatch(url, slash):
+    if slash < 0 or not _PLAIN_TARGET.fullmatch(url, slash) or url.find("/.", slash) >= 0:
         return None
     return url[:slash], url[slash:]
 
