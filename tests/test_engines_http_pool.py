@@ -5,6 +5,8 @@ pool's pass decides as httpcore's own (3,000 random pools) without its repeated 
 
 from __future__ import annotations
 
+from functools import partial
+
 import httpcore
 import pytest
 import trio
@@ -214,3 +216,51 @@ async def test_the_pass_asks_each_connection_once_at_most_whether_it_is_idle():
     assert asked == []  # nothing to close, every request met an available connection
     httpcore.AsyncConnectionPool._assign_requests_to_connections(pool)
     assert len(asked) > 8  # httpcore's own pass, for comparison
+
+
+async def test_a_pass_asks_the_socket_only_of_the_idle_connection_it_chooses(server, monkeypatch):
+    """httpcore polls every idle HTTP/1.1 connection's socket on every pass (did the server
+    close it?); here only the one a request is about to take."""
+    polls: list[int] = []
+    info = httpcore.AsyncNetworkStream.get_extra_info
+    from service.engines import one_send
+
+    def counted(self, name):
+        if name == "is_readable":
+            polls.append(id(self))
+        return self.inner.get_extra_info(name) if isinstance(self, one_send.OneSendStream) else info(self, name)
+
+    monkeypatch.setattr(one_send.OneSendStream, "get_extra_info", counted)
+    async with Pool(max_connections=8, max_keepalive_connections=8, network_backend=one_send.OneSendBackend()) as pool:
+        server.hold = 4  # four requests in flight together: four connections, then idle
+        async with trio.open_nursery() as n:
+            for _ in range(4):
+                n.start_soon(get, pool, server.port)
+        server.hold = 0
+        assert len(pool.connections) == 4 and all(c.is_idle() for c in pool.connections)
+        polls.clear()
+        await get(pool, server.port)  # two passes (queued, closed), one connection chosen
+        assert len(polls) == 1 and len(pool.connections) == 4
+
+
+async def test_an_idle_connection_the_server_closed_is_dropped_when_chosen(nursery):
+    """A server that closes its side after each answer (without saying so): the next request
+    finds the connection closed when it is chosen and opens another instead of failing."""
+    accepted = [0]
+
+    async def once(stream: trio.SocketStream) -> None:
+        accepted[0] += 1
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += await stream.receive_some(65536)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await stream.aclose()
+
+    listeners = await nursery.start(partial(trio.serve_tcp, once, 0, host="127.0.0.1"))
+    port = listeners[0].socket.getsockname()[1]
+    async with Pool(max_connections=4, max_keepalive_connections=4) as pool:
+        for n in range(1, 4):
+            await get(pool, port)
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(0.05)  # the server's FIN reaches the client's socket
+            assert accepted[0] == n and len(pool.connections) <= 1  # a new connection each time; the dead one dropped

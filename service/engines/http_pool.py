@@ -16,10 +16,20 @@ request that has not started on it as neither available nor idle, so a pass neit
 it away again nor closes it. A request that gives its connection back unstarted (a
 cancel, or a retry) is no longer in the pool's list, so the promise ends with it. Only for
 HTTP/1.1 pools: an HTTP/2 connection takes many requests at once.
+
+httpcore also asks every connection on every pass whether it has expired, and for an idle
+HTTP/1.1 one that includes whether the server closed it: a `poll` of its socket each, about
+ten a job through one Cog server at 64 in flight, each a system call that hands the GIL to
+any worker thread that wants it. Here a pass drops connections by the keep-alive clock
+only, and asks whether the server closed an idle connection when it is chosen for a request
+(and drops it and looks on if so): a request never starts on a connection the server closed,
+as before, and a closed one nobody chooses goes at its keep-alive expiry or when room is
+needed, as any idle one does (bench/README.md, "Throughput XXI").
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpcore
@@ -53,13 +63,13 @@ class Pool(httpcore.AsyncConnectionPool):
             for connection in list(connections):  # closed, expired, or an idle one too many
                 if connection.is_closed():
                     connections.remove(connection)
-                elif connection.has_expired() or (
+                elif _expired_by_clock(connection) or (
                         len(connections) > self._max_keepalive_connections and connection.is_idle()):
                     connections.remove(connection)
                     closing.append(connection)
             for pool_request in queued:
                 origin = pool_request.request.url.origin
-                chosen = next((c for c in connections if c.can_handle_request(origin) and c.is_available()), None)
+                chosen = _first_open(connections, origin, closing)
                 if chosen is None:
                     if len(connections) >= self._max_connections:
                         idle = next((c for c in connections if c.is_idle()), None)
@@ -80,6 +90,27 @@ class Pool(httpcore.AsyncConnectionPool):
         if self._held is None:
             return any(r.connection is connection for r in self._requests)
         return connection in self._held or any(r.connection is connection for r in self._queued)
+
+
+def _expired_by_clock(connection: AsyncConnectionInterface) -> bool:
+    """httpcore's `has_expired` without the socket's poll where the connection can answer so
+    (`_Promised`); any other connection is asked as httpcore asks it."""
+    if isinstance(connection, _Promised):
+        return connection.expired_by_clock()
+    return connection.has_expired()
+
+
+def _first_open(connections: list[AsyncConnectionInterface], origin: Origin,
+                closing: list[AsyncConnectionInterface]) -> AsyncConnectionInterface | None:
+    """The first connection available for `origin` that the server has not closed; those
+    found closed on the way are moved from `connections` to `closing`."""
+    for c in list(connections):
+        if c.can_handle_request(origin) and c.is_available():
+            if not c.has_expired():
+                return c
+            connections.remove(c)
+            closing.append(c)
+    return None
 
 
 class _Promised(AsyncConnectionInterface):
@@ -109,6 +140,15 @@ class _Promised(AsyncConnectionInterface):
         return self.inner.is_available() and not self.pool.promised(self)
 
     def has_expired(self) -> bool:
+        return self.inner.has_expired()
+
+    def expired_by_clock(self) -> bool:
+        """`has_expired` as httpcore 1.0 answers it, less the poll of an idle HTTP/1.1
+        connection's socket (whether the server closed it)."""
+        http11 = getattr(self.inner, "_connection", None)
+        if isinstance(http11, httpcore.AsyncHTTP11Connection):
+            expire_at = http11._expire_at
+            return expire_at is not None and time.monotonic() > expire_at
         return self.inner.has_expired()
 
     def is_idle(self) -> bool:
