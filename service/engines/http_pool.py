@@ -46,7 +46,8 @@ class Pool(httpcore.AsyncConnectionPool):
 
     def _assign_requests_to_connections(self) -> list[AsyncConnectionInterface]:
         """httpcore 1.0's pass, decision for decision (tests/test_engines_http_pool.py
-        compares the two on random pools), without asking the same things again and again.
+        compares the two on random pools) but for when a closed idle connection is found
+        (when chosen: module docstring), without asking the same things again and again.
         httpcore asks `is_idle` of every connection once for each idle one (a count of all
         the connections, `len([c.is_idle() for c in ...])`, whatever they answer), and of
         every connection again for each queued request whether or not it needs an idle
