@@ -16,42 +16,26 @@ import json
 import statistics
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import httpx
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from service.engines.transport import engine_client, send_plain  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+from keepalive_server import Server
+
+from service.engines.transport import engine_client, send_plain
 
 ANSWER = b'HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\r\n{"status":"starting"}\n'
 
 
-async def serve(stream: trio.SocketStream) -> None:
-    buf = b""
-    try:
-        while True:
-            while b"\r\n\r\n" not in buf:
-                data = await stream.receive_some(65536)
-                if not data:
-                    return
-                buf += data
-            head, buf = buf.split(b"\r\n\r\n", 1)
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            while len(buf) < length:
-                buf += await stream.receive_some(65536)
-            buf = buf[length:]
-            await stream.send_all(ANSWER)
-    except trio.BrokenResourceError:
-        pass
-
-
 async def main(calls: int, rounds: int) -> None:
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
-        url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/predictions/job-0001"
+        server = Server(ANSWER)
+        await server.serve(nursery)
+        url = f"http://127.0.0.1:{server.port}/predictions/job-0001"
         body = {"id": "job-0001", "input": {"prompt": "a lighthouse", "seed": 7},
                 "webhook": "http://127.0.0.1:1/engine-hooks/job-0001/t", "webhook_events_filter": ["completed"]}
         headers = {"Prefer": "respond-async"}

@@ -15,59 +15,19 @@ import pytest
 import trio
 from conftest import steps_taken
 from engine_support import cog_catalog, engine_node
+from keepalive_server import Server
 from test_generation_support import submit, wait_status
 from waiting import wait_until
 
 from service.engines import one_send
+from service.engines.transport import (
+    MAX_CONNECTIONS,
+    MAX_KEEPALIVE,
+    Sharded,
+    engine_client,
+    send_plain,
+)
 from service.net.write_now import write_now
-from service.engines.transport import MAX_CONNECTIONS, MAX_KEEPALIVE, Sharded, engine_client, send_plain
-
-
-class Server:
-    """An HTTP/1.1 keep-alive server on loopback that counts the connections it accepts and
-    reads each request's body (Content-Length), keeping its size in `bodies`; with `hold`,
-    answers nothing until that many requests wait (so they are in flight together)."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self.bodies: list[int] = []
-        self.hold = 0
-        self.waiting = 0
-        self.go = trio.Event()
-        self.port = 0
-
-    async def serve(self, nursery: trio.Nursery) -> None:
-        listeners = await nursery.start(partial(trio.serve_tcp, self.handle, 0, host="127.0.0.1"))
-        self.port = listeners[0].socket.getsockname()[1]
-
-    async def handle(self, stream: trio.SocketStream) -> None:
-        self.accepted += 1
-        buf = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                while len(buf) < length:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    buf += data
-                buf = buf[length:]
-                self.bodies.append(length)
-                if self.hold:
-                    self.waiting += 1
-                    if self.waiting >= self.hold:
-                        self.go.set()
-                    await self.go.wait()
-                await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        except trio.BrokenResourceError:
-            pass
 
 
 @pytest.fixture

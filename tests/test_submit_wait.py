@@ -178,8 +178,12 @@ async def test_a_wait_reads_only_a_job_its_actor_does_not_hold_open(node, org, m
 
     reads: list[str] = []
     job_in_org = facade.sql.job_in_org
-    monkeypatch.setattr(facade.sql, "job_in_org", lambda store, org_id, job_id: (
-        reads.append(job_id), job_in_org(store, org_id, job_id))[1])
+
+    def counted(store, org_id, job_id):
+        reads.append(job_id)
+        return job_in_org(store, org_id, job_id)
+
+    monkeypatch.setattr(facade.sql, "job_in_org", counted)
     key = org["api_key"]
     code, _, body = await post(node, key, "A lighthouse [[delay:0.2]]", "wait=30")
     assert (code, body["status"], reads) == (200, "completed", [])

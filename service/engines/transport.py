@@ -42,8 +42,12 @@ from typing import Any, NamedTuple
 
 import httpcore
 import httpx
-from httpx._transports.default import map_httpcore_exceptions  # how httpx's transport maps httpcore's errors
-from httpx._utils import get_environment_proxies  # the reader httpx uses for a client of its own
+from httpx._transports.default import (
+    map_httpcore_exceptions,  # how httpx's transport maps httpcore's errors
+)
+from httpx._utils import (
+    get_environment_proxies,  # the reader httpx uses for a client of its own
+)
 
 from service.catalog.engines import ENGINE_CONNECTIONS
 
@@ -99,8 +103,7 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
             answer = _Answer(status, headers=got, content=body, extensions=extensions)
             answer.ask = (method, url, json, headers, timeout)
             return answer
-    request = httpx.Request(method, url, json=json, headers=headers,
-                            extensions={"timeout": httpx.Timeout(timeout).as_dict()})
+    request = httpx.Request(method, url, json=json, headers=headers, extensions=_timeouts(timeout))
     response = await client._transport_for_url(request.url).handle_async_request(request)
     response.request = request
     try:
@@ -138,12 +141,7 @@ def _origin(origin: str) -> Origin:
 
 
 def _timeouts(timeout: float | httpx.Timeout) -> dict[str, dict[str, float | None]]:
-    """A request's timeout extension (httpcore reads it, never changes it)."""
-    return {"timeout": timeout.as_dict()} if isinstance(timeout, httpx.Timeout) else _float_timeouts(timeout)
-
-
-@lru_cache(maxsize=64)
-def _float_timeouts(timeout: float) -> dict[str, dict[str, float | None]]:
+    """A request's timeout extension, as httpx's client gives it."""
     return {"timeout": httpx.Timeout(timeout).as_dict()}
 
 
