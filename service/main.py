@@ -28,6 +28,7 @@ from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.http.connection import install as install_connection
 from service.local_node import ensure_operator_token, write_url
+from service.media import isolated
 from service.node import build
 from service.reload import reload_on_sighup
 from service.replica import replicate
@@ -147,7 +148,8 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     store = Store(settings.db_path)
     shutdown = trio.Event() if shutdown is None else shutdown
     try:
-        async with trio.open_nursery() as actors:
+        async with isolated.workers(), trio.open_nursery() as actors:
+            actors.start_soon(isolated.warm)  # the media check's first worker (a second's start)
             if settings.replica_url:  # cancelled with the actors, after the last write: stops last
                 await actors.start(replicate, settings, store)
             node = build(settings, store, clock or Clock(), node_key)

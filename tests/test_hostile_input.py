@@ -11,9 +11,9 @@ Against a real `genservice serve` subprocess (where the body path and memory mat
 while the client is still sending, the connection is closed, server RSS barely moves), the
 same body without a declared length, 50 MiB + 1 byte -> 422, pixel bombs refused with a
 bounded peak RSS (not decoded), and JSON bodies over 1 MiB. Times are printed, not bounded.
-Memory is the server's VmRSS / VmHWM from /proc/<pid>/status; the peak is reset before each
-hostile request (/proc/<pid>/clear_refs), so the figure is the growth caused by that request
-alone.
+Memory is the server's VmRSS / VmHWM from /proc/<pid>/status, with its media-check
+workers'; the peak is reset before each hostile request (/proc/<pid>/clear_refs), so the
+figure is the growth caused by that request alone.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from serve_process import HARNESS_ENV, ServeProcess
 from service.config import Settings
 from service.main import hypercorn_config
 from service.media.inspect import MAX_PIXELS
+from proc_memory import reset_peaks, total_kib
 from test_generation_support import UPLOADS, leftovers, local, multipart, upload
 from test_media_samples import fits_bytes, image_bytes, jpeg_with_size, png_header_only, webp_vp8x_header
 from conftest import err
@@ -493,23 +494,19 @@ class Server:
     def pid(self) -> int:
         return self.proc.pid
 
-    def status_kib(self, field: str) -> int:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-        raise KeyError(field)
-
     def rss(self) -> int:
-        """Resident memory now, bytes."""
-        return self.status_kib("VmRSS") * 1024
+        """Resident memory now, bytes: the server's and its media-check workers' (the
+        check decodes there, tests/proc_memory.py)."""
+        return total_kib(self.pid, "VmRSS") * 1024
 
     def peak(self) -> int:
-        """Peak resident memory since the last reset_peak(), bytes."""
-        return self.status_kib("VmHWM") * 1024
+        """Peak resident memory since the last reset_peak(), bytes (each process's peak,
+        added: at least what they held at once)."""
+        return total_kib(self.pid, "VmHWM") * 1024
 
     def reset_peak(self) -> bool:
         try:
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+            reset_peaks(self.pid)
             return True
         except OSError:
             return False

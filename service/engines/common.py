@@ -17,13 +17,12 @@ from typing import Any
 import httpx
 import trio
 
-from service import threads
 from service.assets.files import hash_bytes
 from service.backends.base import InputFile, Output, RenderRequest
 from service.catalog.capabilities import BY_ID
 from service.catalog.engines import Bound
 from service.errors import Unprocessable
-from service.media.inspect import inspect_file
+from service.media import isolated
 
 log = logging.getLogger(__name__)
 
@@ -228,22 +227,14 @@ def data_url(f: InputFile) -> str:
 
 # -- outputs -----------------------------------------------------------------------------------
 async def store_output(req: RenderRequest, index: int, data: bytes, name: str = "") -> Output | None:
-    """Write one returned file under the job's work dir and inspect it; None (logged) when
-    it is not a kind this node stores."""
+    """Write one returned file under the job's work dir and check it (in a worker process,
+    service/media/isolated.py); None (logged) when it is not a kind this node stores."""
     suffix = Path(name).suffix[:8] if name else ""
     path = Path(req.work_dir) / f"out-{index}{suffix}"
-    return await threads.run_sync(_write_and_inspect, req, path, data)
-
-
-def _write_and_inspect(req: RenderRequest, path: Path, data: bytes) -> Output | None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    digest = hash_bytes(data)
     try:
-        info = inspect_file(path, None)
+        digest, info = await isolated.write_and_check(path, data)
     except Unprocessable as e:
         log.warning("job %s: an engine output is not stored: %s", req.job_id, e.message)
-        path.unlink(missing_ok=True)
         return None
     kind = "mask" if BY_ID[req.capability].output == "mask" and info.kind == "image" else info.kind
     return Output(path, info.content_type, kind, info.width, info.height, info.duration_s, info.frames, digest)

@@ -68,8 +68,9 @@ from service.catalog.rules import Plan, estimate, plan_submit
 from service.errors import NotFound, ServiceError
 from service.idempotency import Gate
 from service.limits import check_active_jobs
+from service.media import isolated
 from service.media.gate import DecodeGate
-from service.media.inspect import MediaInfo, decode_pixels, inspect_file
+from service.media.inspect import MediaInfo, decode_pixels
 from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
 from service.storage import retention as retention_sql
@@ -213,14 +214,15 @@ class Generation:
             check_active_jobs(sql.active_jobs(self.store, org_id), limit)
 
     async def inspect_upload(self, path: Path, declared_type: str | None, org_id: str) -> MediaInfo:
-        """What an uploaded file is (service.media.inspect, in a worker thread); 422 when it
-        is not accepted. An image, or a video frame, over LARGE_DECODE pixels (read from
-        its header first) decodes only with a slot of the node's decode gate, shared by
-        the organizations in turn (service/media/gate.py): a 40-megapixel decode holds
-        about 500 MB, so uploads in parallel would otherwise add up to gigabytes."""
+        """What an uploaded file is (service.media.inspect, in a worker process:
+        service/media/isolated.py); 422 when it is not accepted. An image, or a video
+        frame, over LARGE_DECODE pixels (read from its header first) decodes only with a
+        slot of the node's decode gate, shared by the organizations in turn
+        (service/media/gate.py): a 40-megapixel decode holds about 500 MB, so uploads in
+        parallel would otherwise add up to gigabytes."""
         pixels = await trio.to_thread.run_sync(decode_pixels, path)
         async with self.decodes.slot(org_id, pixels):
-            return await trio.to_thread.run_sync(inspect_file, path, declared_type)
+            return await isolated.check_file(path, declared_type)
 
     # writes ---------------------------------------------------------------------------------
     def plan(self, org_id: str, project_id: str, *, capability: str | None = None, model: str | None = None,

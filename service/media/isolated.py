@@ -1,0 +1,154 @@
+"""The media check (service.media.inspect) in worker processes, not in the node's own.
+
+Every file the node stores is decoded once first: an upload, and an engine's output.
+Done here in a worker process (trio-parallel), for two reasons:
+
+- A decoder's fault on a crafted file (a crash in Pillow's or FFmpeg's C code, memory it
+  cannot get) ends that worker, not the node with every job and stream it holds. The
+  file gets its kind's "not readable" answer, as for any decoder complaint, and the next
+  check starts a new worker. This is containment of faults, not a sandbox: the workers run
+  as the node's user and can read what it can.
+- The check's own Python (Pillow's open and its plugins, PyAV's probing) held the GIL in a
+  worker thread while the event loop's thread waited for it (bench/README.md,
+  "Throughput XXII").
+
+At most one check per core runs at once (trio-parallel's default limiter); the others wait
+their turn, and each waiter is an upload or a job, both bounded. A worker idle for IDLE_S
+ends; a worker that has just decoded a large file (over LARGE_DECODE pixels) ends after
+it, so the hundreds of megabytes it touched go back to the system. `serve` scopes the
+workers to the node's run (`workers`); anything else (the tests' nodes) uses the
+process-wide default, ended at exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import trio_parallel
+
+from service import threads
+from service.assets.files import hash_bytes
+from service.errors import Unprocessable
+
+from .gate import LARGE_DECODE
+from .images import read_head
+from .inspect import (
+    MSG_NOT_AUDIO,
+    MSG_NOT_IMAGE,
+    MSG_NOT_VIDEO,
+    MediaInfo,
+    inspect_file,
+)
+from .sniff import sniff
+
+log = logging.getLogger("service.media")
+
+IDLE_S = 600.0  # an idle worker ends after this
+# Data up to this size goes to the worker with the call, which writes it (one hop); larger
+# data is written by a thread first, since the pipe would copy it on the event loop's thread.
+IN_CALL_BYTES = 256 * 1024
+
+_large = False  # in a worker: its last check decoded a large file (read by `_retire`)
+
+
+def workers() -> AbstractAsyncContextManager[None]:
+    """The check's workers for the block's run; ended with it (`serve`)."""
+    return trio_parallel.cache_scope(idle_timeout=IDLE_S, retire=_retire)
+
+
+async def check_file(path: str | Path, declared_type: str | None) -> MediaInfo:
+    """`inspect_file(path, declared_type)` in a worker; raises Unprocessable as it does,
+    and when the worker dies on the file."""
+    return _answer(await _in_worker(_check, str(path), declared_type, path=path, declared_type=declared_type))
+
+
+async def write_and_check(path: Path, data: bytes) -> tuple[tuple[str, int], MediaInfo]:
+    """Write `data` at `path` (its folder made), check it as a file of no declared type,
+    and give (its digest and size, what it is). A file refused, or whose check killed its worker, is
+    removed again; Unprocessable says why."""
+    if len(data) <= IN_CALL_BYTES:
+        digest, answer = await _in_worker(_write_then_check, str(path), data, path=path, declared_type=None)
+    else:
+        digest = await threads.run_sync(_write, path, data)
+        answer = await _in_worker(_check, str(path), None, path=path, declared_type=None)
+    if answer[0] != "ok":
+        await threads.run_sync(_remove, path)
+    return digest, _answer(answer)
+
+
+async def warm() -> None:
+    """Start a worker before the first check needs one (a start costs about a second);
+    a cancel (the node stopping) kills it."""
+    await trio_parallel.run_sync(int, kill_on_cancel=True)
+
+
+async def _in_worker(fn: Any, *args: Any, path: str | Path, declared_type: str | None) -> Any:
+    try:
+        return await trio_parallel.run_sync(fn, *args)
+    except trio_parallel.BrokenWorkerError as e:
+        log.warning("the media check's worker ended while checking a file (%s): the file is refused",
+                    _exit_of(e))
+        refused = ("no", await threads.run_sync(_broken_message, path, declared_type), None)
+        return (None, refused) if fn is _write_then_check else refused
+
+
+def _answer(answer: tuple) -> MediaInfo:
+    if answer[0] == "ok":
+        return answer[1]
+    raise Unprocessable(answer[1], answer[2])
+
+
+def _exit_of(e: trio_parallel.BrokenWorkerError) -> str:
+    proc = e.args[1] if len(e.args) > 1 else None
+    code = getattr(proc, "exitcode", None)
+    return "unknown exit" if code is None else f"exit code {code}"
+
+
+def _broken_message(path: str | Path, declared_type: str | None) -> str:
+    """The answer for a file the check died on: its kind's "not readable" message, by its
+    bytes (else by its declared type, as inspect_file chooses)."""
+    try:
+        kind = sniff(read_head(path))
+    except OSError:
+        kind = None
+    kind = kind or (declared_type or "").strip().lower()
+    if kind.startswith("video/"):
+        return MSG_NOT_VIDEO
+    if kind.startswith("audio/"):
+        return MSG_NOT_AUDIO
+    return MSG_NOT_IMAGE
+
+
+# -- in the worker ---------------------------------------------------------------------------
+def _check(path: str, declared_type: str | None) -> tuple:
+    """("ok", MediaInfo) or ("no", message, details): plain values, since an exception's
+    pickle would drop its details."""
+    global _large
+    try:
+        info = inspect_file(path, declared_type)
+    except Unprocessable as e:
+        _large = False
+        return ("no", e.message, e.details)
+    _large = (info.width or 0) * (info.height or 0) > LARGE_DECODE
+    return ("ok", info)
+
+
+def _write_then_check(path: str, data: bytes) -> tuple[tuple[str, int], tuple]:
+    return _write(Path(path), data), _check(path, None)
+
+
+def _write(path: Path, data: bytes) -> tuple[str, int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return hash_bytes(data)
+
+
+def _remove(path: str | Path) -> None:
+    Path(path).unlink(missing_ok=True)
+
+
+def _retire() -> bool:
+    return _large
