@@ -23,7 +23,8 @@ T = TypeVar("T")
 
 class Prompt:
     """A `CapacityLimiter`-like object for `trio.to_thread.run_sync(limiter=...)` (trio
-    documents the two methods it calls) over `limiter`'s tokens."""
+    documents the two methods it calls) and `trio_parallel.run_sync(limiter=...)` (which
+    enters it with `async with`) over `limiter`'s tokens."""
 
     __slots__ = ("limiter",)
 
@@ -39,6 +40,12 @@ class Prompt:
 
     def release_on_behalf_of(self, borrower: object) -> None:
         self.limiter.release_on_behalf_of(borrower)
+
+    async def __aenter__(self) -> None:  # `async with limiter:` (trio-parallel's run_sync)
+        await self.acquire_on_behalf_of(trio.lowlevel.current_task())
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release_on_behalf_of(trio.lowlevel.current_task())
 
 
 def prompt(limiter: trio.CapacityLimiter) -> trio.CapacityLimiter:

@@ -50,3 +50,39 @@ async def test_an_error_in_the_thread_is_raised_and_the_token_given_back():
     with pytest.raises(ValueError, match="boom"):
         await threads.run_sync(boom)
     assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+
+
+async def test_async_with_takes_a_free_token_without_a_step_and_gives_it_back():
+    """trio-parallel enters its limiter with `async with` (service/media/isolated.py)."""
+    limiter = trio.CapacityLimiter(1)
+    with steps_taken() as own:
+        async with threads.prompt(limiter):
+            assert limiter.borrowed_tokens == 1
+    with steps_taken() as trios:
+        async with limiter:
+            pass
+    assert (own.taken, trios.taken) == (0, 1) and limiter.borrowed_tokens == 0
+
+
+async def test_async_with_waits_for_a_full_limiter_and_raises_a_cancel_that_came_before(autojump_clock):
+    limiter = trio.CapacityLimiter(1)
+    held = object()
+    limiter.acquire_on_behalf_of_nowait(held)
+    entered: list[bool] = []
+
+    async def enter():
+        async with threads.prompt(limiter):
+            entered.append(True)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(enter)
+        await trio.sleep(5)
+        assert entered == [] and limiter.statistics().tasks_waiting == 1
+        limiter.release_on_behalf_of(held)
+    assert entered == [True] and limiter.borrowed_tokens == 0
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(trio.Cancelled):
+            async with threads.prompt(limiter):
+                entered.append(False)
+    assert entered == [True] and limiter.borrowed_tokens == 0

@@ -87,7 +87,8 @@ async def warm() -> None:
 
 async def _in_worker(fn: Any, *args: Any, path: str | Path, declared_type: str | None) -> Any:
     try:
-        return await trio_parallel.run_sync(fn, *args)
+        return await trio_parallel.run_sync(fn, *args, limiter=threads.prompt(
+            trio_parallel.current_default_worker_limiter()))
     except trio_parallel.BrokenWorkerError as e:
         log.warning("the media check's worker ended while checking a file (%s): the file is refused",
                     _exit_of(e))
