@@ -1,7 +1,7 @@
 """The media check in worker processes (service/media/isolated.py): a worker that dies on a
-file refuses that file with its kind's message and the next check runs; a refused output is
-removed; a large decode retires its worker; an upload that kills its check is a 422 and the
-node goes on."""
+file refuses that file with its kind's message and the next check runs; a check that never
+ends is ended by its bound; a refused output is removed; a large decode retires its worker;
+an upload that kills its check is a 422 and the node goes on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import trio_parallel
 
 from conftest import err
-from media_crash import CRASH, arm
+from media_crash import CRASH, HANG, arm, arm_short
 from service.errors import Unprocessable
 from service.media import isolated
 from service.media.inspect import MSG_NOT_AUDIO, MSG_NOT_IMAGE, MSG_NOT_VIDEO
@@ -46,6 +46,17 @@ async def test_a_worker_that_dies_refuses_the_file_by_its_kind_and_the_next_chec
     e = await refused(isolated.check_file(tmp_path / "t.txt", "text/plain"))
     assert e.message == "Unsupported content type 'text/plain'."
     assert e.details == {"allowed": ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]}
+
+
+async def test_a_check_that_never_ends_is_ended_by_its_bound_and_refuses_the_file(tmp_path):
+    hang, good = tmp_path / "hang.png", tmp_path / "good.png"
+    hang.write_bytes(image_bytes("PNG", 64, 48) + HANG)
+    good.write_bytes(image_bytes("PNG", 40, 30))
+    async with trio_parallel.cache_scope(init=arm_short):  # CHECK_S at 1 s in the worker
+        e = await refused(isolated.check_file(hang, "image/png"))
+        assert (e.status, e.code, e.message) == (422, "request.validation_failed", MSG_NOT_IMAGE)
+        assert (await isolated.check_file(good, None)).width == 40
+    assert isolated.CHECK_S == 60  # the node's own bound (this process's is never changed)
 
 
 @pytest.mark.parametrize("size", ["in the call", "written first"])

@@ -4,9 +4,9 @@ Every file the node stores is decoded once first: an upload, and an engine's out
 Done here in a worker process (trio-parallel), for two reasons:
 
 - A decoder's fault on a crafted file (a crash in Pillow's or FFmpeg's C code, memory it
-  cannot get) ends that worker, not the node with every job and stream it holds. The
-  file gets its kind's "not readable" answer, as for any decoder complaint, and the next
-  check starts a new worker. This is containment of faults, not a sandbox: the workers run
+  cannot get, a loop that never ends: CHECK_S) ends that worker, not the node with every
+  job and stream it holds, and holds no thread for ever. The file gets its kind's "not
+  readable" answer, as for any decoder complaint, and the next check starts a new worker. This is containment of faults, not a sandbox: the workers run
   as the node's user and can read what it can.
 - The check's own Python (Pillow's open and its plugins, PyAV's probing) held the GIL in a
   worker thread while the event loop's thread waited for it (bench/README.md,
@@ -23,6 +23,7 @@ process-wide default, ended at exit.
 from __future__ import annotations
 
 import logging
+import signal
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,10 @@ from .sniff import sniff
 log = logging.getLogger("service.media")
 
 IDLE_S = 600.0  # an idle worker ends after this
+# A check still running after this many seconds (a decoder looping on a crafted file) ends
+# its worker (SIGALRM, real time, whatever the caller's clock): the file is refused as one
+# the worker died on. A 40-megapixel decode takes a second or two.
+CHECK_S = 60
 # Data up to this size goes to the worker with the call, which writes it (one hop); larger
 # data is written by a thread first, since the pipe would copy it on the event loop's thread.
 IN_CALL_BYTES = 256 * 1024
@@ -128,11 +133,14 @@ def _check(path: str, declared_type: str | None) -> tuple:
     """("ok", MediaInfo) or ("no", message, details): plain values, since an exception's
     pickle would drop its details."""
     global _large
+    signal.alarm(CHECK_S)
     try:
         info = inspect_file(path, declared_type)
     except Unprocessable as e:
         _large = False
         return ("no", e.message, e.details)
+    finally:
+        signal.alarm(0)
     _large = (info.width or 0) * (info.height or 0) > LARGE_DECODE
     return ("ok", info)
 
