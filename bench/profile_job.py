@@ -166,7 +166,7 @@ def one_pass(mode: str, tmp: Path, jobs: int, sites: bool = False, stream: bool 
             health = wait_report(out)
             health["requests"] = hres.requests
             (out / "window.json").unlink()
-        gate0 = children_cpu_s(node.pid)  # the hook gate's process, when the node runs one
+        gate0 = children_cpu_s(node.pid)  # its child processes: the media check's workers, the hook gate's
         os.kill(node.pid, signal.SIGUSR1)
         res = trio.run(run_jobs, host, int(port), key, MODEL, jobs, SLOTS, lambda i: body(SLOTS + i))
         os.kill(node.pid, signal.SIGUSR2)
@@ -231,8 +231,8 @@ def main() -> None:
           f"{other_ms:.2f}), commits per job {cpu['commits'] / n:.2f} carrying {cpu['writes'] / n:.2f} writes per job "
           f"(Store.write calls; group commit shares a COMMIT between jobs)")
     if gate_ms:
-        print(f"the hook gate's process (service/hookgate/, another process than the node's): {gate_ms:.2f} ms "
-              f"of CPU per job")
+        print(f"the node's child processes (the media check's workers, service/media/isolated.py, and the hook "
+              f"gate's, service/hookgate/, when it runs): {gate_ms:.2f} ms of CPU per job")
     busy, idle, queued, gil = thread_split(cpu)
     print(f"the trio thread over the window (pass 1, wall clock): on a core {busy:.1%}, idle (every task "
           f"waiting, in epoll) {idle:.1%}, runnable but waiting for a core (the kernel's run queue) "
@@ -286,7 +286,7 @@ def main() -> None:
             print(f"  {count / n:6.2f}  {where}")
     final = {"jobs_per_s_instant_64": round(cpu["jobs"] / cpu["client_wall_s"], 1),
              "cpu_ms_per_job": round(main_ms + other_ms, 3), "trio_thread_ms_per_job": round(main_ms, 3),
-             "other_threads_ms_per_job": round(other_ms, 3), "gate_process_ms_per_job": round(gate_ms, 3),
+             "other_threads_ms_per_job": round(other_ms, 3), "child_processes_ms_per_job": round(gate_ms, 3),
              "commits_per_job": round(cpu["commits"] / n, 3),
              "writes_per_job": round(cpu["writes"] / n, 3), "gc_ms_per_job": round(cpu["gc_s"] * 1000 / n, 3),
              "areas_ms_per_job": split, "task_steps_per_job": round(sum(cpu["task_steps"].values()) / n, 1),
