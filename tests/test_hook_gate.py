@@ -279,7 +279,8 @@ def test_genservice_serve_runs_the_gate_and_the_gate_ends_with_a_killed_node(tmp
         url = line.rsplit(" ", 1)[1]
         r = httpx.post(f"{url}/engine-hooks/some-job/some-token", content=b"{}", timeout=10)
         assert error_of(r) == (404, "request.not_found", "Not found.")
-        [pid] = children(node.pid)
+        # the gate's process (the node's others are its media-check workers)
+        [pid] = [c for c in children(node.pid) if b"service.hookgate.child" in Path(f"/proc/{c}/cmdline").read_bytes()]
     finally:
         node.kill()  # SIGKILL: the node cannot stop its gate; the gate sees its link close
     wait_until_sync(lambda: not alive(pid), 10)  # another process's exit: waited for, not timed

@@ -6,8 +6,9 @@ Done here in a worker process (trio-parallel), for two reasons:
 - A decoder's fault on a crafted file (a crash in Pillow's or FFmpeg's C code, memory it
   cannot get, a loop that never ends: CHECK_S) ends that worker, not the node with every
   job and stream it holds, and holds no thread for ever. The file gets its kind's "not
-  readable" answer, as for any decoder complaint, and the next check starts a new worker. This is containment of faults, not a sandbox: the workers run
-  as the node's user and can read what it can.
+  readable" answer, as for any decoder complaint, and the next check starts a new worker.
+  This is containment of faults, not a sandbox: the workers run as the node's user and
+  can read what it can.
 - The check's own Python (Pillow's open and its plugins, PyAV's probing) held the GIL in a
   worker thread while the event loop's thread waited for it (bench/README.md,
   "Throughput XXII").
