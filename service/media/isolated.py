@@ -15,9 +15,9 @@ Done here in a worker process (trio-parallel), for two reasons:
 
 At most one check per core runs at once (trio-parallel's default limiter), so there are at
 most that many workers (about 50 MB each when idle); the other checks wait their turn, and
-each waiter is an upload or a job, both bounded. A worker idle for IDLE_S
-ends; a worker that has just decoded a large file (over LARGE_DECODE pixels) ends after
-it, so the hundreds of megabytes it touched go back to the system. `serve` scopes the
+each waiter is an upload or a job, both bounded. A worker idle for IDLE_S ends; a worker
+that has just decoded a large file (over LARGE_DECODE pixels) ends after it, so the
+hundreds of megabytes it touched go back to the system. `serve` scopes the
 workers to the node's run (`workers`); anything else (the tests' nodes) uses the
 process-wide default, ended at exit.
 """
