@@ -26,7 +26,7 @@ async def refused(coro) -> Unprocessable:
     return caught.value
 
 
-async def test_a_worker_that_dies_refuses_the_file_by_its_kind_and_the_next_check_runs(tmp_path):
+async def test_a_worker_that_dies_refuses_the_file_by_its_kind_and_the_next_check_runs(tmp_path, caplog):
     png, wav = tmp_path / "a.png", tmp_path / "a.wav"
     png.write_bytes(image_bytes("PNG", 64, 48) + CRASH)
     wav.write_bytes(wav_bytes(0.5) + CRASH)
@@ -41,6 +41,8 @@ async def test_a_worker_that_dies_refuses_the_file_by_its_kind_and_the_next_chec
             assert (e.status, e.code, e.message, e.details) == (422, "request.validation_failed", message, None)
             info = await isolated.check_file(good, "image/png")
             assert (info.kind, info.content_type, info.width, info.height) == ("image", "image/png", 40, 30)
+    assert [r.getMessage() for r in caplog.records if r.name == "service.media"] == [
+        "the media check's worker ended while checking a file (signal 11): the file is refused"] * 3
     # a refusal by the check itself keeps its details through the worker
     (tmp_path / "t.txt").write_bytes(b"hello")
     e = await refused(isolated.check_file(tmp_path / "t.txt", "text/plain"))
@@ -48,7 +50,7 @@ async def test_a_worker_that_dies_refuses_the_file_by_its_kind_and_the_next_chec
     assert e.details == {"allowed": ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]}
 
 
-async def test_a_check_that_never_ends_is_ended_by_its_bound_and_refuses_the_file(tmp_path):
+async def test_a_check_that_never_ends_is_ended_by_its_bound_and_refuses_the_file(tmp_path, caplog):
     hang, good = tmp_path / "hang.png", tmp_path / "good.png"
     hang.write_bytes(image_bytes("PNG", 64, 48) + HANG)
     good.write_bytes(image_bytes("PNG", 40, 30))
@@ -56,6 +58,8 @@ async def test_a_check_that_never_ends_is_ended_by_its_bound_and_refuses_the_fil
         e = await refused(isolated.check_file(hang, "image/png"))
         assert (e.status, e.code, e.message) == (422, "request.validation_failed", MSG_NOT_IMAGE)
         assert (await isolated.check_file(good, None)).width == 40
+    assert [r.getMessage() for r in caplog.records if r.name == "service.media"] == [
+        "the media check's worker ended while checking a file (signal 14): the file is refused"]
     assert isolated.CHECK_S == 60  # the node's own bound (this process's is never changed)
 
 

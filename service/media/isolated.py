@@ -69,21 +69,23 @@ def workers() -> AbstractAsyncContextManager[None]:
 async def check_file(path: str | Path, declared_type: str | None) -> MediaInfo:
     """`inspect_file(path, declared_type)` in a worker; raises Unprocessable as it does,
     and when the worker dies on the file."""
-    return _answer(await _in_worker(_check, str(path), declared_type, path=path, declared_type=declared_type))
+    return _answer(await _in_worker(path, declared_type, _check, str(path), declared_type))
 
 
 async def write_and_check(path: Path, data: bytes) -> tuple[tuple[str, int], MediaInfo]:
     """Write `data` at `path` (its folder made), check it as a file of no declared type,
-    and give (its digest and size, what it is). A file refused, or whose check killed its worker, is
-    removed again; Unprocessable says why."""
-    if len(data) <= IN_CALL_BYTES:
-        digest, answer = await _in_worker(_write_then_check, str(path), data, path=path, declared_type=None)
-    else:
-        digest = await threads.run_sync(_write, path, data)
-        answer = await _in_worker(_check, str(path), None, path=path, declared_type=None)
-    if answer[0] != "ok":
+    and give (its digest and size, what it is). A file refused, or whose check killed its
+    worker, is removed again; Unprocessable says why."""
+    try:
+        if len(data) <= IN_CALL_BYTES:
+            digest, answer = await _in_worker(path, None, _write_then_check, str(path), data)
+        else:
+            digest = await threads.run_sync(_write, path, data)
+            answer = await _in_worker(path, None, _check, str(path), None)
+        return digest, _answer(answer)
+    except Unprocessable:
         await threads.run_sync(_remove, path)
-    return digest, _answer(answer)
+        raise
 
 
 async def warm() -> None:
@@ -92,15 +94,16 @@ async def warm() -> None:
     await trio_parallel.run_sync(int, kill_on_cancel=True)
 
 
-async def _in_worker(fn: Any, *args: Any, path: str | Path, declared_type: str | None) -> Any:
+async def _in_worker(path: str | Path, declared_type: str | None, fn: Any, *args: Any) -> Any:
+    """`fn(*args)` in a worker, a free token taken without a step; Unprocessable (the file's
+    kind's "not readable") when the worker dies on it."""
     try:
         return await trio_parallel.run_sync(fn, *args, limiter=threads.prompt(
             trio_parallel.current_default_worker_limiter()))
     except trio_parallel.BrokenWorkerError as e:
         log.warning("the media check's worker ended while checking a file (%s): the file is refused",
                     _exit_of(e))
-        refused = ("no", await threads.run_sync(_broken_message, path, declared_type), None)
-        return (None, refused) if fn is _write_then_check else refused
+        raise Unprocessable(await threads.run_sync(_broken_message, path, declared_type)) from None
 
 
 def _answer(answer: tuple) -> MediaInfo:
@@ -110,9 +113,10 @@ def _answer(answer: tuple) -> MediaInfo:
 
 
 def _exit_of(e: trio_parallel.BrokenWorkerError) -> str:
-    proc = e.args[1] if len(e.args) > 1 else None
-    code = getattr(proc, "exitcode", None)
-    return "unknown exit" if code is None else f"exit code {code}"
+    code = getattr(e.args[1] if len(e.args) > 1 else None, "exitcode", None)
+    if code is None:
+        return "its end unknown"
+    return f"signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def _broken_message(path: str | Path, declared_type: str | None) -> str:
