@@ -17,19 +17,28 @@ CRASH = b"CRASH-THE-CHECK"
 HANG = b"HANG-THE-CHECK"
 
 
+def fault(path) -> None:
+    data = Path(path).read_bytes()
+    if CRASH in data:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if HANG in data:
+        while True:
+            time.sleep(1)
+
+
 def arm() -> None:
-    real = isolated.inspect_file
+    """The check (`inspect_file`) and the size probe (`decode_pixels`) both meet the faults."""
+    check, probe = isolated.inspect_file, isolated.decode_pixels
 
-    def faulty(path, declared_type):
-        data = Path(path).read_bytes()
-        if CRASH in data:
-            os.kill(os.getpid(), signal.SIGSEGV)
-        if HANG in data:
-            while True:
-                time.sleep(1)
-        return real(path, declared_type)
+    def faulty_check(path, declared_type):
+        fault(path)
+        return check(path, declared_type)
 
-    isolated.inspect_file = faulty
+    def faulty_probe(path):
+        fault(path)
+        return probe(path)
+
+    isolated.inspect_file, isolated.decode_pixels = faulty_check, faulty_probe
 
 
 def arm_short() -> None:

@@ -50,6 +50,22 @@ async def test_a_worker_that_dies_refuses_the_file_by_its_kind_and_the_next_chec
     assert e.details == {"allowed": ["image/png", "image/jpeg", "image/webp", "video/mp4", "audio/mpeg", "audio/wav"]}
 
 
+async def test_the_size_probe_runs_in_a_worker_too(tmp_path, caplog):
+    """An upload's size is probed before its check (an MP4's header by FFmpeg): a worker that
+    dies there refuses the file by its kind as well; a good file gives its pixels."""
+    mp4 = write_mp4(tmp_path / "a.mp4", [(20, 200, 20)] * 4, size=(32, 32))
+    png = tmp_path / "a.png"
+    png.write_bytes(image_bytes("PNG", 64, 48))
+    assert (await isolated.pixels(mp4), await isolated.pixels(png)) == (32 * 32, 64 * 48)
+    mp4.write_bytes(mp4.read_bytes() + CRASH)
+    async with trio_parallel.cache_scope(init=arm):
+        e = await refused(isolated.pixels(mp4))
+        assert (e.status, e.code, e.message) == (422, "request.validation_failed", MSG_NOT_VIDEO)
+        assert await isolated.pixels(png) == 64 * 48
+    assert [r.getMessage() for r in caplog.records if r.name == "service.media"] == [
+        "the media check's worker ended while checking a file (signal 11): the file is refused"]
+
+
 async def test_a_check_that_never_ends_is_ended_by_its_bound_and_refuses_the_file(tmp_path, caplog):
     hang, good = tmp_path / "hang.png", tmp_path / "good.png"
     hang.write_bytes(image_bytes("PNG", 64, 48) + HANG)

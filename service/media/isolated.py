@@ -1,7 +1,8 @@
 """The media check (service.media.inspect) in worker processes, not in the node's own.
 
-Every file the node stores is decoded once first: an upload, and an engine's output.
-Done here in a worker process (trio-parallel), for two reasons:
+Every file the node stores is decoded once first: an upload (its header probed for its size
+first, `pixels`), and an engine's output. Done here in a worker process (trio-parallel), for
+two reasons:
 
 - A decoder's fault on a crafted file (a crash in Pillow's or FFmpeg's C code, memory it
   cannot get, a loop that never ends: CHECK_S) ends that worker, not the node with every
@@ -43,6 +44,7 @@ from .inspect import (
     MSG_NOT_IMAGE,
     MSG_NOT_VIDEO,
     MediaInfo,
+    decode_pixels,
     inspect_file,
 )
 from .sniff import sniff
@@ -70,6 +72,12 @@ async def check_file(path: str | Path, declared_type: str | None) -> MediaInfo:
     """`inspect_file(path, declared_type)` in a worker; raises Unprocessable as it does,
     and when the worker dies on the file."""
     return _answer(await _in_worker(path, declared_type, _check, str(path), declared_type))
+
+
+async def pixels(path: str | Path) -> int:
+    """`decode_pixels(path)` in a worker: a video's header is probed by FFmpeg, whose fault
+    on a crafted file must not end the node either. Unprocessable when the worker dies."""
+    return await _in_worker(path, None, _pixels, str(path))
 
 
 async def write_and_check(path: Path, data: bytes) -> tuple[tuple[str, int], MediaInfo]:
@@ -149,6 +157,14 @@ def _check(path: str, declared_type: str | None) -> tuple:
         signal.alarm(0)
     _large = (info.width or 0) * (info.height or 0) > LARGE_DECODE
     return ("ok", info)
+
+
+def _pixels(path: str) -> int:
+    signal.alarm(CHECK_S)
+    try:
+        return decode_pixels(path)
+    finally:
+        signal.alarm(0)
 
 
 def _write_then_check(path: str, data: bytes) -> tuple[tuple[str, int], tuple]:

@@ -70,7 +70,7 @@ from service.idempotency import Gate
 from service.limits import check_active_jobs
 from service.media import isolated
 from service.media.gate import DecodeGate
-from service.media.inspect import MediaInfo, decode_pixels
+from service.media.inspect import MediaInfo
 from service.senders.job_webhooks import JobWebhooks
 from service.storage import generation as sql
 from service.storage import retention as retention_sql
@@ -220,7 +220,7 @@ class Generation:
         slot of the node's decode gate, shared by the organizations in turn
         (service/media/gate.py): a 40-megapixel decode holds about 500 MB, so uploads in
         parallel would otherwise add up to gigabytes."""
-        pixels = await trio.to_thread.run_sync(decode_pixels, path)
+        pixels = await isolated.pixels(path)
         async with self.decodes.slot(org_id, pixels):
             return await isolated.check_file(path, declared_type)
 
