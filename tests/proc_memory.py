@@ -1,27 +1,28 @@
-"""Memory of a node together with its media-check workers (service/media/isolated.py):
-the check decodes in those processes, so a bound on what a decode may hold is a bound on
-their memory as much as on the node's own. From /proc; a worker that ends meanwhile is
-skipped."""
+"""A node's child processes, and its memory together with its media-check workers'
+(service/media/isolated.py): the check decodes in those processes, so a bound on what a
+decode may hold is a bound on their memory as much as on the node's own. From /proc; a
+worker that ends meanwhile is skipped."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import trio
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of `pid`, whichever of its threads started them."""
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+
+
 def check_workers(pid: int) -> list[int]:
     """The media-check workers of process `pid` (its children started by multiprocessing)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for child in children(pid):
         try:
-            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == pid and b"spawn_main" in Path(f"/proc/{entry}/cmdline").read_bytes():
-                found.append(int(entry))
-        except (OSError, IndexError, ValueError):
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:  # ended meanwhile
             continue
     return found
 

@@ -21,6 +21,7 @@ from service.hookgate import child, gate, wire
 from service.hookgate.gate import BadListen, bind
 
 from engine_support import cog_catalog, engine_node
+from proc_memory import children
 from serve_process import HARNESS_ENV, ServeProcess
 from test_generation_support import submit, wait_status
 from tests.pages import page
@@ -284,10 +285,6 @@ def test_genservice_serve_runs_the_gate_and_the_gate_ends_with_a_killed_node(tmp
     finally:
         node.kill()  # SIGKILL: the node cannot stop its gate; the gate sees its link close
     wait_until_sync(lambda: not alive(pid), 10)  # another process's exit: waited for, not timed
-
-
-def children(pid: int) -> list[int]:
-    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
 
 
 def alive(pid: int) -> bool:

@@ -67,6 +67,9 @@ async def test_the_size_probe_runs_in_a_worker_too(tmp_path, caplog):
 
 
 async def test_a_check_that_never_ends_is_ended_by_its_bound_and_refuses_the_file(tmp_path, caplog):
+    """The bound is the worker's own alarm in real time, in another process, on purpose: a
+    caller's mock clock jumping while the loop idles must never end a check early. So it is
+    driven here by a 1 s bound in the test's workers, not by trio's clock."""
     hang, good = tmp_path / "hang.png", tmp_path / "good.png"
     hang.write_bytes(image_bytes("PNG", 64, 48) + HANG)
     good.write_bytes(image_bytes("PNG", 40, 30))

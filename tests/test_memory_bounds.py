@@ -8,30 +8,22 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 
 import pytest
 import trio
 from PIL import Image
 
 from media_bombs import mp3_with_cover, png_mp4, png_zeros
-from proc_memory import RssSampler, reset_peaks, total_kib
+from proc_memory import RssSampler, reset_peaks, status_kib, total_kib
 from service.media.inspect import inspect_file
 from service.media.video import MSG_NO_SIZE
 from test_generation_support import upload, upload_ok
-from test_media_samples import write_mp3
+from test_media_samples import image_bytes, write_mp3
 
 pytestmark = pytest.mark.slow
 
 UPSCALE = "/v1/generation/capabilities/media.upscale"
 PEAK_BOUND_MB = 1024  # one 40 MP WebP decode peaks at ~610 MB here; six at once took 3.6 GB
-
-
-def status_kb(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1])
-    raise KeyError(key)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +36,7 @@ def bomb() -> bytes:
 
 async def test_parallel_large_uploads_decode_one_at_a_time(node, bomb):
     org = await node.create_org()
-    await upload_ok(node, org["api_key"], small_png())  # a worker up before the baseline
+    await upload_ok(node, org["api_key"], image_bytes("PNG"))  # a worker up before the baseline
     base = total_kib(os.getpid(), "VmRSS")
     sampler = RssSampler(os.getpid())  # sampled: a large decode's worker ends after it
     results = []
@@ -71,7 +63,7 @@ async def test_parallel_png_coded_video_bombs_are_refused_without_decoding(node,
     data = png_mp4(tmp_path / "bomb.mp4", png_zeros(12000, 12000), (12000, 12000)).read_bytes()
     async with trio.open_nursery() as n:  # the check's workers up (two: one a core) before the baseline
         for _ in range(2):
-            n.start_soon(upload_ok, node, org["api_key"], small_png())
+            n.start_soon(upload_ok, node, org["api_key"], image_bytes("PNG"))
     reset_peaks(os.getpid())
     base = total_kib(os.getpid(), "VmRSS")
     results = []
@@ -88,22 +80,16 @@ async def test_parallel_png_coded_video_bombs_are_refused_without_decoding(node,
     assert peak_mb < 128, peak_mb
 
 
-def small_png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (64, 48), (10, 200, 10)).save(buf, "PNG")
-    return buf.getvalue()
-
-
 def test_an_mp3_whose_cover_art_is_a_bomb_is_read_without_decoding_it(tmp_path):
     """FFmpeg probes an MP3's ID3 picture by decoding it: a 12,000 x 12,000 PNG cover
     (0.43 GB decoded; +416 MB peak before) is not decoded, and the audio is still read."""
     mp3 = write_mp3(tmp_path / "tone.mp3", 1.0).read_bytes()
     path = tmp_path / "cover.mp3"
     path.write_bytes(mp3_with_cover(mp3, png_zeros(12000, 12000)))
-    Path("/proc/self/clear_refs").write_text("5")
-    base = status_kb("VmRSS:")
+    reset_peaks(os.getpid())
+    base = status_kib(os.getpid(), "VmRSS")
     info = inspect_file(path, "audio/mpeg")
-    peak_mb = (status_kb("VmHWM:") - base) / 1024
+    peak_mb = (status_kib(os.getpid(), "VmHWM") - base) / 1024
     assert (info.kind, info.content_type, info.duration_s) == ("audio", "audio/mpeg", 1.0)
     assert peak_mb < 64, peak_mb
 

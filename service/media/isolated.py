@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import signal
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -147,22 +148,27 @@ def _check(path: str, declared_type: str | None) -> tuple:
     """("ok", MediaInfo) or ("no", message, details): plain values, since an exception's
     pickle would drop its details."""
     global _large
-    signal.alarm(CHECK_S)
     try:
-        info = inspect_file(path, declared_type)
+        with _bounded():
+            info = inspect_file(path, declared_type)
     except Unprocessable as e:
         _large = False
         return ("no", e.message, e.details)
-    finally:
-        signal.alarm(0)
     _large = (info.width or 0) * (info.height or 0) > LARGE_DECODE
     return ("ok", info)
 
 
 def _pixels(path: str) -> int:
+    with _bounded():
+        return decode_pixels(path)
+
+
+@contextmanager
+def _bounded() -> Iterator[None]:
+    """The block ends its worker (SIGALRM's default) once it has run CHECK_S seconds."""
     signal.alarm(CHECK_S)
     try:
-        return decode_pixels(path)
+        yield
     finally:
         signal.alarm(0)
 
