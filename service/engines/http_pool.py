@@ -47,7 +47,8 @@ class Pool(httpcore.AsyncConnectionPool):
     def _assign_requests_to_connections(self) -> list[AsyncConnectionInterface]:
         """httpcore 1.0's pass, decision for decision (tests/test_engines_http_pool.py
         compares the two on random pools) but for when a closed idle connection is found
-        (when chosen: module docstring), without asking the same things again and again.
+        (when chosen: module docstring) and for an orphaned one (`_orphaned`), without
+        asking the same things again and again.
         httpcore asks `is_idle` of every connection once for each idle one (a count of all
         the connections, `len([c.is_idle() for c in ...])`, whatever they answer), and of
         every connection again for each queued request whether or not it needs an idle
@@ -57,15 +58,16 @@ class Pool(httpcore.AsyncConnectionPool):
         connections the requests held when the pass began plus the queued requests (the
         only ones a pass assigns)."""
         connections = self._connections
-        self._held = {r.connection for r in self._requests if r.connection is not None}
+        self._held = held = {r.connection for r in self._requests if r.connection is not None}
         self._queued = queued = tuple(r for r in self._requests if r.connection is None)
         try:
             closing: list[AsyncConnectionInterface] = []
-            for connection in list(connections):  # closed, expired, or an idle one too many
+            for connection in list(connections):  # closed, expired, an idle one too many, or orphaned
                 if connection.is_closed():
                     connections.remove(connection)
                 elif _expired_by_clock(connection) or (
-                        len(connections) > self._max_keepalive_connections and connection.is_idle()):
+                        len(connections) > self._max_keepalive_connections and connection.is_idle()) or (
+                        connection not in held and _orphaned(connection)):
                     connections.remove(connection)
                     closing.append(connection)
             for pool_request in queued:
@@ -91,6 +93,13 @@ class Pool(httpcore.AsyncConnectionPool):
         if self._held is None:
             return any(r.connection is connection for r in self._requests)
         return connection in self._held or any(r.connection is connection for r in self._queued)
+
+
+def _orphaned(connection: AsyncConnectionInterface) -> bool:
+    """A connection no request holds that is not idle (nor closed): made for a request that
+    was cancelled before it started on it (never connected, or connected in state NEW).
+    httpcore's pass keeps it for good, a slot lost (encode/httpcore#1093)."""
+    return isinstance(connection, _Promised) and not connection.inner.is_idle()
 
 
 def _expired_by_clock(connection: AsyncConnectionInterface) -> bool:

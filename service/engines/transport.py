@@ -100,8 +100,10 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
                 sent.append((b"Content-Length", b"0"))
             status, got, body, extensions = await transport.plain(
                 method, origin, split[1], sent, content, _timeouts(timeout))
-            answer = _Answer(status, headers=got, content=body, extensions=extensions)
+            # stream=, not content=: httpx adds a Content-Length header to a `content=` response
+            answer = _Answer(status, headers=got, stream=httpx.ByteStream(body), extensions=extensions)
             answer.ask = (method, url, json, headers, timeout)
+            answer.read()
             return answer
     request = httpx.Request(method, url, json=json, headers=headers, extensions=_timeouts(timeout))
     response = await client._transport_for_url(request.url).handle_async_request(request)
