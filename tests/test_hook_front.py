@@ -87,7 +87,7 @@ async def test_every_refusal_is_the_routes_own_answer(node):
     not_json = (400, "request.bad_request", "Body must be a JSON object.")
     cases = [(wrong, b'{"status": "succeeded"}', (404, "request.not_found", "Not found.")),
              (path, b"not json", not_json), (path, b'["a list"]', not_json), (path, b"\xff\xfe", not_json),
-             (path, b"", not_json),
+             (path, b"", not_json), (path, b"[" * 100_000 + b"]" * 100_000, not_json),  # nested past recursion
              (signed, b'{"status": "succeeded"}', (401, "request.unauthorized", "Invalid webhook signature.")),
              (path + "/more", b"{}", (404, "request.not_found", "The requested resource was not found.")),
              (raising, b'{"status": "succeeded"}', (500, "request.internal_error", "Something went wrong on our side."))]
@@ -99,7 +99,7 @@ async def test_every_refusal_is_the_routes_own_answer(node):
                 assert (r.status_code, e["code"], e["message"]) == expected, (where, body)
         assert passed == [where for where, _, _ in cases]  # each one handed on to the route
         assert hooks.statistics().current_buffer_used == 0
-        assert counted(node, "400") == 8 and counted(node, "401") == 2
+        assert counted(node, "400") == 10 and counted(node, "401") == 2
     finally:
         for job, channel in (("job-3", hooks), ("job-6", faulty)):
             ctx.forget_hooks(job)

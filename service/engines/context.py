@@ -79,7 +79,7 @@ class Context:
         else the refusal. One rule for the route, the front and the hook gate."""
         try:
             payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested thousands deep
             return NOT_JSON
         if not isinstance(payload, dict):
             return NOT_JSON

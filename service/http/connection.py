@@ -67,6 +67,7 @@ import hypercorn.trio.tcp_server
 import trio
 import trio._highlevel_serve_listeners as trio_listeners
 from hypercorn.events import Closed, RawData
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.task_group import TaskGroup as HypercornTaskGroup
 from hypercorn.trio.task_group import _handle
 from hypercorn.trio.tcp_server import MAX_RECV
@@ -255,6 +256,7 @@ class TCPServer(HypercornTCPServer):
             await self.protocol.handle(Closed())
         finally:
             self.timer.close()
+            await _release_h2(self.protocol)
 
     async def _close(self) -> None:
         """Hypercorn's close without its four scheduler steps: the end of sending and then
@@ -306,6 +308,17 @@ class TCPServer(HypercornTCPServer):
             return
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
+
+
+async def _release_h2(wrapper: Any) -> None:
+    """Over HTTP/2 a response waits in Hypercorn for the client's flow-control window,
+    unbounded and, for its last message, shielded (`EndShielded`): a client granting none
+    held the connection's task and socket after it left, and the node's stop. Once reading
+    has ended no window can come: the waits end, as a closed socket ends an HTTP/1 write."""
+    protocol = getattr(wrapper, "protocol", None)
+    if isinstance(protocol, H2Protocol):
+        for buffer in list(protocol.stream_buffers.values()):
+            await buffer.close()  # no checkpoint: it sets events
 
 
 def _sized_head(data: bytes) -> bool:

@@ -92,11 +92,19 @@ class HookFront:
 
 
 def _length(scope: dict[str, Any]) -> int | None:
-    """The declared body length; None when absent or not a plain number."""
+    """The declared body length; None when absent, not a plain number, or overridden by a
+    Transfer-Encoding (h11 then frames the body by its chunks: read to the length, the
+    front judged a part and left the rest unread on the app's queue)."""
+    size = None
     for name, value in scope["headers"]:
-        if name.lower() == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+        name = name.lower()
+        if name == b"content-length":
+            if not value.isdigit():
+                return None
+            size = int(value)
+        elif name == b"transfer-encoding":
+            return None
+    return size
 
 
 def _replay(body: bytes, more: bool, last: dict | None, receive: Callable[[], Awaitable[dict]]):

@@ -1,0 +1,120 @@
+"""HTTP/2 (here cleartext prior knowledge; ALPN h2 over TLS alike) to the node's connection
+class with EndShielded, on trio's mock clock: a client that grants no flow-control window
+has a response wait in Hypercorn for room that never comes, shielded for its last message.
+Once the client has gone, or the shutdown's grace is over, that wait must end, as an
+HTTP/1 write ends when its socket closes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.settings
+import pytest
+import trio
+from hypercorn.trio import serve
+
+from service.config import Settings
+from service.http.connection import TCPServer, install
+from service.main import EndShielded, hypercorn_config
+
+GRACE_S = hypercorn_config(Settings(data_dir=Path("unused"))).graceful_timeout
+
+
+async def app(scope, receive, send) -> None:
+    """Answers as Quart does: the body, then an empty last message."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok", "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+@pytest.fixture
+def servers(monkeypatch) -> list[tuple[TCPServer, list[float]]]:
+    """Each connection and the (virtual) time its task ended (empty while it runs)."""
+    made: list[tuple[TCPServer, list[float]]] = []
+    run = TCPServer.run
+
+    async def tracked(self):
+        made.append((self, ended := []))
+        try:
+            await run(self)
+        finally:
+            ended.append(trio.current_time())
+
+    monkeypatch.setattr(TCPServer, "run", tracked)
+    return made
+
+
+async def unstick(servers) -> None:
+    """Ends the waits the bug left for ever (else this test's server never stops)."""
+    for server, ended in servers:
+        if not ended:
+            for buffer in list(server.protocol.protocol.stream_buffers.values()):
+                await buffer.close()
+
+
+async def windowless_get(port: int) -> trio.SocketStream:
+    """An HTTP/2 connection whose client grants no window, with one GET answered (its head)."""
+    s = await trio.open_tcp_stream("127.0.0.1", port)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.local_settings = h2.settings.Settings(client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    c.initiate_connection()
+    c.send_headers(1, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "t")], end_stream=True)
+    await s.send_all(c.data_to_send())
+    events: list = []
+    while not any(type(e).__name__ == "ResponseReceived" for e in events):
+        data = await s.receive_some()
+        assert data, events
+        events += c.receive_data(data)
+        if out := c.data_to_send():
+            await s.send_all(out)
+    return s
+
+
+async def test_a_windowless_http2_client_that_leaves_ends_its_connection_at_once(autojump_clock, servers):
+    """It held the connection's task and descriptor (in CLOSE_WAIT) for ever, and the node's stop."""
+    install()
+    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
+                                                              shutdown_trigger=trio.sleep_forever))
+        try:
+            s = await windowless_get(int(binds[0].rsplit(":", 1)[1]))
+            await trio.sleep(60)
+            assert servers[0][1] == []  # held while the client is there, as by Hypercorn
+            t0 = trio.current_time()
+            await s.aclose()
+            await trio.sleep(1)
+            assert servers[0][1] == [t0]
+        finally:
+            await unstick(servers)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_windowless_http2_client_does_not_hold_the_nodes_stop_past_its_grace(autojump_clock, servers):
+    install()
+    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
+    shutdown = trio.Event()
+    stopped: list[float] = []
+
+    async def run_server(task_status):
+        await serve(EndShielded(app), config, task_status=task_status, shutdown_trigger=shutdown.wait)
+        stopped.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(run_server)
+        try:
+            s = await windowless_get(int(binds[0].rsplit(":", 1)[1]))
+            t0 = trio.current_time()
+            shutdown.set()
+            await trio.sleep(3 * GRACE_S)
+            assert servers[0][1] == [t0 + GRACE_S] and stopped == [t0 + GRACE_S]
+            await s.aclose()
+        finally:
+            await unstick(servers)
