@@ -92,6 +92,8 @@ async def final_status(gen, hub: Hub, job_id: str, org_id: str, seconds: int) ->
                     status = gen.status(job_id, org_id)
                     if status is None or status["status"] in JOB.final:
                         return status
+                if hub.closed.is_set():  # closed while the job was made: no close ends `sub`
+                    return None
                 try:
                     return await _final_event(sub)
                 except (trio.EndOfChannel, trio.ClosedResourceError):
