@@ -8,6 +8,8 @@ two reasons:
   cannot get, a loop that never ends: CHECK_S) ends that worker, not the node with every
   job and stream it holds, and holds no thread for ever. The file gets its kind's "not
   readable" answer, as for any decoder complaint, and the next check starts a new worker.
+  A worker that cannot be had (no process, or one that exits by itself, not by a signal)
+  says nothing of the file: 503, retry later.
   This is containment of faults, not a sandbox: the workers run as the node's user and
   can read what it can.
 - The check's own Python (Pillow's open and its plugins, PyAV's probing) held the GIL in a
@@ -36,7 +38,7 @@ import trio_parallel
 
 from service import threads
 from service.assets.files import hash_bytes
-from service.errors import Unprocessable
+from service.errors import Unavailable, Unprocessable
 
 from .gate import LARGE_DECODE
 from .images import read_head
@@ -60,6 +62,7 @@ CHECK_S = 60
 # Data up to this size goes to the worker with the call, which writes it (one hop); larger
 # data is written by a thread first, since the pipe would copy it on the event loop's thread.
 IN_CALL_BYTES = 256 * 1024
+MSG_NO_CHECK = "The file could not be checked now (the node could not start its media check); retry later."
 
 _large = False  # in a worker: its last check decoded a large file (read by `_retire`)
 
@@ -99,8 +102,14 @@ async def write_and_check(path: Path, data: bytes) -> tuple[tuple[str, int], Med
 
 async def warm() -> None:
     """Start a worker before the first check needs one (a start costs about a second);
-    a cancel (the node stopping) kills it."""
-    await trio_parallel.run_sync(int, kill_on_cancel=True)
+    a cancel (the node stopping) kills it. One that cannot start is logged, not raised: this
+    runs in the node's actors nursery, and each check tries a worker of its own."""
+    try:
+        await trio_parallel.run_sync(int, kill_on_cancel=True)
+    except trio_parallel.BrokenWorkerError as e:
+        log.error("the media check's first worker did not start (%s)", _exit_of(e))
+    except OSError as e:  # no process or pipe to be had (process or descriptor limits)
+        log.error("the media check's first worker did not start (%s)", e)
 
 
 async def _in_worker(path: str | Path, declared_type: str | None, fn: Any, *args: Any) -> Any:
@@ -109,7 +118,13 @@ async def _in_worker(path: str | Path, declared_type: str | None, fn: Any, *args
     try:
         return await trio_parallel.run_sync(fn, *args, limiter=threads.prompt(
             trio_parallel.current_default_worker_limiter()))
+    except OSError as e:  # no process or pipe to be had (or no disk): the node's fault, not the file's
+        log.error("the media check could not run (%s): the file is not checked", e)
+        raise Unavailable(MSG_NO_CHECK) from None
     except trio_parallel.BrokenWorkerError as e:
+        if not _signalled(e):  # it exited by itself (e.g. at its start): not the file's doing
+            log.error("the media check's worker ended by itself (%s): the file is not checked", _exit_of(e))
+            raise Unavailable(MSG_NO_CHECK) from None
         log.warning("the media check's worker ended while checking a file (%s): the file is refused",
                     _exit_of(e))
         raise Unprocessable(await threads.run_sync(_broken_message, path, declared_type)) from None
@@ -121,8 +136,20 @@ def _answer(answer: tuple) -> MediaInfo:
     raise Unprocessable(answer[1], answer[2])
 
 
+def _exit_code(e: trio_parallel.BrokenWorkerError) -> int | None:
+    return getattr(e.args[1] if len(e.args) > 1 else None, "exitcode", None)
+
+
+def _signalled(e: trio_parallel.BrokenWorkerError) -> bool:
+    """Whether a signal ended the worker: a decoder's crash (SIGSEGV, SIGABRT), the memory
+    it took (the OOM killer's SIGKILL), or CHECK_S (SIGALRM). An exit code is Python's own
+    end (its start or imports failing); an unknown end counts as the file's, as before."""
+    code = _exit_code(e)
+    return code is None or code < 0
+
+
 def _exit_of(e: trio_parallel.BrokenWorkerError) -> str:
-    code = getattr(e.args[1] if len(e.args) > 1 else None, "exitcode", None)
+    code = _exit_code(e)
     if code is None:
         return "its end unknown"
     return f"signal {-code}" if code < 0 else f"exit code {code}"
