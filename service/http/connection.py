@@ -62,6 +62,7 @@ import termios
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import hypercorn.protocol
 import hypercorn.trio.run
 import hypercorn.trio.tcp_server
 import trio
@@ -390,8 +391,11 @@ async def run_handler(stream: Any, handler: Callable[[Any], Awaitable[object]]) 
 
 def install() -> None:
     """Hypercorn's trio worker builds its connections from this name, its connections
-    their task groups from `TaskGroup`, and trio's listener runs each in `run_handler`
-    (idempotent)."""
+    their task groups from `TaskGroup` and their HTTP/2 protocol from `BoundedH2`, and
+    trio's listener runs each in `run_handler` (idempotent)."""
     setattr(hypercorn.trio.run, "TCPServer", TCPServer)  # the name its trio worker reads
     setattr(hypercorn.trio.tcp_server, "TaskGroup", TaskGroup)  # the name `TCPServer.run` reads
     setattr(trio_listeners, "_run_handler", run_handler)  # the name `_serve_one_listener` reads
+    from .h2_bound import BoundedH2  # imports this module's bound
+
+    setattr(hypercorn.protocol, "H2Protocol", BoundedH2)  # the name `ProtocolWrapper` reads
