@@ -400,3 +400,37 @@ async def test_unlink_keeps_a_way_in_and_mails(oidc_node):
     assert "was unlinked" in mails[2]
     r = await n.client.post(f"/account/identities/{KEY}/unlink", form={"csrf_token": csrf(html)})
     assert r.status_code == 404 and "This identity provider is not linked to your account." in await body(r)
+
+
+async def test_a_reset_unlinks_every_provider_and_says_so(oidc_node):
+    """Someone who held the account for a while (a sign-up's password confirmed by a mail
+    scanner, a stolen password) could link their own provider account; a reset, which proves
+    the mailbox, must not leave it a way in."""
+    from service.actors.sessions import StartSession
+    from tests.test_password_reset import set_password
+
+    n = oidc_node
+    org = await n.create_org(email="vic@acme.test")
+    out = await n.parts.sessions.ask("sessions", StartSession(org["owner_user_id"], org["organization_id"]))
+    n.client.set_cookie("localhost", "gs_session", out["token"])
+    await set_claims(n.issuer, "intruder-sub", email="intruder@elsewhere.test", email_verified=True)
+    assert (await sign_in(n, "intruder-sub", form={"next": "/account"}, from_page="/account")).status_code == 303
+    assert n.store.scalar("SELECT count(*) FROM identities") == 1
+    n.client.cookie_jar.clear()
+    assert (await sign_in(n, "intruder-sub")).status_code == 303  # the link is a way in, until the reset
+
+    n.client.cookie_jar.clear()
+    r = await n.op("POST", "/password-resets", {"email": "vic@acme.test"})
+    reset_url = (await r.get_json())["data"]["reset_url"]
+    assert (await set_password(n.client, reset_url.removeprefix("http://testserver"))).status_code == 303
+    assert n.store.scalar("SELECT count(*) FROM identities") == 0
+    [notice] = n.store.all("SELECT body FROM emails WHERE kind = 'credential_changed' AND to_address = 'vic@acme.test' "
+                           "AND body LIKE '%password was reset%'")
+    assert (f"the password was reset with a link sent to this address, and the identity-provider accounts linked "
+            f"to it ({n.issuer}) were unlinked (link yours again on your account page)") in notice["body"]
+    n.client.cookie_jar.clear()
+    r = await sign_in(n, "intruder-sub")
+    assert r.status_code == 303  # a stranger now: signed up as themselves, not into vic's account
+    assert n.store.scalar("SELECT u.email FROM identities i JOIN users u ON u.id = i.user_id") == "intruder@elsewhere.test"
+    assert [row["email"] for row in n.store.all("SELECT u.email FROM sessions s JOIN users u ON u.id = s.user_id "
+                                                "ORDER BY s.created_at")] == ["vic@acme.test", "intruder@elsewhere.test"]

@@ -3,7 +3,8 @@
 `@requires(permission)` authenticates the bearer key (one indexed read), checks the
 permission against the fixed role table, and runs the handler under the route's time
 limit (408). Every cause of a 401 gives the same flat body. A bound key acts with its
-role, capped at its creator's current role so a demoted creator's old keys shrink too.
+role, capped at its creator's current role so a demoted creator's old keys shrink too (never
+beyond either: `Principal.may`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class Principal:
     key_id: str | None  # None: a browser session (service.http.browser), which holds no key
     role: str  # what the caller may do: the person's role, or the narrower role its key is bound to
     user_role: str | None = None  # the person's own role when `role` is narrower (a bound key)
+    # a bound key's role, checked as well: read_only and member are not nested, so capping one
+    # by the other must not lend the key what its binding lacks
+    binding: str | None = None
+
+    def may(self, permission: str) -> bool:
+        return allows(self.role, permission) and (self.binding is None or allows(self.binding, permission))
 
 
 TARPIT_S = 1.0  # the longest pause before a per-key 429
@@ -75,7 +82,7 @@ def principal_for_key(svc: Node, token: str) -> Principal | None:
     if last is None or last < iso(now - TOUCH_EVERY):
         svc.accounts.touch_key(row["id"], now)
     return Principal(row["organization_id"], row["user_id"], row["id"], role,
-                     user_role if user_role != role else None)
+                     user_role if user_role != role else None, bound)
 
 
 def still_allowed() -> Callable[[], bool]:
@@ -88,7 +95,7 @@ def still_allowed() -> Callable[[], bool]:
 
     def check() -> bool:
         found = principal_for_key(svc, token)
-        return found is not None and (permission is None or allows(found.role, permission))
+        return found is not None and (permission is None or found.may(permission))
 
     return check
 
@@ -101,7 +108,7 @@ def requires(permission: str | None, *, limit: int | Callable[[], int] = ROUTE_L
         @wraps(func)
         async def wrapper(*args, **kwargs):
             principal = authenticate()
-            if permission is not None and not allows(principal.role, permission):
+            if permission is not None and not principal.may(permission):
                 raise AuthFailure(403)
             if principal.key_id is not None:
                 try:

@@ -1,7 +1,7 @@
 """Every change of how a person signs in goes through here, inside the transaction of the
 change: the new password (every session of the person ends, every reset link issued before
-stops working), a linked or unlinked identity-provider account, and a mail to the person
-saying so.
+stops working; a reset also unlinks every identity-provider account), a linked or unlinked
+identity-provider account, and a mail to the person saying so.
 
 Who may call these is the callers' rule (docs/security-identity.md): someone who proved
 control of the mailbox with a link sent only by mail, or who is signed in as that person.
@@ -38,6 +38,22 @@ def set_password(conn: Connection, email: str, hashed: str, now_iso: str, change
     identity_sql.spend_reset_links(conn, email, now_iso)
     if change is not None:
         notify(conn, email, change, now_iso, base_url)
+
+
+def reset_password(conn: Connection, email: str, hashed: str, now_iso: str, base_url: str) -> list[str]:
+    """A reset proves control of the mailbox and nothing more: every other way in that someone
+    else may have set up ends with it. Sessions and reset links as for any new password, and
+    the linked identity-provider accounts too: someone who held the account for a while (a
+    sign-up's password confirmed by a mail scanner, a stolen password) could have linked
+    theirs, and it would outlive the reset. Returns the issuers unlinked."""
+    issuers = sorted({r["issuer"] for r in identity_sql.identities_of_person(conn, email)})
+    for issuer in issuers:
+        identity_sql.delete_identities(conn, email, issuer)
+    change = PASSWORD_RESET if not issuers else (
+        f"{PASSWORD_RESET}, and the identity-provider accounts linked to it ({', '.join(issuers)}) were "
+        "unlinked (link yours again on your account page)")
+    set_password(conn, email, hashed, now_iso, change, base_url)
+    return issuers
 
 
 def link_identity(conn: Connection, user_id: str, person_email: str, identity: Identity, now_iso: str,

@@ -13,11 +13,13 @@ token itself is kept only as a SHA-256 digest (`mail_tokens`).
   membership makes nothing and answers the same page; that address gets a note that
   someone tried (no account enumeration).
 - Confirming moves that one organization to `pending` (waiting for the operator's approval)
-  and, when the address has no password yet, sets the one its sign-up chose: the link proved
-  the mailbox. A sign-up never replaces a password the address already has. A used link
+  and, when the address belongs to no one yet (no password, no membership of a confirmed
+  organization), sets the one its sign-up chose. A sign-up never gives a password to a person
+  who exists: whoever chose it proved nothing, and a mail scanner may follow the link. A used link
   answers "already confirmed"; an unknown or expired one is refused.
 - A reset link (valid RESET_VALID seconds) is mailed only when the address is known; the
-  answer is the same either way. Using it sets the password, spends every reset link of the
+  answer is the same either way. Using it sets the password, unlinks every identity-provider
+  account (`credentials.reset_password`), spends every reset link of the
   address, ends all the person's sessions in the same transaction and, when asked, revokes
   every API key they created. It confirms no sign-up: only a sign-up's own link does.
 """
@@ -37,7 +39,6 @@ from service.mail import messages
 from service.storage import accounts as sql
 from service.storage import identity as identity_sql
 from service.storage import mail as mail_sql
-from service.storage import sessions as sessions_sql
 from service.storage.db import Store
 from service.storage.rows import Connection
 
@@ -146,10 +147,13 @@ class PeopleHandlers:
                 raise NotFound(INVALID_CONFIRM)
             already = row["used_at"] is not None or not org["unconfirmed"]
             if row["used_at"] is None:  # this link confirms its own sign-up, and nothing else
+                # whoever chose the held password proved nothing: it may only start a new person,
+                # never become the password of one who exists (a password, other memberships)
+                known = identity_sql.person_known(conn, row["email"])
                 identity_sql.use_token(conn, row["token_hash"], now_iso)
                 mail_sql.confirm_org(conn, org["id"], now_iso)
                 held = identity_sql.take_signup_password(conn, org["id"])
-                if held is not None and sessions_sql.password_hash(conn, row["email"]) is None:
+                if held is not None and not known:
                     credentials.set_password(conn, row["email"], held["password_hash"], now_iso, None,
                                              self.base_url)
             return {"organization_id": org["id"], "name": org["name"], "already": already}
@@ -195,8 +199,8 @@ class PeopleHandlers:
             row = mail_sql.get_token(conn, mail_sql.digest(m.token), "reset") if m.token else None
             if row is None or row["used_at"] is not None or row["expires_at"] <= now_iso:
                 raise NotFound(INVALID_RESET)
-            credentials.set_password(conn, row["email"], m.password_hash, now_iso, credentials.PASSWORD_RESET,
-                                     self.base_url)  # ends every session, spends every reset link
+            # ends every session, spends every reset link, unlinks every identity provider
+            credentials.reset_password(conn, row["email"], m.password_hash, now_iso, self.base_url)
             revoked = credentials.revoke_keys(conn, row["email"], now_iso) if m.revoke_keys else 0
             return {"email": row["email"], "keys_revoked": revoked}
 
