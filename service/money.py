@@ -12,6 +12,7 @@ from typing import overload
 
 UC = 1_000_000
 CENT_UC = UC // 100
+CENT = Decimal("0.01")
 MAX_UC = 10 ** 15  # 1e9 credits: any single amount above this is refused (int64 headroom)
 
 
@@ -35,11 +36,13 @@ def to_decimal(value: str | int | Decimal) -> Decimal:
 
 
 def decimal_uc(d: Decimal) -> int:
-    """Credits as micro-credits, refusing more than two decimal places."""
-    uc = d * UC
-    if uc != uc.to_integral_value() or (uc % CENT_UC) != 0:
+    """Credits as micro-credits, refusing more than two decimal places. Past 10**21 credits
+    Decimal's 28 digits would round, or trap outside ValueError (a 500): refused first."""
+    if d.adjusted() > 20:
+        raise NotCredits("credits out of range")
+    if d % CENT != 0:  # exact: the quotient has at most 23 digits
         raise TooPrecise("credits take at most two decimal places")
-    return int(uc)
+    return int(d * UC)
 
 
 def to_uc(value: str | int | Decimal) -> int:

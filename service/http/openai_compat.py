@@ -10,8 +10,10 @@ Errors are `{"error": {message, type, param, code}}`: 401 `invalid_api_key`, 404
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,10 +23,13 @@ from service.catalog.capabilities import capability as capability_of
 from service.catalog.catalog import Model
 from service.errors import ActorGone, ApiError, AskTimeout, RateLimited
 from service.http.errors import AuthFailure, RouteTimeout
+from service.http.schemas import _has_lone_surrogate
 
 log = logging.getLogger("service.http")
 
 MAX_IMAGES = 4
+NOT_JSON = "We could not parse the JSON body of your request."
+SIZE = re.compile(r"([0-9]{1,5})x([0-9]{1,5})")  # ASCII digits, bounded: no overflow in the ratio
 
 
 class FrontError(Exception):
@@ -88,7 +93,13 @@ class SpeechBody(Loose):
 
 async def parse(model: type[B]) -> B:
     """The JSON body as `model`, or a 400 naming the first bad field as `param`."""
-    data = await request.get_json(force=True, silent=True)
+    raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
+    try:  # not Quart's get_json: a body nested past the parser's recursion, or not UTF-8, was a 500
+        data = json.loads(raw.decode("utf-8")) if raw.strip() else None
+    except (ValueError, RecursionError):
+        raise FrontError(400, NOT_JSON) from None
+    if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(data):  # SQLite cannot store it: a 500 later
+        raise FrontError(400, f"{NOT_JSON[:-1]}: a string holds an unpaired surrogate.")
     if not isinstance(data, dict):
         raise FrontError(400, "The request body must be a JSON object.")
     try:
@@ -116,10 +127,10 @@ def size_to_tier(model: Model, size: str | None) -> dict:
     whose long side holds it (the largest when none does); `auto`/absent: the defaults."""
     if size is None or size == "auto":
         return {}
-    w, _, h = size.partition("x")
-    if not (w.isdigit() and h.isdigit()) or int(w) == 0 or int(h) == 0:
+    m = SIZE.fullmatch(size)
+    if m is None or int(m[1]) == 0 or int(m[2]) == 0:
         raise FrontError(400, f"Invalid size '{size}': expected WIDTHxHEIGHT, such as 1024x1024.", param="size")
-    width, height = int(w), int(h)
+    width, height = int(m[1]), int(m[2])
     out: dict = {}
     cap = capability_of(model.capability)
     if cap is not None and cap.aspect_ratios:

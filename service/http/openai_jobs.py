@@ -17,6 +17,7 @@ import trio
 from service.backends.base import ChatTurn
 from service.catalog.catalog import Model
 from service.errors import ServiceError
+from service.http.auth import principal
 from service.http.openai_compat import FrontError, model_not_found
 from service.storage import generation as sql
 from service.views.jobs import FINAL
@@ -48,6 +49,7 @@ class FrontJobs:
 
     def __init__(self, gen, org_id: str, project_id: str) -> None:
         self.gen, self.org_id, self.project_id = gen, org_id, project_id
+        self.api_key_id = principal().key_id  # the calling key's spend limit counts, as on `/v1`
         self._send, self._recv = trio.open_memory_channel[tuple[str, Any]](math.inf)
         self.jobs: list[str] = []
         self.ended: dict[str, dict] = {}
@@ -61,7 +63,8 @@ class FrontJobs:
         if turn is not None:
             self.gen.chat_turns[job_id] = turn
         await self.gen.submit(plan, org_id=self.org_id, project_id=self.project_id, source="api",
-                              notify=lambda st: self._send.send_nowait(("end", st)), job_id=job_id)
+                              notify=lambda st: self._send.send_nowait(("end", st)), job_id=job_id,
+                              api_key_id=self.api_key_id)
         return job_id
 
     async def events(self):
