@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -26,6 +27,7 @@ from service.assets.files import CHUNK, FileStore, ObjectMissing, StoreUnavailab
 log = logging.getLogger(__name__)
 
 MULTIPART_THRESHOLD = 16 * 1024 * 1024  # objects above this go up in parts of this size
+_SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
 def parse_store_url(url: str) -> tuple[str, str]:
@@ -49,8 +51,12 @@ def make_client(endpoint_url: str | None, region: str) -> Any:
 
 
 def _errors() -> tuple[type[BaseException], ...]:
+    """What the store or the way to it can raise. boto3's transfers wrap the store's refusal
+    (a ClientError) in their own Boto3Error (S3UploadFailedError): a refused put is the
+    store's answer too, not a crash."""
+    from boto3.exceptions import Boto3Error
     from botocore.exceptions import BotoCoreError, ClientError
-    return (BotoCoreError, ClientError)
+    return (BotoCoreError, ClientError, Boto3Error)
 
 
 def _missing(e: BaseException) -> bool:
@@ -148,7 +154,8 @@ class S3Store(FileStore):
             for page in pages:
                 for obj in page.get("Contents", []):
                     sha = obj["Key"].rsplit("/", 1)[-1]
-                    if len(sha) == 64 and sha not in referenced:
+                    # only this store's own layout: a bucket may hold other nodes' prefixes or copies
+                    if _SHA.match(sha) and obj["Key"] == self.key(sha) and sha not in referenced:
                         self.client.delete_object(Bucket=self.bucket, Key=obj["Key"])
                         removed += 1
         except _errors() as e:

@@ -112,9 +112,15 @@ def stored(files: FileStore, sha: str) -> bytes | None:
 async def make(sha: str, kind: str) -> dict:
     svc = node()
     files = svc.generation.files
-    tmp = files.upload_temp(f"thumb-{uuid.uuid4()}")
+    name = f"thumb-{uuid.uuid4()}"
+    tmp = files.upload_temp(name)
     def made_here() -> tuple[int, int, str, int]:  # decode, encode and hash: one worker thread
-        width, height = make_thumbnail(files.local(sha), tmp, kind)
+        # an object store's source is fetched into scratch of its own and goes with it: a
+        # copy of every thumbnailed asset would otherwise stay on the node's disk
+        try:
+            width, height = make_thumbnail(files.local(sha, files.work_dir(name)), tmp, kind)
+        finally:
+            files.discard_work(name)
         return width, height, hashlib.sha256(tmp.read_bytes()).hexdigest(), tmp.stat().st_size
 
     try:
