@@ -19,6 +19,10 @@ The rules every outbox follows:
   in `restarts`, the source recovers again after a pause (longer while failures repeat, up
   to 5 s; a recovery that fails too is retried the same way), and sending goes on. Sends
   still running meanwhile record their real outcome over the `unknown` of that recovery.
+- An outcome whose write raises is logged and its row left in flight (`unknown` at the next
+  recovery); the dispatcher goes on.
+- Rows started by `start` (webhook test sends) do not count against `concurrency`: they
+  never hold the slots of claimed rows.
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ class Dispatcher:
         self._ready = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
-        self._inflight: set[str] = set()
+        self._inflight: set[str] = set()  # every row being delivered
+        self._claimed: set[str] = set()   # those of them claimed here: what `concurrency` caps
         self.sent = 0      # outcomes recorded
         self.restarts = 0  # in-place restarts after a failed claim
         self._failures = 0  # failed claims (or recoveries) in a row
@@ -110,7 +115,8 @@ class Dispatcher:
 
     def start(self, row: dict, then: Callable[[Any], None] | None = None) -> None:
         """Deliver a row its writer has already committed in flight (a webhook test send),
-        beside the claimed ones; `then(outcome)` once its outcome is recorded."""
+        beside the claimed ones and outside `concurrency` (one organization's tests must not
+        hold every organization's slots); `then(outcome)` once its outcome is recorded."""
         if self._nursery is None:
             raise RuntimeError(f"{self.source.name}: the dispatcher is not running")
         self._inflight.add(row["id"])
@@ -150,7 +156,7 @@ class Dispatcher:
         while True:
             self._wake = trio.Event()
             self.looks += 1
-            free = src.concurrency - len(self._inflight)
+            free = src.concurrency - len(self._claimed)
             rows: list[dict] = []
             if free > 0 and not src.paused():
                 rows = await src.claim(self.store, self.clock.now(), self.clock.iso_now(), free)
@@ -159,11 +165,12 @@ class Dispatcher:
                 crashpoint(src.crashpoint)  # rows committed in flight, nothing sent yet
             for row in rows:
                 self._inflight.add(row["id"])
+                self._claimed.add(row["id"])
                 self._nursery.start_soon(self._deliver, row, None)
             if rows and len(rows) == free:
                 continue  # maybe more due: take them as slots free up (each delivery wakes us)
             # with every slot busy, only the end of a delivery (which wakes us) can start another
-            due = src.next_due() if len(self._inflight) < src.concurrency else None
+            due = src.next_due() if len(self._claimed) < src.concurrency else None
             with trio.move_on_at(math.inf if due is None else self.clock.trio_time(due)):
                 await self._wake.wait()
 
@@ -173,10 +180,16 @@ class Dispatcher:
                 outcome = await self.source.deliver(row)
             except Exception as e:  # noqa: BLE001 - one bad row must not stop the dispatcher
                 outcome = self.source.crashed(row, e)
-            await self.source.record(self.store, row, outcome, self.clock.now(), self.clock.iso_now())
+            try:
+                await self.source.record(self.store, row, outcome, self.clock.now(), self.clock.iso_now())
+            except Exception:  # noqa: BLE001 - a failed write (disk error) must not stop the sending
+                # the row stays in flight: the next recovery records it unknown, never sent twice
+                log.exception("%s: recording the outcome of %s failed", self.source.name, row["id"])
+                return
             self.sent += 1
             if then is not None:
                 then(outcome)
         finally:
             self._inflight.discard(row["id"])
+            self._claimed.discard(row["id"])
             self._wake.set()

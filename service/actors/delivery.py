@@ -46,14 +46,22 @@ EVENT_NAMES = (
 
 # -- rules (pure) --------------------------------------------------------------------------------
 def check_url(url: str) -> str:
-    """422 webhook.invalid_url unless an absolute http(s) URL with a host; 422
-    webhook.insecure_url for http://. Returns the URL unchanged."""
+    """422 webhook.invalid_url unless an absolute http(s) URL with a host and no user name or
+    password; 422 webhook.insecure_url for http://. Returns the URL unchanged."""
+    import httpx
+
     from service.net.urls import parse_url
 
     target = parse_url(url) if isinstance(url, str) and len(url) <= MAX_URL else None
     if target is None or url != url.strip():
         raise Unprocessable("url must be an absolute https URL with a host.", {"url": url},
                             code="webhook.invalid_url")
+    parsed = httpx.URL(url)
+    if parsed.userinfo:
+        # never sent (the sender drops them): kept, they would only be a secret in clear text
+        # shown to every reader of the webhook, so the answer names the URL without them
+        raise Unprocessable("url must not contain a user name or password.",
+                            {"url": str(parsed.copy_with(userinfo=b""))}, code="webhook.invalid_url")
     if target.scheme.lower() != b"https":
         raise Unprocessable("url must use https.", {"url": url}, code="webhook.insecure_url")
     return url
