@@ -62,4 +62,4 @@ async def test_a_thumbnail_leaves_no_local_copy_of_its_source(s3, tmp_path):
         assert r.status_code == 200
         left = sorted(p.name for p in (tmp_path / "work").rglob("*") if p.is_file())
         assert source not in left
-        assert left == [n.store.scalar("SELECT thumb_sha256 FROM thumbnails")]  # the small cached thumbnail
+        assert left == []  # neither the source nor the served thumbnail stays on disk

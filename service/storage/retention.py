@@ -56,7 +56,10 @@ def delete_batch(conn: sqlite3.Connection, rule: Rule, cutoff: object) -> int:
 
 
 def content_shas(store: Store) -> set[str]:
-    return {r["sha256"] for r in store.all("SELECT DISTINCT sha256 FROM assets")}
+    """Every digest a row names: the start-up sweep deletes the content files outside it, so
+    a stored thumbnail (named by `thumbnails`, not by an asset) counts too, or each would be
+    deleted at every start while its row still names it."""
+    return {r["sha256"] for r in store.all("SELECT sha256 FROM assets UNION SELECT thumb_sha256 FROM thumbnails")}
 
 
 BACKLOG = {

@@ -101,12 +101,16 @@ async def thumb(asset_id: str):
 
 
 def stored(files: FileStore, sha: str) -> bytes | None:
-    """A stored thumbnail's bytes through the asset store (a local file, or an object of the
-    S3 store fetched once into its scratch copy); None when it is not there. A worker thread."""
+    """A stored thumbnail's bytes through the asset store; None when it is not there. An
+    object store's copy is fetched into scratch of its own that goes with it: kept, one per
+    served thumbnail would stay on the node's disk until the next start. A worker thread."""
+    scratch = f"thumb-read-{uuid.uuid4()}"
     try:
-        return files.local(sha).read_bytes()
+        return files.local(sha, files.work_dir(scratch)).read_bytes()
     except (ObjectMissing, FileNotFoundError):
         return None
+    finally:
+        files.discard_work(scratch)
 
 
 async def make(sha: str, kind: str) -> dict:
