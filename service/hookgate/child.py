@@ -39,8 +39,7 @@ class Link:
 
     async def ask(self, kind: int, method: str, path: str, headers: wire.Headers,
                   body: bytes) -> tuple[int, wire.Headers, bytes]:
-        self.seq += 1
-        seq = self.seq
+        seq = self.seq = (self.seq + 1) & 0xFFFFFFFF  # the frame's field is 32 bits
         slot = self.waiting[seq] = [trio.Event(), None]
         try:
             await self.out.send(wire.request(seq, kind, method, path, headers, body))
@@ -82,11 +81,27 @@ def make_app(link: Link, limit: int, body_timeout: float):
             return
         kind, body = read
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
-        status, answer_headers, answer = await link.ask(kind, scope["method"], scope["path"], headers, body)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer_headers]})
-        await send({"type": "http.response.body", "body": answer, "more_body": False})
+        if kind == wire.COMPLETE:
+            return await _answer(send, await link.ask(kind, scope["method"], scope["path"], headers, body))
+        # A body not read to its end: Hypercorn puts its rest on the request's queue, and the
+        # disconnect as the answer ends; with nobody taking them that put waits for good
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, receive)
+            await _answer(send, await link.ask(kind, scope["method"], scope["path"], headers, body))
+            nursery.cancel_scope.cancel()
     return app
+
+
+async def _answer(send: Any, answer: tuple[int, wire.Headers, bytes]) -> None:
+    status, headers, body = answer
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _drain(receive: Any) -> None:
+    while (await receive())["type"] == "http.request":
+        pass
 
 
 async def _read_body(scope: Any, receive: Any, limit: int, body_timeout: float) -> tuple[int, bytes] | None:

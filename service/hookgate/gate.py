@@ -18,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import trio
 
@@ -142,6 +143,8 @@ class HookGate:
         """The node's answer to one request the child read, as a frame."""
         started = time.perf_counter()
         extra: wire.Headers = []
+        if path[:1] != "/":  # a request line's absolute-form: routed by its path, as Quart does
+            path = urlparse(path).path
         parts = hook_parts(path)
         route = UNMATCHED if parts is None else ROUTE
         if kind == wire.TOO_LARGE:

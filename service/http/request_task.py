@@ -41,6 +41,9 @@ class InlineHTTPConnection(TrioASGIHTTPConnection):
         if not _take_queued(request, receive):
             return  # the client went before the request was handled
         if isinstance(receive, Receive) and request.body._complete.is_set():
+            # the client's disconnect put before the hook below was set: nobody to answer
+            if (queued := receive.queued()) is not None and queued["type"] == "http.disconnect":
+                return
             with trio.CancelScope() as scope:  # cancelled by the client's disconnect
                 receive.on_disconnect = scope.cancel
                 try:
