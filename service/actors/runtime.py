@@ -122,6 +122,16 @@ class Envelope:
             slot.value = value
 
 
+class _Crashed(Exception):
+    """The default `handle_batch` crashed at message `len(replies)`: the messages before it
+    were handled (their writes stand) and keep their replies; those after it go to the
+    restarted actor (`_run_loop`), neither failed for another's crash nor lost."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__("actor crashed inside a batch")
+        self.replies = replies
+
+
 class _Failure:
     """A reply that the asker re-raises."""
 
@@ -188,6 +198,8 @@ class Actor:
                 out.append(await self.handle(m))
             except ServiceError as e:
                 out.append(_Failure(e))
+            except Exception as e:
+                raise _Crashed(out) from e
         return out
 
     def batch_limit(self, waiting: int) -> int:
@@ -432,6 +444,7 @@ class Registry(Generic[A]):
     async def _supervise(self, key: str, ref: ActorRef, recv: trio.MemoryReceiveChannel[Any]) -> None:
         crashes: list[float] = []
         previous: Actor | None = None
+        carry: list[Envelope] = []  # messages a crash left unhandled, first for the successor
         try:
             async with trio.open_nursery() as tasks:
                 while True:
@@ -443,7 +456,7 @@ class Registry(Generic[A]):
                     self._actors[key] = actor
                     try:
                         await actor.load()
-                        await self._loop(actor, recv, ref._send)
+                        await self._loop(actor, recv, ref._send, carry)
                         return
                     except Exception:
                         log.exception("actor %s/%s crashed", self.name, key)
@@ -454,7 +467,7 @@ class Registry(Generic[A]):
                         if len(crashes) > MAX_RESTARTS:
                             log.error("actor %s/%s past its restart limit; stays down", self.name, key)
                             ref.gone = True
-                            self._drain_gone(recv)
+                            self._drain_gone(recv, carry)
                             tasks.cancel_scope.cancel()
                             return
         finally:
@@ -464,11 +477,14 @@ class Registry(Generic[A]):
                 del self._refs[key]
             # An ask that reached the mailbox after the loop's last look would wait forever:
             # answer it ActorGone, and Registry.ask retries on a fresh actor.
-            self._drain_gone(recv)
+            self._drain_gone(recv, carry)
             recv.close()
 
     @staticmethod
-    def _drain_gone(recv: trio.MemoryReceiveChannel[Any]) -> None:
+    def _drain_gone(recv: trio.MemoryReceiveChannel[Any], carry: list[Envelope]) -> None:
+        for env in carry:
+            env.answer(_Failure(ActorGone("actor is down")))
+        carry.clear()
         while True:
             try:
                 env = recv.receive_nowait()
@@ -476,13 +492,14 @@ class Registry(Generic[A]):
                 return
             env.answer(_Failure(ActorGone("actor is down")))
 
-    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]) -> None:
+    async def _loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any],
+                    carry: list[Envelope]) -> None:
         alarm = _Alarm(send, self.clock, self._alarms)
         unwatch = self.clock.watch(alarm.wake)  # a test-clock advance: re-check deadlines at once
         try:
             # no answerer until the first deferred batch: an actor that never defers (a job's)
             # runs without its task and nursery (their starts and ends were steps of every job)
-            first = await self._run_loop(actor, recv, self.clock, alarm, None)
+            first = await self._run_loop(actor, recv, self.clock, alarm, None, carry)
             if first is None:
                 return
             later_send, later_recv = trio.open_memory_channel[Any](math.inf)
@@ -490,7 +507,7 @@ class Registry(Generic[A]):
             async with trio.open_nursery() as pending:
                 pending.start_soon(self._answer_later, later_recv)
                 try:
-                    await self._run_loop(actor, recv, self.clock, alarm, later_send)
+                    await self._run_loop(actor, recv, self.clock, alarm, later_send, carry)
                 finally:
                     later_send.close()  # deferred answers still go out in order
         finally:
@@ -499,7 +516,9 @@ class Registry(Generic[A]):
 
     @staticmethod
     async def _answer_later(later: trio.MemoryReceiveChannel[Any]) -> None:
-        """Answers deferred batches in the order they were handled (one task per actor)."""
+        """Answers deferred batches in the order they were handled (one task per actor). A
+        wait that raises fails its batch and every batch queued behind it (closing the
+        channel would drop them unanswered, left to wait for their timeouts)."""
         async with later:
             async for batch, deferred in later:
                 try:
@@ -507,12 +526,20 @@ class Registry(Generic[A]):
                 except Exception:
                     for env in batch:
                         env.answer(_Failure(ActorGone("actor crashed while handling the request")))
+                    while True:
+                        try:
+                            behind, _ = later.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        for env in behind:
+                            env.answer(_Failure(ActorGone("actor crashed while handling the request")))
                     raise
                 for env, value in zip(batch, replies):
                     env.answer(value)
 
     async def _run_loop(self, actor: Actor, recv: trio.MemoryReceiveChannel[Any], clock: Clock,
-                        alarm: "_Alarm", later: trio.MemorySendChannel[Any] | None) -> tuple[list[Any], Deferred] | None:
+                        alarm: "_Alarm", later: trio.MemorySendChannel[Any] | None,
+                        carry: list[Envelope]) -> tuple[list[Any], Deferred] | None:
         """Handles batches until the actor is done (None). Without `later` (no answerer yet),
         returns at the first deferred batch instead, with it, for `_loop` to start one."""
         streak = 0  # messages taken in a row without a scheduler step
@@ -522,7 +549,9 @@ class Registry(Generic[A]):
                 await actor.on_deadline()
                 continue
             alarm.follow(deadline)
-            if actor.done:
+            if carry:  # what a crash left unhandled comes first, in order (`_Crashed`)
+                first = carry.pop(0)
+            elif actor.done:
                 try:
                     first = recv.receive_nowait()
                 except trio.WouldBlock:
@@ -543,6 +572,9 @@ class Registry(Generic[A]):
             if first.msg is _WAKE:
                 continue
             batch = [first]
+            if carry:
+                batch += carry
+                carry.clear()
             waiting = recv.statistics().current_buffer_used
             if waiting:
                 for _ in range(min(waiting, actor.batch_limit(waiting + 1) - 1)):
@@ -551,7 +583,14 @@ class Registry(Generic[A]):
                         batch.append(env)
             try:
                 replies = await actor.handle_batch([e.msg for e in batch])
-            except Exception:
+            except _Crashed as crash:
+                done = len(crash.replies)
+                for env, value in zip(batch, crash.replies):
+                    env.answer(value)
+                batch[done].answer(_Failure(ActorGone("actor crashed while handling the request")))
+                carry[:0] = batch[done + 1:]
+                raise
+            except BaseException:  # a cancel too: the loop is torn down (its answerer crashed)
                 for env in batch:
                     env.answer(_Failure(ActorGone("actor crashed while handling the request")))
                 raise

@@ -408,16 +408,19 @@ class JobActor(JobEffects, Actor):
                 self.final_tx = None
                 await ctx.store.write(tx)
                 self.job = final
-            # the streams hear of the final status once it and the hold's settlement are
-            # committed (or the settling failed and will be retried): a client that reads its
-            # balance on `completed` sees the charge
-            self._publish(final, status)
+        # the streams hear of the final status once it and the hold's settlement are
+        # committed (or the settling failed and will be retried): a client that reads its
+        # balance on `completed` sees the charge. Not from a `finally`: a final state whose
+        # commit failed is not the job's (the actor restarts from its row)
+        self._publish(final, status)
         ctx.metrics.jobs.labels(job.capability, job.model, new).inc()
         if job.started_at and new != "canceled":
             ctx.metrics.render.labels(job.model, job.backend).observe(
                 max(0.0, ctx.clock.now() - parse_iso(job.started_at)))
         crashpoint("final_committed")  # final status and capture/release committed, webhook not due yet
-        if hook_due_after_settle:  # the store wakes the job-webhook dispatcher after this commit
+        if hook_due_after_settle and self.job is not None and self.job.hold_settled:
+            # the store wakes the job-webhook dispatcher after this commit; a settle that
+            # failed leaves the row waiting for its retry (effects._settle)
             await ctx.store.write(lambda c: sql.release_waiting_webhook(c, job_id))
         watchers, self.watchers = self.watchers, []
         for notify in watchers:

@@ -76,7 +76,10 @@ class JobEffects:
         step.facts.hook_state = "waiting" if handle is not None else "pending"
 
     async def _release_waiting_webhook(self) -> None:
-        """The row becomes `pending`; the store wakes the job-webhook dispatcher after the commit."""
+        """The row becomes `pending`; the store wakes the job-webhook dispatcher after the commit.
+        Not before the hold is settled: then the settle's retry releases it (`_settle`)."""
+        if self.job is None or not self.job.hold_settled:
+            return
         job_id = self.job_id
         await self.ctx.store.write(lambda c: sql.release_waiting_webhook(c, job_id))
 
@@ -91,6 +94,9 @@ class JobEffects:
             return  # (a final state still pending is committed by JobActor._finish)
         self.final_tx = None
         job_id = self.job_id
+        # a retry (or a resume) releases the webhook row a failed settle left waiting, in the
+        # settlement's commit; a canceled job's render still running releases it when it ends
+        hook = final is None and not (job.status == "canceled" and self.render is not None)
 
         def final_once(conn: Any) -> None:
             # a late run of a settle whose ask timed out finds it written by the job itself
@@ -100,6 +106,8 @@ class JobEffects:
         def settled(conn: Any) -> None:
             final_once(conn)
             sql.update_job(conn, job_id, {"hold_settled": 1})
+            if hook:
+                sql.release_waiting_webhook(conn, job_id)
 
         capture = SETTLE_EFFECT[job.status] == "capture"
         msg = Capture(job.hold_id, also=settled) if capture else Release(job.hold_id, also=settled)
