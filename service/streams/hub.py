@@ -116,7 +116,9 @@ class Hub:
         if not text:
             return None
         boot, _, seq = text.strip().partition(".")
-        if boot != self.boot or not seq.isdigit():
+        # ASCII digits only, and no longer than any seq can be: `int()` refuses the
+        # superscripts `isdigit` accepts and strings past 4,300 digits
+        if boot != self.boot or not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
             return -1
         return int(seq)
 
