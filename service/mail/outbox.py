@@ -6,8 +6,8 @@ Rows are written by the change that causes them, in its transaction
 between wakes it sleeps until the earliest retry is due); a row is committed `sending` before the SMTP
 conversation starts; the outcome is committed after.
 
-Retries: a temporary failure (4xx answer, connection refused or dropped, timeout, TLS
-failure) is tried again after BACKOFF[attempt] seconds of service time, at most
+Retries: a temporary failure (4xx answer, connection refused or dropped, timeout, no end
+within smtp.DEADLINE, TLS failure) is tried again after BACKOFF[attempt] seconds of service time, at most
 MAX_ATTEMPTS times in all (about 14 hours), then recorded `failed`. A permanent failure (5xx)
 is recorded `failed` at once, with the server's answer.
 
@@ -102,8 +102,8 @@ class MailSource:
             smtp.log_mail(msg, link)
             return None
         try:
-            # abandoned at shutdown: the row stays `sending`, so the next start records it `unknown`
-            await trio.to_thread.run_sync(smtp.send, self.smtp, msg, limiter=self._limiter, abandon_on_cancel=True)
+            # cut off at shutdown: the row stays `sending`, so the next start records it `unknown`
+            await smtp.deliver(self.smtp, msg, self._limiter)
         except smtp.SendFailure as e:
             return e
         return None

@@ -9,16 +9,59 @@ name, so certificate checks and SNI still use the name, not the IP.
 
 A name with both public and refused addresses is not refused: only its public
 addresses are tried, in resolver order, one after another.
+
+Lookups run in worker threads of their own (`DNS_THREADS`), not in trio's default thread
+limiter: a lookup abandoned at its post's timeout keeps its thread until the system resolver
+gives up, and receivers whose names resolve slowly must only make deliveries wait, never
+the node's file work and uploads that share the default limiter.
 """
 
 from __future__ import annotations
 
+import socket
 import typing
 
 import httpcore
 import trio
+from trio.lowlevel import RunVar
 
 from service.net.guard import is_public, parse_ip
+
+DNS_THREADS = 8  # system lookups at once for outgoing webhooks, node-wide; more wait their turn
+_dns_limiter: RunVar[trio.CapacityLimiter] = RunVar("webhook_dns_limiter")
+
+
+def dns_limiter() -> trio.CapacityLimiter:
+    """The lookups' own thread limiter (one per trio run)."""
+    try:
+        return _dns_limiter.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(DNS_THREADS)
+        _dns_limiter.set(limiter)
+        return limiter
+
+
+async def getaddrinfo(host: str, port: int) -> list:
+    """`trio.socket.getaddrinfo(host, port, type=SOCK_STREAM)`, with a system lookup in a
+    thread of `dns_limiter()` instead of trio's default limiter.
+
+    IP literals are answered without a thread, and a custom hostname resolver set with
+    `trio.socket.set_custom_hostname_resolver` is used as trio would (tests inject DNS so).
+    `host` is ASCII already (httpx applied IDNA), so trio's own IDNA step has nothing to do.
+    """
+    custom = trio.socket.set_custom_hostname_resolver(None)  # read it: trio has no getter
+    trio.socket.set_custom_hostname_resolver(custom)
+    if custom is not None:
+        return await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    await trio.lowlevel.checkpoint()
+    try:
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0,
+                                  socket.AI_NUMERICHOST | socket.AI_NUMERICSERV)
+    except socket.gaierror as exc:
+        if exc.errno != socket.EAI_NONAME:
+            raise
+    return await trio.to_thread.run_sync(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM,
+                                         abandon_on_cancel=True, limiter=dns_limiter())
 
 
 class AddressNotAllowed(Exception):
@@ -59,7 +102,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     async def vetted_addresses(self, host: str, port: int) -> list[str]:
         """Resolve `host`, keep the allowed addresses as IP literals, in resolver order."""
         try:
-            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+            infos = await getaddrinfo(host, port)
         except OSError as exc:
             raise httpcore.ConnectError(f"could not resolve {host!r}") from exc
         kept: list[str] = []

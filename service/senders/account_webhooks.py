@@ -14,6 +14,12 @@ organization's slots. A delivery is committed `sending` before its POST (`TIMEOU
 limit); its outcome is committed after. No retries. A POST the closed sender refused
 (shutdown) is `pending` again and goes after the restart.
 
+Backlog. A webhook has at most `MAX_PENDING` deliveries waiting (pending or sending): past
+that, fan-out writes its new deliveries `skipped` with the error "not sent: N deliveries of
+this webhook were already waiting", so a receiver that is down while events keep coming
+grows neither this queue nor its pending rows without bound, and the log still shows them.
+The new ones are refused rather than the oldest dropped: what waits keeps its place.
+
 Restart (`recover`): `sending` rows become `unknown` and are never re-sent (they may have
 arrived); `pending` rows are queued again. So a restart neither loses a pending delivery nor
 sends one twice.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from functools import partial
 from typing import Any, Callable
 
 from service.clock import Clock
@@ -39,6 +46,7 @@ TIMEOUT = 10.0          # seconds a receiver gets to answer (spec); tests may pa
 MAX_IN_FLIGHT = 256     # sends at once, node-wide
 PER_ORG = 16            # sends at once per organization
 PER_WEBHOOK = 2         # sends at once per webhook
+MAX_PENDING = 10_000    # deliveries waiting (pending or sending) per webhook; more are skipped
 UNSENT = "unsent"       # the outcome of a POST the closed sender refused (shutdown)
 
 
@@ -73,9 +81,13 @@ class AccountWebhookSource:
 
     async def claim(self, store: Store, now: float, now_iso: str, limit: int) -> list[dict]:
         while sql.has_undispatched(store):
-            n_events, new = await store.write(lambda conn: sql.fan_out(conn, now_iso))
+            over_cap: dict[str, int] = {}
+            n_events, new = await store.write(partial(sql.fan_out, now=now_iso, waiting=self.queue.waiting(),
+                                                      cap=MAX_PENDING, over_cap=over_cap))
             for d in new:
                 self.queue.push(d["organization_id"], d["webhook_id"], d["id"])
+            for webhook_id, n in over_cap.items():
+                log.warning("webhook %s: %d deliveries skipped, %d already waiting", webhook_id, n, MAX_PENDING)
             if n_events < sql.FAN_OUT_BATCH:
                 break
         while ids := self.queue.take(limit):

@@ -79,6 +79,14 @@ class FairQueue:
                     self.org_rr.remove(org)
         return out
 
+    def waiting(self) -> dict[str, int]:
+        """Per webhook, its items queued or in flight (the caller caps this)."""
+        counts = dict(self.hook_busy)
+        for hooks in self.queues.values():
+            for hook, q in hooks.items():
+                counts[hook] = counts.get(hook, 0) + len(q)
+        return counts
+
     def done(self, item_id: str) -> None:
         where = self.in_flight.pop(item_id, None)
         if where is None:

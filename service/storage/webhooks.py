@@ -5,6 +5,7 @@ Delivery lifecycle (one row per event per subscribed webhook):
 
     pending --(committed before the POST)--> sending --> delivered | failed
     pending --(webhook paused or deleted meanwhile)--> skipped
+    (fan-out with the webhook's cap of waiting deliveries reached) --> skipped, never queued
     sending --(node restarted before the outcome was committed)--> unknown (never re-sent)
 """
 
@@ -101,17 +102,32 @@ def has_undispatched(store: Store) -> bool:
     return store.one("SELECT 1 AS x FROM events WHERE dispatched = 0 LIMIT 1") is not None
 
 
-def fan_out(conn: sqlite3.Connection, now: str, limit: int = FAN_OUT_BATCH) -> tuple[int, list[Row]]:
+def over_cap_error(cap: int) -> str:
+    return f"not sent: {cap} deliveries of this webhook were already waiting"
+
+
+def fan_out(conn: sqlite3.Connection, now: str, limit: int = FAN_OUT_BATCH, *,
+            waiting: dict[str, int] | None = None, cap: int | None = None,
+            over_cap: dict[str, int] | None = None) -> tuple[int, list[Row]]:
     """Turn undispatched events into `pending` deliveries, one per active subscribed webhook,
     and mark the events dispatched, in the caller's transaction. Returns (events handled,
-    new deliveries as {id, organization_id, webhook_id} in event order)."""
+    new deliveries as {id, organization_id, webhook_id} in event order).
+
+    With `cap`, a webhook with `cap` deliveries already waiting (`waiting`, counted by the
+    caller) gets its new ones written `skipped` (`over_cap_error`), not returned: a receiver
+    that is down must not grow its backlog without bound, yet the log shows every event.
+    `over_cap` (cleared first) gets the skipped count per webhook.
+    """
+    counts = dict(waiting or {})
+    if over_cap is not None:
+        over_cap.clear()
     events = conn.execute("SELECT seq, organization_id, event, data FROM events WHERE dispatched = 0 "
                           "ORDER BY seq LIMIT ?", (limit,)).fetchall()
     if not events:
         return 0, []
     hooks_of: dict[str, list[Row]] = {}
     out: list[Row] = []
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for ev in events:
         org = ev["organization_id"]
         hooks = hooks_of.get(org)
@@ -129,10 +145,17 @@ def fan_out(conn: sqlite3.Connection, now: str, limit: int = FAN_OUT_BATCH) -> t
             if body is None:
                 body = body_text(ev["event"], ev["data"])
             d = {"id": new_id(), "organization_id": org, "webhook_id": h["id"]}
-            rows.append((d["id"], h["id"], org, ev["seq"], ev["event"], body, now))
+            row = (d["id"], h["id"], org, ev["seq"], ev["event"], body, now)
+            if cap is not None and counts.get(h["id"], 0) >= cap:
+                rows.append(row + ("skipped", now, over_cap_error(cap)))
+                if over_cap is not None:
+                    over_cap[h["id"]] = over_cap.get(h["id"], 0) + 1
+                continue
+            counts[h["id"]] = counts.get(h["id"], 0) + 1
+            rows.append(row + ("pending", None, None))
             out.append(d)
     conn.executemany("INSERT INTO webhook_deliveries (id, webhook_id, organization_id, event_seq, event, body, "
-                     "status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)", rows)
+                     "created_at, status, completed_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     first, last = events[0]["seq"], events[-1]["seq"]
     conn.execute("UPDATE events SET dispatched = 1 WHERE dispatched = 0 AND seq BETWEEN ? AND ?", (first, last))
     return len(events), out
