@@ -26,8 +26,19 @@ from service.storage import console as console_sql
 log = logging.getLogger(__name__)
 
 
-async def reload_catalog(node: Node, who: str) -> ReloadOutcome:
-    """Swap the catalog for the file's current content, or keep the old one and say why."""
+async def reload_catalog(node: Node, who: str, address: str = "local") -> ReloadOutcome:
+    """Swap the catalog for the file's current content, or keep the old one and say why; the
+    outcome goes to the audit log. One reload at a time: another one awaiting an engine's
+    first health round would otherwise retire its pool mid-start (a 500) and its outcome,
+    written last, would name a catalog no longer in force."""
+    async with node.console.reloading:
+        outcome = await _reload(node, who)
+        detail = "in force" if outcome.ok else "refused: " + "; ".join(outcome.problems)[:1000]
+        await node.console.audit(who, address, "catalog.reload", node.catalog.source, detail)
+        return outcome
+
+
+async def _reload(node: Node, who: str) -> ReloadOutcome:
     at = iso(node.clock.now())
     try:
         catalog = read_catalog(node.settings.catalog_file)
@@ -55,7 +66,8 @@ async def reload_catalog(node: Node, who: str) -> ReloadOutcome:
 
 
 async def reload_on_sighup(node: Node, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """SIGHUP reloads the catalog, as the console's button does (outcome in the log)."""
+    """SIGHUP reloads the catalog, as the console's button does (outcome in the log and the
+    audit log, from "local")."""
     import signal
 
     with trio.open_signal_receiver(signal.SIGHUP) as signals:

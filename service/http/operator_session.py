@@ -45,7 +45,7 @@ def current_operator() -> Operator | None:
         return g.operator
     g.operator = None
     token = request.cookies.get(OPERATOR_COOKIE)
-    row = node().console.session(token) if token else None
+    row = node().console.session(token, node().settings.operator_token or "") if token else None
     if row is not None:
         g.operator = Operator(row["who"], "o:" + row["id"])
         return g.operator

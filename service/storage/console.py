@@ -7,6 +7,7 @@ read is one indexed query or a few, never one query per organization."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import sqlite3
 from typing import TYPE_CHECKING
 
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
 PAGE = 25
 
 
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+def digest(token: str, key: str) -> str:
+    """A console session's stored digest, keyed with the operator token it was signed in
+    with: once that token is rotated, no session of the old one is found."""
+    return hmac.new(key.encode(), token.encode(), hashlib.sha256).hexdigest()
 
 
 # -- sessions and audit (writes) --------------------------------------------------------------

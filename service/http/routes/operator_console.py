@@ -24,6 +24,7 @@ from service.http.auth import constant_time_equal, node
 from service.http.operator_session import (OPERATOR_COOKIE, address, audit, clear_operator_cookie, console_page,
                                            current_operator, set_operator_cookie, show)
 from service.http.pages import render
+from service.http.routes.operator_console_orgs import whole_arg
 from service.storage import console as sql
 
 bp = Blueprint("operator_console", __name__)
@@ -73,7 +74,8 @@ async def login():
         await node().console.audit("unknown", address(), "sign_in_refused")
         return login_form(401, BAD_TOKEN, next_path)
     svc = node()
-    new = await svc.console.start_session("operator token", address(), request.cookies.get(OPERATOR_COOKIE))
+    new = await svc.console.start_session("operator token", address(), request.cookies.get(OPERATOR_COOKIE),
+                                          expected)
     await svc.console.audit("operator token", address(), "sign_in")
     resp = redirect(next_path, 303)
     set_operator_cookie(resp, new, int(ABSOLUTE))
@@ -84,17 +86,19 @@ async def login():
 @hide
 @console_page
 async def logout():
-    """Ends the console session; a listed person signs out of their own login as well."""
+    """Ends the console session; a listed person signs out of their own login as well (by
+    who is signed in, not by which cookies came: a dead console cookie outlives its session)."""
     await audit("sign_out")
     token = request.cookies.get(OPERATOR_COOKIE)
     person = browser.session_token()
+    as_person = current_operator().binding.startswith("p:")
     if token:
-        await node().console.end_session(token)
-    elif person:
+        await node().console.end_session(token, node().settings.operator_token or "")
+    if as_person and person:
         await node().sessions.end_session(person)
     resp = redirect("/operator/login", 303)
     clear_operator_cookie(resp)
-    if not token and person:
+    if as_person:
         resp.delete_cookie(browser.SESSION_COOKIE, path="/", httponly=True, samesite="Lax")
     return resp
 
@@ -130,8 +134,7 @@ async def overview():
 @hide
 @console_page
 async def audit_log():
-    before = request.args.get("before", "")
-    rows = sql.audit_page(node().store, int(before) if before.isdigit() else None)
+    rows = sql.audit_page(node().store, whole_arg("before", 2**63 - 1))  # SQLite's largest INTEGER
     more = len(rows) == sql.PAGE
     return show("operator_audit.html", title="Audit log", rows=rows, next_before=rows[-1]["seq"] if more else None)
 

@@ -102,9 +102,7 @@ async def catalog():
 @console_page
 async def reload_from_page():
     op = current_operator()
-    outcome = await reload_catalog(node(), op.who if op else "unknown")
-    await audit("catalog.reload", node().catalog.source,
-                "in force" if outcome.ok else "refused: " + "; ".join(outcome.problems)[:1000])
+    outcome = await reload_catalog(node(), op.who if op else "unknown", address())
     if not outcome.ok:
         return _catalog_page(422)
     return redirect("/operator/catalog?note=reloaded", 303)
@@ -115,9 +113,7 @@ async def reload_from_page():
 async def reload_api():
     """200 {data: {models: [ids]}} once the file's catalog is in force; 422 with the reasons
     (`details.problems`) when it fails a check, the old catalog staying in force."""
-    outcome = await reload_catalog(node(), "operator API")
-    await node().console.audit("operator API", address(), "catalog.reload", node().catalog.source,
-                               "in force" if outcome.ok else "refused: " + "; ".join(outcome.problems)[:1000])
+    outcome = await reload_catalog(node(), "operator API", address())
     if not outcome.ok:
         return envelope(422, "request.validation_failed", "The catalog file was not loaded: " +
                         "; ".join(outcome.problems), {"problems": outcome.problems})

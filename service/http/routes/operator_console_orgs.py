@@ -33,8 +33,17 @@ CHART_DAYS = 30
 
 
 def offset_arg() -> int:
-    raw = request.args.get("offset", "")
-    return min(int(raw), 10_000_000) if raw.isdigit() else 0
+    return whole_arg("offset", 10_000_000) or 0
+
+
+def whole_arg(name: str, cap: int) -> int | None:
+    """ASCII digits only (`²` is a digit to str.isdigit, not to int), capped before int()
+    so that thousands of digits neither exceed int()'s limit nor overflow SQLite's INTEGER."""
+    raw = request.args.get(name, "")
+    if not (raw.isascii() and raw.isdigit()):
+        return None
+    digits = raw.lstrip("0") or "0"
+    return cap if len(digits) > len(str(cap)) else min(int(digits), cap)
 
 
 @bp.get("/operator/organizations")
