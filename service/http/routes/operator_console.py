@@ -91,7 +91,8 @@ async def logout():
     await audit("sign_out")
     token = request.cookies.get(OPERATOR_COOKIE)
     person = browser.session_token()
-    as_person = current_operator().binding.startswith("p:")
+    operator = current_operator()  # `console_page` let only a signed-in operator in
+    as_person = operator is not None and operator.binding.startswith("p:")
     if token:
         await node().console.end_session(token, node().settings.operator_token or "")
     if as_person and person:
