@@ -26,8 +26,11 @@ The run (machines.RUN / machines.STEP)
   own messages below; a refused hold says how many credits were missing; a failed op step
   gives failure message 5, "Generation failed due to an internal error. ..."). Unfinished steps
   become `canceled`; their in-flight jobs are canceled (holds released) and op tasks
-  stopped. A step job that turns out to have completed before its cancel arrived is
-  recorded `completed` (it stays charged, as completed steps do).
+  stopped. A cancel ask that fails (AskTimeout, ActorGone) is asked again (backoff
+  `CANCEL_RETRY_S`) until the job is final; the actor stays up meanwhile. A step job that
+  turns out to have completed anyway is recorded `completed` (it stays charged, as
+  completed steps do), never `canceled`; one that failed or was canceled keeps the step's
+  status. A job's own capture or release settles its hold, once: the run never touches it.
 - Cancel: the same for a `canceled` run; a finished run is returned unchanged.
 - `credits.actual` is written when the run ends in any final state (what its completed
   steps were charged; 0.00 when none completed).
@@ -37,6 +40,8 @@ Restart: a run actor loads its run and, when the run is not final, resumes (a de
 once, from its stored status); a step whose job was never created is submitted again under
 its `request_id`; running op steps start again; then the run advances. At start-up the
 recovery step wakes every open run and cancels step jobs still open under a final run.
+A final run's actor, loaded, asks again for each capability step it ended whose job is
+open or completed, so a crash between a failed cancel and its retry loses nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from service.actors.runs.context import RunContext
 from service.actors.runs.effects import RUN_EFFECTS, STEP_EFFECTS, RunEffects, RunMove, StepMove, actual_uc
 from service.actors.runs.messages import Advance, CancelRun, Create, OpDone, OpHandle, StepJobEnded
 from service.actors.runs.ops import op_task
-from service.actors.runs.record import RunRecord, StepRecord
+from service.actors.runs.record import RunRecord, StepRecord, to_json
 from service.actors.runtime import Actor, on
 from service.backends import MSG_INTERNAL
 from service.catalog import products as catalog_products
@@ -60,6 +65,7 @@ from service.crash import crashpoint
 from service.errors import (ActorGone, ApiError, AskTimeout, InsufficientCredits, NotFound, ServiceError,
                             SpendLimitReached)
 from service.idempotency import KeyTaken, key_taken
+from service.machines import JOB
 from service.storage import generation as gen_sql
 from service.storage import products as sql
 from service.views.shapes import ProductRun
@@ -69,6 +75,11 @@ log = logging.getLogger(__name__)
 MSG_FLAGGED = "Generation was flagged by the content filter. Credits were released."
 MSG_JOB_CANCELED = "The step's generation job was canceled. Credits were released."
 MSG_VERSION_GONE = "The product version this run started with is no longer defined."
+
+# Seconds between cancel asks to a step job the run ended while the ask fails; the last
+# repeats until the job is final (an actor past its restart limit answers ActorGone until
+# the node restarts).
+CANCEL_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 def insufficient_message(e: InsufficientCredits) -> str:
@@ -93,6 +104,10 @@ class RunActor(RunEffects, Actor):
         self.values: dict[str, Any] = {}
         self.resume_due = False
         self.ops: dict[str, OpHandle] = {}  # step key -> its running op, until its OpDone is taken
+        # step key -> job id: a step job this run ended, not yet known final (effects.py)
+        self.stopping: dict[str, str] = {}
+        self.stop_at: float | None = None  # service time of the next cancel round
+        self.stop_tries = 0
 
     def adopt(self, previous: Actor) -> None:
         if isinstance(previous, RunActor):
@@ -124,7 +139,7 @@ class RunActor(RunEffects, Actor):
         return self.run is not None and self.run.final
 
     def _maybe_done(self) -> None:
-        if self.run is None or (self._final() and not self.ops):
+        if self.run is None or (self._final() and not self.ops and not self.stopping):
             self.done = True
 
     # loading and resuming -------------------------------------------------------------------
@@ -136,6 +151,7 @@ class RunActor(RunEffects, Actor):
         steps = [StepRecord.from_row(s) for s in sql.steps_of(self.ctx.store, self.run_id)]
         self._hold(RunRecord.from_row(row), steps)
         if self._final():
+            self._find_stopping()
             self._maybe_done()
         else:
             self.resume_due = True
@@ -146,12 +162,28 @@ class RunActor(RunEffects, Actor):
         self.values = run.values
         self.product = catalog_products.product_by_version(run.product, run.product_version)
 
+    def _find_stopping(self) -> None:
+        """A final run's capability steps it ended (canceled, failed) whose job is still open
+        or completed anyway: its cancel may have failed before a crash or a stop, so ask now."""
+        self.stopping = {}
+        for key, s in self.steps.items():
+            if s.capability is None or s.request_id is None or s.status not in ("canceled", "failed"):
+                continue
+            job = gen_sql.get_job(self.ctx.store, s.request_id)
+            if job is not None and (not JOB.is_final(job["status"]) or job["status"] == "completed"):
+                self.stopping[key] = s.request_id
+        self.stop_at = self.ctx.clock.now() if self.stopping else None
+
     def next_deadline(self) -> float | None:
-        return 0.0 if self.resume_due else None
+        return 0.0 if self.resume_due else self.stop_at
 
     async def on_deadline(self) -> None:
-        self.resume_due = False
-        await self._resume()
+        if self.resume_due:
+            self.resume_due = False
+            await self._resume()
+        elif self.stop_at is not None:
+            self.stop_at = None
+            await self._stop_jobs()
 
     async def _resume(self) -> None:
         if self.run is None or self._final():
@@ -313,7 +345,8 @@ class RunActor(RunEffects, Actor):
                 await self._fail(key, MSG_INTERNAL)
             except (AskTimeout, ActorGone):
                 await self._fail(key, MSG_INTERNAL)
-                await self._cancel_job(job_id)
+                self.stopping[key] = job_id  # it may exist after all: asked until known
+                await self._stop_jobs([key])
 
     async def _watch(self, key: str) -> None:
         job_id = self.steps[key].request_id
@@ -345,12 +378,16 @@ class RunActor(RunEffects, Actor):
     # step endings ---------------------------------------------------------------------------
     @on(StepJobEnded)
     async def _job_ended(self, msg: StepJobEnded) -> None:
+        st = msg.status or {}
+        if self._final() and self.stopping.get(msg.key) == msg.job_id:
+            if JOB.is_final(st.get("status")):  # the end of a job whose cancel was pending
+                await self._settle_stopped({msg.key: st})
+            return
         step = self.steps.get(msg.key)
         if (self.run is None or self._final() or step is None or step.status != "running"
                 or step.request_id != msg.job_id):
             self._maybe_done()
             return  # late or repeated news (a re-registered watcher)
-        st = msg.status or {}
         status = st.get("status")
         if status == "completed":
             await self._step_completed(msg.key, [o["id"] for o in st.get("outputs", [])], actual_uc(st))
@@ -414,16 +451,57 @@ class RunActor(RunEffects, Actor):
         await after(rs)
         self._maybe_done()
 
-    async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None:
-        if job_id is None or self.run is None:
-            return None
+    async def _cancel_job(self, job_id: str) -> dict[str, Any] | None:
+        """The job's status after a cancel ask; None when the ask got no answer (asked again
+        later); NotFound when the job was never created (a refused submit)."""
+        assert self.run is not None
         try:
             return await self.ctx.jobs.cancel(self.run.organization_id, job_id)
-        except NotFound:
-            return None  # never created (a refused submit)
         except ServiceError as e:
-            log.error("run %s: canceling job %s failed: %r", self.run_id, job_id, e)
+            if isinstance(e, NotFound):
+                raise
+            log.warning("run %s: canceling job %s failed: %r; asking again", self.run_id, job_id, e)
             return None
+
+    async def _stop_jobs(self, keys: list[str] | None = None) -> None:
+        """One round of cancel asks to the jobs in `stopping` (those of `keys`, else all):
+        a job found final settles its step (`_settle_stopped`); the others are asked again
+        after the next delay of CANCEL_RETRY_S."""
+        ended: dict[str, dict[str, Any]] = {}
+        for key in keys if keys is not None else list(self.stopping):
+            job_id = self.stopping.get(key)
+            if job_id is None:
+                continue
+            try:
+                st = await self._cancel_job(job_id)
+            except NotFound:
+                self.stopping.pop(key, None)
+                continue
+            if st is not None and JOB.is_final(st.get("status")):
+                ended[key] = st
+        await self._settle_stopped(ended)
+        if not self.stopping:
+            self.stop_at, self.stop_tries = None, 0
+        elif self.stop_at is None:
+            self.stop_at = self.ctx.clock.now() + CANCEL_RETRY_S[min(self.stop_tries, len(CANCEL_RETRY_S) - 1)]
+            self.stop_tries += 1
+
+    async def _settle_stopped(self, ended: Mapping[str, dict[str, Any]]) -> None:
+        """Steps whose job is now known final (its status object): one that completed anyway
+        is a completed step, charged what its job was; the others keep their status."""
+        late: dict[str, StepRecord] = {}
+        now = self.ctx.clock.iso_now()
+        for key, st in ended.items():
+            self.stopping.pop(key, None)
+            s = self.steps[key]
+            if st.get("status") == "completed" and s.status != "completed":
+                late[key] = replace(s, status="completed", outputs=to_json([o["id"] for o in st.get("outputs", [])]),
+                                    cost_uc=actual_uc(st), error=None, finished_at=st.get("finished_at") or now)
+        if late:
+            run = self.run
+            assert run is not None
+            await self._write(replace(run, actual_uc=self._spent({**self.steps, **late})), late)
+        self._maybe_done()
 
     async def _fail(self, key: str, reason: str) -> None:
         if self.run is None or self._final():

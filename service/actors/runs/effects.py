@@ -47,28 +47,27 @@ class StepMove:
 
 class RunEffects:
     """Handlers of the RUN and STEP effects; `RunActor` provides the state (`run`, `steps`,
-    `product`, `ctx`, `ops`) and the plumbing (`_write`, `_submit`, `_start_op`, `_cancel_job`)."""
+    `product`, `ctx`, `ops`, `stopping`) and the plumbing (`_submit`, `_start_op`, `_stop_jobs`)."""
 
     run: RunRecord | None
     steps: dict[str, StepRecord]
     product: Product | None
     ctx: RunContext
     ops: dict[str, OpHandle]
+    stopping: dict[str, str]
 
     if TYPE_CHECKING:  # provided by RunActor
         @property
         def run_id(self) -> str: ...
-        async def _cancel_job(self, job_id: str | None) -> dict[str, Any] | None: ...
-        async def _write(self, run: RunRecord | None, steps: Mapping[str, StepRecord], extra: Any = None) -> None: ...
-        def _spent(self, steps: Mapping[str, StepRecord] | None = None) -> int: ...
+        async def _stop_jobs(self, keys: list[str] | None = None) -> None: ...
         def _outputs_by_step(self, steps: Mapping[str, StepRecord] | None = None) -> dict[str, list[str]]: ...
         async def _submit(self, key: str) -> None: ...
         def _start_op(self, key: str) -> None: ...
 
     def _on_cancel_unfinished(self, step: Step[RunMove]) -> None:
         """Every unfinished step (but the failed one) becomes canceled in the run's commit;
-        after it, their jobs are canceled (holds released) and op tasks stopped. A job that
-        completed before its cancel arrived is recorded completed (it stays charged)."""
+        after it, their jobs are canceled (holds released; asked until each is final) and op
+        tasks stopped. A job that completed anyway is recorded completed (it stays charged)."""
         move = step.facts
         now = move.now
         in_flight: list[str] = []
@@ -78,39 +77,36 @@ class RunEffects:
             if s.status == "running":
                 in_flight.append(key)
             move.steps[key] = replace(s, status=STEP_EFFECTS.apply(self, s.status, "cancel", StepMove(key)).new, finished_at=now)
-        step.after.append(lambda: self._stop_in_flight(in_flight, now))
+        step.after.append(lambda: self._stop_in_flight(in_flight))
 
-    async def _stop_in_flight(self, in_flight: list[str], now: str) -> None:
-        late: dict[str, StepRecord] = {}
+    async def _stop_in_flight(self, in_flight: list[str]) -> None:
+        jobs: list[str] = []
         for key in in_flight:
             s = self.steps[key]
             if s.capability is None:
                 handle = self.ops.get(key)
                 if handle is not None:
                     handle.scope.cancel()
-                continue
-            st = await self._cancel_job(s.request_id)
-            if st is not None and st.get("status") == "completed":
-                late[key] = replace(s, status="completed", outputs=to_json([o["id"] for o in st.get("outputs", [])]),
-                                    cost_uc=actual_uc(st), finished_at=st.get("finished_at") or now)
-        if late:
-            run = self.run
-            assert run is not None
-            await self._write(replace(run, actual_uc=self._spent({**self.steps, **late})), late)
+            elif s.request_id is not None:
+                self.stopping[key] = s.request_id
+                jobs.append(key)
+        await self._stop_jobs(jobs)
 
     def _on_release_failed(self, step: Step[RunMove]) -> None:
         """The failed step's hold is released: its job's own failure released it (JOB fail,
         flag or cancel -> release) and a refused submit placed none; a job still open (its
-        submit never answered) is canceled, which releases it."""
-        s = self.steps.get(step.facts.failed_key or "")
+        submit never answered) is canceled, which releases it (asked until it is final)."""
+        key = step.facts.failed_key or ""
+        s = self.steps.get(key)
         job_id = s.request_id if s is not None and s.capability is not None else None
         if job_id is not None:
-            step.after.append(lambda: self._cancel_job_if_open(job_id))
+            step.after.append(lambda: self._cancel_job_if_open(key, job_id))
 
-    async def _cancel_job_if_open(self, job_id: str) -> None:
+    async def _cancel_job_if_open(self, key: str, job_id: str) -> None:
         job = gen_sql.get_job(self.ctx.store, job_id)
         if job is not None and job["status"] in ("queued", "rendering"):
-            await self._cancel_job(job_id)
+            self.stopping[key] = job_id
+            await self._stop_jobs([key])
 
     def _on_fill_outputs(self, step: Step[RunMove]) -> None:
         assert self.product is not None

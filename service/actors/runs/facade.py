@@ -182,7 +182,9 @@ class Products:
     # start ----------------------------------------------------------------------------------
     async def recover(self) -> None:
         """At start, after the job recovery: purge old idempotency keys, wake every open run
-        (it resumes itself), cancel step jobs still open under a run that is final."""
+        (it resumes itself), cancel step jobs still open under a run that is final, then wake
+        that run too: loaded, it asks again if the cancel failed and records a job that
+        completed anyway as a completed step."""
         await self.keys.purge()
         open_ids = sql.open_run_ids(self.store)
         for run_id in open_ids:
@@ -193,5 +195,6 @@ class Products:
                 await self.generation.cancel(job["organization_id"], job["id"])
             except ServiceError as e:
                 log.error("job %s: cancel failed: %r", job["id"], e)
+            self.runs.get(job["workflow_run_id"])
         if open_ids:
             log.info("products: %d runs resumed after a stop", len(open_ids))

@@ -17,6 +17,7 @@ from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page, safe_next, set_cookie
 from service.http.dashboard import PROJECT_COOKIE, show
+from service.http.routes.projects import refuse_id_shaped_slug
 from service.storage import accounts as sql
 from service.views import spend
 
@@ -81,9 +82,10 @@ async def create():
 
 async def create_project(form):
     p = principal()
+    slug = form.get("slug", "").strip() or None
     try:
-        row = await node().accounts.create_project(p.org_id, p.user_id, form.get("name", "").strip(),
-                                                   form.get("slug", "").strip() or None)
+        refuse_id_shaped_slug(slug)
+        row = await node().accounts.create_project(p.org_id, p.user_id, form.get("name", "").strip(), slug)
     except ApiError as e:
         return projects_view(e.status, error=e.message)
     forms.notify(f"Project {row['name']} created; new work goes into it.")

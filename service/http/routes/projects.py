@@ -3,11 +3,13 @@ spend-limit fields of operations.md "Spend limits" (`monthly_spend_limit`, `mont
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ConfigDict
 from quart import Blueprint
 
 from service.credits.limits import parse_limit
-from service.errors import NotFound
+from service.errors import NotFound, Unprocessable
 from service.views import spend
 from service.views.shapes import Project
 from service.http.responses import Data
@@ -16,6 +18,18 @@ from service.http.schemas import SLUG, SPEND_LIMIT, STR, Body, body, documented,
 from service.storage import accounts as sql
 
 bp = Blueprint("projects", __name__)
+
+# a project id as stored (service/storage/accounts.py `new_id`: a UUID's text); slugs are lowercase
+PROJECT_ID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+SLUG_LOOKS_LIKE_ID = "slug must not look like a project id."
+
+
+def refuse_id_shaped_slug(slug: object) -> None:
+    """Routes take a project by id or slug (paths, `project_id`, X-Service-Project): a slug
+    written like an id could name another project of the organization, so it is refused (422,
+    as other bad slugs are)."""
+    if isinstance(slug, str) and PROJECT_ID_SHAPE.match(slug):
+        raise Unprocessable(SLUG_LOOKS_LIKE_ID, {"slug": slug})
 
 
 class ProjectCreate(Body):
@@ -59,6 +73,7 @@ async def get_project(project_id: str) -> Data[Project]:
 @body(ProjectCreate)
 async def create_project(data: ProjectCreate) -> tuple[Data[Project], int]:
     p = principal()
+    refuse_id_shaped_slug(data.slug)
     row = await node().accounts.create_project(p.org_id, p.user_id, data.name or "", data.slug, data.description)
     return {"data": _views([row])[0]}, 201
 
@@ -68,6 +83,7 @@ async def create_project(data: ProjectCreate) -> tuple[Data[Project], int]:
 @body(ProjectUpdate)
 async def update_project(project_id: str, data: ProjectUpdate) -> Data[Project]:
     fields = data.model_dump(exclude_unset=True)
+    refuse_id_shaped_slug(fields.get("slug"))
     setting = "monthly_spend_limit" in fields
     limit = parse_limit(fields.pop("monthly_spend_limit", None), "monthly_spend_limit")
     org_id = principal().org_id
