@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 
 def _serve(args) -> int:
@@ -149,6 +150,11 @@ def add_restore_replica(asub) -> None:
     rr.set_defaults(func=_restore_replica)
 
 
+def _seg(value: str) -> str:
+    """An id as one URL path segment: with `/`, `?` or `#` it would reach another route."""
+    return quote(value, safe="")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="genservice")
     p.add_argument("--config", help="TOML settings file (keys as GENSERVICE_* names, lower case)")
@@ -172,27 +178,29 @@ def build_parser() -> argparse.ArgumentParser:
                                  {"name": a.name, "owner_email": a.owner_email, "approved": not a.pending}),
         (("name",), {}), (("owner_email",), {}), (("--pending",), {"action": "store_true"}),
         help="create an organization (approved unless --pending)")
-    cmd("approve-org", lambda a: ("POST", f"/organizations/{a.org_id}/approve", None), (("org_id",), {}))
-    cmd("grant", lambda a: ("POST", f"/organizations/{a.org_id}/grants",
+    cmd("approve-org", lambda a: ("POST", f"/organizations/{_seg(a.org_id)}/approve", None), (("org_id",), {}))
+    cmd("grant", lambda a: ("POST", f"/organizations/{_seg(a.org_id)}/grants",
                             {"credits": a.credits, "source": a.source, "expires_at": a.expires_at,
                              "reason": a.reason}),
         (("org_id",), {}), (("credits",), {}), (("--source",), {"default": "promo"}),
         (("--expires-at",), {"default": None}), (("--reason",), {"default": None}))
-    cmd("add-member", lambda a: ("POST", f"/organizations/{a.org_id}/members",
+    cmd("add-member", lambda a: ("POST", f"/organizations/{_seg(a.org_id)}/members",
                                  {"email": a.email, "role": a.role}),
         (("org_id",), {}), (("email",), {}), (("role",), {}))
-    cmd("invite", lambda a: ("POST", f"/organizations/{a.org_id}/invitations", {"email": a.email, "role": a.role}),
+    cmd("invite", lambda a: ("POST", f"/organizations/{_seg(a.org_id)}/invitations",
+                             {"email": a.email, "role": a.role}),
         (("org_id",), {}), (("email",), {}), (("role",), {}), help="invite a member (prints the link token)")
     cmd("accept-invite", lambda a: ("POST", "/invitations/accept", {"token": a.token}), (("token",), {}))
-    cmd("set-role", lambda a: ("PATCH", f"/organizations/{a.org_id}/members/{a.user_id}", {"role": a.role}),
+    cmd("set-role", lambda a: ("PATCH", f"/organizations/{_seg(a.org_id)}/members/{_seg(a.user_id)}",
+                               {"role": a.role}),
         (("org_id",), {}), (("user_id",), {}), (("role",), {}))
-    cmd("remove-member", lambda a: ("DELETE", f"/organizations/{a.org_id}/members/{a.user_id}", None),
+    cmd("remove-member", lambda a: ("DELETE", f"/organizations/{_seg(a.org_id)}/members/{_seg(a.user_id)}", None),
         (("org_id",), {}), (("user_id",), {}))
     cmd("pending", lambda a: ("GET", "/organizations?status=pending", None),
         help="list sign-ups waiting for approval (approve with approve-org)")
     cmd("reset-password", lambda a: ("POST", "/password-resets", {"email": a.email}), (("email",), {}),
         help="print a one-hour password reset link for EMAIL (for nodes without SMTP)")
-    cmd("pay-topup", lambda a: ("POST", f"/topups/{a.topup_id}/pay", None), (("topup_id",), {}))
+    cmd("pay-topup", lambda a: ("POST", f"/topups/{_seg(a.topup_id)}/pay", None), (("topup_id",), {}))
     m = asub.add_parser("add-model", help="add an engine model to the catalog file (ComfyUI: from a workflow)")
     m.add_argument("engine", choices=["comfyui"])
     m.add_argument("--id", required=True, help="the model id clients ask for")

@@ -83,3 +83,37 @@ def test_admin_finds_a_node_started_on_another_port_through_the_data_directory(t
     log = node.log.read_text()
     assert "TEST MODE: prompt directives, the test payment provider" in log
     assert f"open {node.url}/ in a browser" in log and "genservice admin approve-org ORG_ID" in log
+
+
+def test_an_id_is_one_path_segment(tmp_path):
+    """An id with `/`, `?` or `#` stays in its segment: it cannot reach another route."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Node(BaseHTTPRequestHandler):
+        def do_PATCH(self):
+            seen.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"error": {"code": "request.not_found", "message": "Member not found."}}'
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Node)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = admin(tmp_path, "--url", f"http://127.0.0.1:{server.server_port}", "set-role", "org/x?y#z",
+                    "../../topups/t", "admin")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout) == {"error": {"code": "request.not_found", "message": "Member not found."}}
+    assert seen == ["/operator/v1/organizations/org%2Fx%3Fy%23z/members/..%2F..%2Ftopups%2Ft"]

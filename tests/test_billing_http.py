@@ -364,6 +364,17 @@ async def test_operator_grant_refusals(node, org, autojump_clock):
     assert bal["data"]["available"] == "200.00"
 
 
+async def test_operator_grant_reason_is_bounded_as_in_the_console(node, org, autojump_clock):
+    path = f"/organizations/{org.id}/grants"
+    error(await body(await node.op("POST", path, {"credits": "1", "reason": "x" * 501})), 422,
+          "request.validation_failed", "reason must be at most 500 characters; got 501.",
+          {"field": "reason", "max_length": 500, "length": 501})
+    st, b = await body(await node.op("POST", path, {"credits": "1", "reason": "y" * 500}))
+    assert (st, b["data"]["reason"]) == (201, "y" * 500)
+    st, bal = await org.get("/v1/billing/balance")
+    assert bal["data"]["available"] == "201.00"  # only the 500-character grant
+
+
 async def test_test_clock(node, org, autojump_clock):
     assert await body(await node.op("POST", "/test/clock", {"advance_seconds": 90})) == (
         200, {"data": {"now": iso(START + 90)}})

@@ -14,9 +14,12 @@ import json
 import logging
 import math
 import re
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 from quart import Blueprint, Response, jsonify, request
 
 from service.catalog.capabilities import capability as capability_of
@@ -49,6 +52,16 @@ def model_not_found(model_id: str) -> FrontError:
 B = TypeVar("B", bound=BaseModel)
 
 
+def _not_bool(v: Any) -> Any:
+    if isinstance(v, bool):  # lax pydantic reads `true` as 1
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return v
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+"""An integer field: a JSON boolean is refused, not read as 0 or 1."""
+
+
 class Loose(BaseModel):
     """OpenAI clients send fields this node has no use for (`user`, `top_p`, ...): ignored."""
 
@@ -58,7 +71,7 @@ class Loose(BaseModel):
 class ImagesBody(Loose):
     prompt: str
     model: str | None = None
-    n: int = Field(default=1, ge=1, le=MAX_IMAGES)
+    n: Int = Field(default=1, ge=1, le=MAX_IMAGES)
     size: str | None = None
     response_format: Literal["url", "b64_json"] | None = None
 
@@ -77,11 +90,11 @@ class ChatBody(Loose):
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: Int | None = Field(default=None, ge=1)
+    max_completion_tokens: Int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    seed: int | None = Field(default=None, ge=0, le=2 ** 31 - 1)
-    n: int = Field(default=1, ge=1, le=1)
+    seed: Int | None = Field(default=None, ge=0, le=2 ** 31 - 1)
+    n: Int = Field(default=1, ge=1, le=1)
 
 
 class SpeechBody(Loose):
@@ -171,13 +184,29 @@ def translate(e: Exception) -> tuple[FrontError, dict]:
             return FrontError(503, e.message, "server_error", "model_unavailable"), {}
         if e.status == 404:
             return FrontError(404, e.message, code="not_found"), {}
-        return FrontError(e.status, e.message, code=e.code.rpartition(".")[2]), {}
+        type_ = "server_error" if e.status >= 500 else "invalid_request_error"
+        return FrontError(e.status, e.message, type_, code=e.code.rpartition(".")[2]), {}
     if isinstance(e, RouteTimeout):
         return FrontError(408, f"The request took longer than {e.seconds} seconds.", "server_error", "timeout"), {}
     if isinstance(e, (ActorGone, AskTimeout)):
         return FrontError(503, "The service is busy; try again shortly.", "server_error", "service_unavailable"), {}
     log.exception("internal error in the OpenAI-compatible front door")
     return FrontError(500, "Something went wrong on our side.", "server_error", "internal_error"), {}
+
+
+@contextmanager
+def client_fields(**names: str) -> Iterator[None]:
+    """The submit rules name their own fields (`prompt`); the client sent OpenAI's (a speech's
+    `input`, a chat's `messages`): its refusal's `param` names the latter."""
+    try:
+        yield
+    except ApiError as e:
+        field = e.details.get("field") if isinstance(e.details, dict) else None
+        if field not in names:
+            raise
+        front, _ = translate(e)
+        front.param = names[field]
+        raise front from None
 
 
 def install_errors(bp: Blueprint) -> None:

@@ -20,6 +20,7 @@ from service.errors import ApiError
 from service.http.auth import node
 from service.http.browser import HOME, current_session, csrf_protected, throttle
 from service.http.pages import PageError, render
+from service.http.routes.password_reset import SAME_ORIGIN_REFERRER
 from service.http.signin import enter
 from service.storage import identity as identity_sql
 from service.storage import sessions as sql
@@ -68,8 +69,9 @@ def invitation_form(inv: dict, token: str, status: int = 200, error: str | None 
         state = "no_password"
     notice = {"someone_else": SOMEONE_ELSE.format(me=s.email, email=inv["email"]) if s else "",
               "no_password": NO_PASSWORD}.get(state)
-    return render("invitation.html", status, title="Accept invitation", inv=inv, token=token, state=state,
-                  providers=providers if state in ("new", "no_password", "password") else [],
+    # The URL and the form carry the token: the reset page's policy (see SAME_ORIGIN_REFERRER).
+    return render("invitation.html", status, SAME_ORIGIN_REFERRER, title="Accept invitation", inv=inv, token=token,
+                  state=state, providers=providers if state in ("new", "no_password", "password") else [],
                   error=error, notice=notice)
 
 

@@ -17,7 +17,8 @@ from quart_schema import hide
 
 from service.catalog.request import SubmitRequest
 from service.http.auth import node, principal, requires, resolve_project
-from service.http.openai_compat import ChatBody, FrontError, install_errors, message_text, parse, translate
+from service.http.openai_compat import (ChatBody, FrontError, client_fields, install_errors, message_text, parse,
+                                         translate)
 from service.http.openai_jobs import WAIT_LIMIT, FrontJobs, job_failure, pick_model
 
 bp = Blueprint("openai_chat", __name__)
@@ -56,8 +57,9 @@ async def chat():
     messages, prompt = _conversation(data)
     project = resolve_project(None, write=True)
     calls = FrontJobs(gen, principal().org_id, project["id"])
-    plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
-                    request=SubmitRequest(prompt=prompt, seed=data.seed))
+    with client_fields(prompt="messages"):  # the job's prompt is the last user message
+        plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
+                        request=SubmitRequest(prompt=prompt, seed=data.seed))
     gen.check_active_limit(calls.org_id)
     turn = calls.chat_turn(messages, data.max_completion_tokens or data.max_tokens, data.temperature)
     try:

@@ -14,7 +14,8 @@ from quart_schema import hide
 
 from service.catalog.request import SubmitRequest
 from service.http.auth import node, principal, requires, resolve_project
-from service.http.openai_compat import FrontError, ImagesBody, SpeechBody, install_errors, parse, size_to_tier
+from service.http.openai_compat import (FrontError, ImagesBody, SpeechBody, client_fields, install_errors, parse,
+                                         size_to_tier)
 from service.http.openai_jobs import WAIT_LIMIT, FrontJobs, job_failure, pick_model
 
 bp = Blueprint("openai_front", __name__)
@@ -92,8 +93,9 @@ async def speech():
         raise FrontError(400, f"Unknown voice '{data.voice}' for {m.id}. Known: {', '.join(m.resolutions)}.",
                          param="voice")
     calls, project = _calls(gen)
-    plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
-                    request=SubmitRequest(prompt=data.input, resolution=data.voice))
+    with client_fields(prompt="input"):
+        plan = gen.plan(calls.org_id, project["id"], capability=None, model=m.id,
+                        request=SubmitRequest(prompt=data.input, resolution=data.voice))
     try:
         gen.check_active_limit(calls.org_id)
         await calls.submit(plan)

@@ -22,6 +22,7 @@ bp = Blueprint("operator_billing", __name__)
 
 SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 LOT_FIELDS = ("id", "source", "amount", "remaining", "expires_at", "reason", "created_at")
+REASON_MAX_CHARS = 500  # as the console's grant form: a reason is shown in ledgers and the audit log
 
 
 def test_only(func):
@@ -74,6 +75,9 @@ async def grant(org_id: str, data: GrantBody):
     if not SOURCE_RE.match(data.source):
         raise Unprocessable("source must be 1 to 64 lowercase letters, digits, '_' or '-'.",
                             {"source": data.source})
+    if data.reason is not None and len(data.reason) > REASON_MAX_CHARS:
+        raise Unprocessable(f"reason must be at most {REASON_MAX_CHARS} characters; got {len(data.reason)}.",
+                            {"field": "reason", "max_length": REASON_MAX_CHARS, "length": len(data.reason)})
     expires = None
     if data.expires_at is not None:
         try:
