@@ -42,7 +42,7 @@ from service.backends.base import Completed
 from service.catalog.engines import CogEngine
 
 from . import common
-from .common import Incomplete, Unreachable, bound_inputs, check, collect, patiently
+from .common import Incomplete, Unreachable, bound_inputs, bounded, check, collect, patiently
 from .context import Context, Hooks
 from .protocol import Job
 from .transport import send_plain
@@ -216,4 +216,5 @@ class CogJob:
         return Completed(await collect(self.ctx.http, self.req, final.get("output"), self.cfg.timeout_s))
 
     async def cancel(self) -> None:
-        await self.ctx.http.post(f"{self.url}/predictions/{self.req.job_id}/cancel", timeout=common.CANCEL_S)
+        await bounded(self.ctx.http, "POST", f"{self.url}/predictions/{self.req.job_id}/cancel",
+                      timeout=common.CANCEL_S)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,9 +52,13 @@ from service.catalog.engines import ComfyEngine
 
 from .common import (
     CANCEL_S,
+    MAX_OUTPUTS,
+    OUTPUT_MAX_BYTES,
     TRANSIENT_STATUS,
     Incomplete,
     NoOutput,
+    TooLarge,
+    bounded,
     check,
     field_values,
     read,
@@ -82,7 +87,7 @@ class ComfyUI:
         return list(cfg.urls)
 
     async def health(self, cfg: ComfyEngine, url: str) -> bool:
-        resp = await self.ctx.http.get(f"{url}/system_stats", timeout=5.0)
+        resp = await bounded(self.ctx.http, "GET", f"{url}/system_stats", timeout=5.0)
         return resp.status_code == 200
 
     def job(self, cfg: ComfyEngine, job: Job) -> ComfyJob:
@@ -152,8 +157,8 @@ async def _upload(http: httpx.AsyncClient, url: str, req: RenderRequest, key: st
                   cfg: ComfyEngine) -> str:
     name = f"genservice-{req.job_id}-{key.removeprefix('inputs.')}{path.suffix or '.png'}"
     data = await trio.to_thread.run_sync(path.read_bytes)
-    resp = check(await http.post(f"{url}/upload/image", files={"image": (name, data, content_type)},
-                                 data={"type": "input", "overwrite": "true"}, timeout=cfg.timeout_s))
+    resp = check(await bounded(http, "POST", f"{url}/upload/image", files={"image": (name, data, content_type)},
+                               data={"type": "input", "overwrite": "true"}, timeout=cfg.timeout_s))
     body = resp.json()
     return f"{body['subfolder']}/{body['name']}" if body.get("subfolder") else str(body["name"])
 
@@ -164,8 +169,8 @@ async def _submit(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: Co
     lost (a timeout, a reset, a 502/503/504 on the way), the prompt may still have been
     queued: it is looked up by its id, and followed if ComfyUI has it."""
     try:
-        resp = await http.post(f"{url}/prompt", json={"prompt": graph, "client_id": client_id,
-                                                      "prompt_id": req.job_id}, timeout=cfg.timeout_s)
+        resp = await bounded(http, "POST", f"{url}/prompt", json={"prompt": graph, "client_id": client_id,
+                                                                  "prompt_id": req.job_id}, timeout=cfg.timeout_s)
     except httpx.TransportError as e:
         if not await _was_queued(http, url, req.job_id, cfg):
             raise
@@ -228,14 +233,24 @@ async def _read_events(ctx: Context, req: RenderRequest, ws: WebSocketConnection
         message = await ws.get_message()
         if not isinstance(message, str):
             continue  # previews (binary frames)
-        event = json.loads(message)
-        kind, data = event.get("type"), event.get("data") or {}
-        if data.get("prompt_id") != req.job_id:
+        try:
+            event = json.loads(message)
+        except (ValueError, RecursionError):
             continue
+        data = event.get("data") if isinstance(event, dict) else None
+        if not isinstance(data, dict) or data.get("prompt_id") != req.job_id:
+            continue  # not ours, or not shaped as ComfyUI's own (a custom node's message): a hint at most
+        kind = event.get("type")
         if (kind == "executing" and data.get("node") is None) or kind in END_EVENTS:
             ended.set()
         elif kind == "progress":
-            ctx.progress(req, float(data.get("value", 0)), float(data.get("max", 1)), str(data.get("node")))
+            value, maximum = data.get("value", 0), data.get("max", 1)
+            if _number(value) and _number(maximum):
+                ctx.progress(req, float(value), float(maximum), str(data.get("node")))
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @asynccontextmanager
@@ -313,19 +328,25 @@ async def _outputs(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: C
     status = entry.get("status") or {}
     if status.get("status_str") == "error" or status.get("completed") is False:
         raise Incomplete(f"ComfyUI reported an error: {_last_message(status)}")
-    outputs: list[Output] = []
+    files: list[dict[str, Any]] = []
     texts: list[str] = []
     for _node, produced in sorted((entry.get("outputs") or {}).items(), key=lambda kv: _node_order(kv[0])):
-        for key in OUTPUT_KEYS:
-            for item in produced.get(key) or []:
-                if not isinstance(item, dict) or item.get("type", "output") != "output":
-                    continue  # previews live in ComfyUI's temp folder
-                resp = await read(http, f"{url}/view", cfg.timeout_s, params={
-                    "filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": "output"})
-                out = await store_output(req, len(outputs), resp.content, item["filename"])
-                if out is not None:
-                    outputs.append(out)
+        files += [item for key in OUTPUT_KEYS for item in produced.get(key) or []
+                  if isinstance(item, dict) and item.get("type", "output") == "output"]  # previews live in temp
         texts += [t for t in produced.get("text") or [] if isinstance(t, str)]
+    if len(files) > MAX_OUTPUTS:
+        log.warning("job %s: ComfyUI listed %d files; the first %d are taken", req.job_id, len(files), MAX_OUTPUTS)
+    outputs: list[Output] = []
+    for item in files[:MAX_OUTPUTS]:
+        try:
+            resp = await read(http, f"{url}/view", cfg.timeout_s, limit=OUTPUT_MAX_BYTES, params={
+                "filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": "output"})
+        except TooLarge as e:
+            log.warning("job %s: an engine output is not stored: %s", req.job_id, e)
+            continue
+        out = await store_output(req, len(outputs), resp.content, item["filename"])
+        if out is not None:
+            outputs.append(out)
     if req.capability == "text.llm" and texts:
         outputs.append(await store_text(req, len(outputs), "\n".join(texts)))
     if not outputs:
@@ -335,9 +356,9 @@ async def _outputs(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: C
 
 async def _cancel(http: httpx.AsyncClient, url: str, prompt_id: str) -> None:
     try:
-        await http.post(f"{url}/queue", json={"delete": [prompt_id]}, timeout=CANCEL_S)
-        await http.post(f"{url}/interrupt", json={"prompt_id": prompt_id}, timeout=CANCEL_S)
-    except httpx.HTTPError as e:
+        await bounded(http, "POST", f"{url}/queue", json={"delete": [prompt_id]}, timeout=CANCEL_S)
+        await bounded(http, "POST", f"{url}/interrupt", json={"prompt_id": prompt_id}, timeout=CANCEL_S)
+    except (httpx.HTTPError, TooLarge) as e:
         log.warning("cancelling prompt %s on %s failed: %s", prompt_id, url, type(e).__name__)
 
 

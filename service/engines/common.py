@@ -7,13 +7,17 @@ spec's failure message (operations.md, "Engines"), so every engine fails the sam
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterator
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpcore
 import httpx
 import trio
 
@@ -23,6 +27,7 @@ from service.catalog.capabilities import BY_ID
 from service.catalog.engines import Bound
 from service.errors import Unprocessable
 from service.media import isolated
+from service.net.backend import AddressNotAllowed, GuardedBackend
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,19 @@ class Incomplete(EngineError):
 
 class NoOutput(EngineError):
     """The engine finished without a file this node can store."""
+
+
+class TooLarge(Incomplete):
+    """An engine's answer or file past its bound: read no further (an output file is
+    skipped, as one of a type the node does not store)."""
+
+
+MiB = 1024 * 1024
+# What one engine answer may be (JSON, a chat stream): room for files inlined as data URLs
+# (a Cog webhook carrying them is at most 51 MiB).
+ANSWER_MAX_BYTES = 64 * MiB
+OUTPUT_MAX_BYTES = 512 * MiB  # one output file an answer points to (a long video)
+MAX_OUTPUTS = 64  # files taken from one job's answer; the rest are logged and dropped
 
 
 def first_error(group: BaseExceptionGroup) -> BaseException:
@@ -135,14 +153,58 @@ async def patiently(send: Callable[[], Awaitable[httpx.Response]],
         await trio.sleep(wait)
 
 
+async def bounded(http: httpx.AsyncClient, method: str, url: str, *, limit: int = ANSWER_MAX_BYTES,
+                  **kwargs: Any) -> httpx.Response:
+    """`http.request(method, url, **kwargs)` with its body read up to `limit` bytes
+    (`capped`). An engine's answer is read whole by every call, so an endless or huge one
+    would otherwise take the node's memory."""
+    async with http.stream(method, url, **kwargs) as resp:
+        body = bytearray()
+        async for chunk in capped(resp, limit):
+            body += chunk
+    headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in _FRAMING]
+    return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=resp.request)
+
+
+_FRAMING = ("content-encoding", "content-length", "transfer-encoding")  # of the body as sent, not as read
+
+
+async def capped(resp: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+    """A streamed response's body, at most `limit` bytes in all as decoded (a compressed body
+    counts as what it inflates to), else TooLarge. At the bound the connection is closed
+    under the response and read on to the failure that follows: httpx's and httpcore's body
+    generators then end, where leaving the loop would leave them to the GC (trio warns)."""
+    seen, over = 0, False
+    try:
+        async for chunk in resp.aiter_bytes():
+            seen += len(chunk)
+            if over:
+                continue  # what was buffered before the close
+            if seen > limit:
+                over = True
+                stream = resp.extensions.get("network_stream")
+                if stream is None:
+                    break  # not on a socket (a mock transport): nothing left to read
+                await stream.aclose()
+                continue
+            yield chunk
+    except httpx.TransportError:
+        if not over:
+            raise
+    if over:
+        raise TooLarge(f"an answer over {limit} bytes")
+
+
 async def read(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict[str, str] | None = None,
-               params: dict[str, str] | None = None) -> httpx.Response:
+               params: dict[str, str] | None = None, limit: int = ANSWER_MAX_BYTES) -> httpx.Response:
     """GET of a job's state or file (idempotent): transient faults tried again (`patiently`)."""
-    return check(await patiently(lambda: http.get(url, headers=headers, params=params, timeout=timeout_s)))
+    return check(await patiently(lambda: bounded(http, "GET", url, headers=headers, params=params,
+                                                 timeout=timeout_s, limit=limit)))
 
 
 async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, headers: dict[str, str] | None = None,
-                      not_yet: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
+                      not_yet: Callable[[httpx.Response], bool] | None = None,
+                      limit: int = ANSWER_MAX_BYTES) -> httpx.Response:
     """GET a URL the engine itself just returned (a status URL after a submit, an output
     file after `succeeded`): hosted APIs answer 404 while a new object propagates, so a
     404 (or what `not_yet` says) is read again with a short backoff before it counts;
@@ -151,7 +213,8 @@ async def get_settled(http: httpx.AsyncClient, url: str, timeout_s: float, heade
     def later(resp: httpx.Response) -> bool:
         return resp.status_code == 404 or (not_yet is not None and not_yet(resp))
 
-    return check(await patiently(lambda: http.get(url, headers=headers, timeout=timeout_s), later))
+    return check(await patiently(lambda: bounded(http, "GET", url, headers=headers, timeout=timeout_s, limit=limit),
+                                 later))
 
 
 # -- binding request fields --------------------------------------------------------------------
@@ -264,26 +327,70 @@ def decode_data_url(url: str) -> bytes | None:
         return None
 
 
-async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, timeout_s: float) -> list[Output]:
-    """The files of a model's output (Cog, Replicate, fal: any JSON): every data URL or
-    http(s) URL in it is fetched and stored; plain strings are a `text.llm` reply."""
+async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, timeout_s: float,
+                  api: str | None = None) -> list[Output]:
+    """The files of a model's output (Cog, Replicate, fal: any JSON): the data URLs and
+    http(s) URLs in it, the first MAX_OUTPUTS, fetched (at most OUTPUT_MAX_BYTES each) and
+    stored. A `text.llm` model's output is its reply: its strings are text, never fetched
+    (a reply is what a prompt asked for, and a URL in it is no file of the operator's).
+    `api`: a hosted API's base URL. Its output URLs are chosen by a model's author, not by
+    the operator: one off the API's own origin is fetched only from a public address,
+    with the SSRF guard of outgoing webhooks (`_guarded`)."""
+    strings = _strings(output)
+    if req.capability == "text.llm":
+        if not "".join(strings):
+            raise NoOutput(f"job {req.job_id}: the engine returned no text")
+        return [await store_text(req, 0, "".join(strings))]
+    files = [s for s in strings if s.startswith(("data:", "http://", "https://"))]
+    if len(files) > MAX_OUTPUTS:
+        log.warning("job %s: the engine returned %d files; the first %d are taken", req.job_id, len(files),
+                    MAX_OUTPUTS)
     outputs: list[Output] = []
-    texts: list[str] = []
-    for value in _strings(output):
-        data = decode_data_url(value)
-        if data is None and value.startswith(("http://", "https://")):
-            data = (await get_settled(http, value, timeout_s)).content
-        if data is None:
-            texts.append(value)
+    for value in files[:MAX_OUTPUTS]:
+        try:
+            data = decode_data_url(value) if value.startswith("data:") else await _download(http, value, timeout_s, api)
+        except (TooLarge, AddressNotAllowed, httpx.InvalidURL) as e:
+            log.warning("job %s: an engine output is not stored: %s %s", req.job_id, type(e).__name__, e)
             continue
-        out = await store_output(req, len(outputs), data)
+        out = None if data is None else await store_output(req, len(outputs), data)
         if out is not None:
             outputs.append(out)
-    if texts and req.capability == "text.llm":
-        outputs.append(await store_text(req, len(outputs), "".join(texts)))
     if not outputs:
         raise NoOutput(f"job {req.job_id}: the engine returned no file")
     return outputs
+
+
+async def _download(http: httpx.AsyncClient, url: str, timeout_s: float, api: str | None) -> bytes:
+    if not httpx.URL(url).host:  # "https://" alone (a model's text): no server to ask, not a fault to retry
+        raise httpx.InvalidURL("an output URL without a host")
+    if api is None or _origin(url) == _origin(api):
+        return (await get_settled(http, url, timeout_s, limit=OUTPUT_MAX_BYTES)).content
+    async with _guarded() as guarded:
+        return (await get_settled(guarded, url, timeout_s, limit=OUTPUT_MAX_BYTES)).content
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    u = httpx.URL(url)
+    return u.scheme, u.host, u.port
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return httpx.create_ssl_context()  # about 0.1 s of CPU to make: one for every guarded fetch
+
+
+@asynccontextmanager
+async def _guarded() -> AsyncIterator[httpx.AsyncClient]:
+    """A client that connects to public addresses only (service/net/guard.py: no private,
+    loopback or link-local address such as 169.254.169.254, whatever a name resolves to),
+    follows no redirect and uses no environment proxy, as webhook deliveries do; its one
+    connection is closed after."""
+    transport = httpx.AsyncHTTPTransport(verify=_tls())
+    transport._pool = httpcore.AsyncConnectionPool(  # httpx takes no network backend (transport.py does the same)
+        ssl_context=_tls(), max_connections=1, max_keepalive_connections=0,
+        network_backend=GuardedBackend(allow_private=False))
+    async with httpx.AsyncClient(transport=transport, follow_redirects=False) as client:
+        yield client
 
 
 def _strings(value: object) -> list[str]:

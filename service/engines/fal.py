@@ -5,7 +5,9 @@
   never rebuilt (an app's sub-path is not part of them, and fal may move them).
 - `status_url` is polled every `poll_s`: `IN_QUEUE` / `IN_PROGRESS` / `COMPLETED`.
   Then `response_url` gives the model's output, or an HTTP error (a failed run): that
-  error fails the job with its status. The output's file URLs become assets.
+  error fails the job with its status. The output's File objects (`{url, ...}`) become
+  assets; their URLs off fal's origin are fetched from public addresses only
+  (`common.collect`).
 - What a hosted queue shows while things propagate is read again with a short backoff
   (`common.get_settled`), not taken as an answer: a 404 from `status_url` just after
   the submit, a 400 "Request is still in progress" from `response_url` just after
@@ -38,6 +40,7 @@ from .common import (
     Incomplete,
     auth,
     bound_inputs,
+    bounded,
     check,
     collect,
     get_settled,
@@ -55,6 +58,18 @@ def _in_progress(resp: httpx.Response) -> bool:
 
 def _auth(cfg: FalEngine) -> dict[str, str]:
     return auth("Key", cfg.token_env)
+
+
+def _files(value: object) -> list[str]:
+    """The `url` of each of fal's File objects (`{url, content_type, ...}`) in an output:
+    the other strings are no files (fal echoes the input's `prompt`, which must not have
+    the node fetch a URL a client wrote)."""
+    if isinstance(value, list):
+        return [u for v in value for u in _files(v)]
+    if isinstance(value, dict):
+        url = value.get("url")
+        return [url] if isinstance(url, str) else [u for v in value.values() for u in _files(v)]
+    return []
 
 
 class Fal:
@@ -82,8 +97,8 @@ class FalJob:
         body = await bound_inputs(self.req, cfg)
         # not repeatable (a lost answer leaves a request we cannot find): its answer is waited
         # for as long as a read would be tried again
-        self.queued = check(await self.http.post(f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),
-                                                 timeout=cfg.timeout_s + sum(RETRY_S))).json()
+        self.queued = check(await bounded(self.http, "POST", f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),
+                                          timeout=cfg.timeout_s + sum(RETRY_S))).json()
         for name in ("status_url", "response_url"):
             if not isinstance(self.queued.get(name), str):
                 raise Incomplete(f"fal's submit answer has no {name}")
@@ -103,10 +118,11 @@ class FalJob:
         cfg = self.cfg
         result = (await get_settled(self.http, self.status.get("response_url") or self.queued["response_url"],
                                     cfg.timeout_s, _auth(cfg), not_yet=_in_progress)).json()
-        return Completed(await collect(self.http, self.req, result, cfg.timeout_s))
+        output = result if self.req.capability == "text.llm" else _files(result)
+        return Completed(await collect(self.http, self.req, output, cfg.timeout_s, api=cfg.url))
 
     async def cancel(self) -> None:
         cancel = self.queued.get("cancel_url")
         if isinstance(cancel, str):
-            resp = await self.http.put(cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
+            resp = await bounded(self.http, "PUT", cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
             log.info("job %s: fal cancel answered %s", self.req.job_id, resp.status_code)

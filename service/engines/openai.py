@@ -22,21 +22,30 @@
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import trio
+from httpx._decoders import LineDecoder  # the splitting of httpx's own aiter_lines
 
 from service.backends.base import Completed, Output
 from service.catalog.engines import OpenAIEngine
 
 from .common import (
+    ANSWER_MAX_BYTES,
+    MAX_OUTPUTS,
+    OUTPUT_MAX_BYTES,
     Incomplete,
     NoOutput,
+    TooLarge,
     Upstream,
     auth,
+    bounded,
+    capped,
     check,
     dimensions,
     get_settled,
@@ -57,7 +66,7 @@ class OpenAI:
         return [cfg.url.rstrip("/")]
 
     async def health(self, cfg: OpenAIEngine, url: str) -> bool:
-        resp = await self.ctx.http.get(f"{url}/models", headers=_auth(cfg), timeout=5.0)
+        resp = await bounded(self.ctx.http, "GET", f"{url}/models", headers=_auth(cfg), timeout=5.0)
         return resp.status_code == 200
 
     def job(self, cfg: OpenAIEngine, job: Job) -> OpenAIJob:
@@ -79,13 +88,14 @@ class OpenAIJob:
         if req.capability == "image.generate":
             body = {"model": cfg.model, "prompt": req.prompt, "n": 1, "response_format": "b64_json",
                     "size": "{}x{}".format(*dimensions(req.resolution, req.aspect_ratio))}
-            resp = await self.http.post(f"{url}/images/generations", json=body, headers=_auth(cfg),
-                                        timeout=cfg.timeout_s)
+            resp = await bounded(self.http, "POST", f"{url}/images/generations", json=body, headers=_auth(cfg),
+                                 timeout=cfg.timeout_s, limit=OUTPUT_MAX_BYTES)  # the answer carries the file
         elif req.capability == "image.edit":
             image = req.inputs["image"][0]
             data = await trio.to_thread.run_sync(image.path.read_bytes)
-            resp = await self.http.post(
-                f"{url}/images/edits", headers=_auth(cfg), timeout=cfg.timeout_s,
+            resp = await bounded(
+                self.http, "POST", f"{url}/images/edits", headers=_auth(cfg), timeout=cfg.timeout_s,
+                limit=OUTPUT_MAX_BYTES,
                 files={"image": (f"image{image.path.suffix or '.png'}", data, image.content_type)},
                 data={"model": cfg.model, "prompt": req.prompt, "n": "1", "response_format": "b64_json"})
         else:
@@ -122,9 +132,9 @@ class OpenAIJob:
             async with self.http.stream("POST", f"{url}/chat/completions", json=body, headers=_auth(cfg),
                                         timeout=cfg.timeout_s) as resp:
                 if resp.status_code >= 400:
-                    await resp.aread()
-                    raise Upstream(resp.status_code, resp.text)
-                async for line in resp.aiter_lines():
+                    detail = b"".join([chunk async for chunk in capped(resp, ANSWER_MAX_BYTES)])
+                    raise Upstream(resp.status_code, detail.decode("utf-8", "replace"))
+                async for line in _lines(resp, ANSWER_MAX_BYTES):
                     if not line.startswith("data:"):
                         continue
                     payload = line[5:].strip()
@@ -160,11 +170,16 @@ class OpenAIJob:
 
     async def _images(self) -> list[Output]:
         outputs: list[Output] = []
-        for item in self.answer.get("data") or []:
+        for item in (self.answer.get("data") or [])[:MAX_OUTPUTS]:
             if item.get("b64_json"):
                 data = base64.b64decode(item["b64_json"])
             elif item.get("url"):
-                data = (await get_settled(self.http, item["url"], self.cfg.timeout_s)).content  # 404 while it propagates
+                try:  # 404 while it propagates
+                    data = (await get_settled(self.http, item["url"], self.cfg.timeout_s,
+                                              limit=OUTPUT_MAX_BYTES)).content
+                except TooLarge as e:
+                    log.warning("job %s: an engine output is not stored: %s", self.req.job_id, e)
+                    continue
             else:
                 continue
             out = await store_output(self.req, len(outputs), data)
@@ -177,3 +192,15 @@ class OpenAIJob:
 
 def _auth(cfg: OpenAIEngine) -> dict[str, str]:
     return auth("Bearer", cfg.token_env, required=False)
+
+
+async def _lines(resp: httpx.Response, limit: int) -> AsyncIterator[str]:
+    """The stream's lines, as `aiter_lines` splits them, of at most `limit` bytes in all
+    (`common.capped`): a server that streams on past `max_tokens`, or one line without end,
+    is cut off rather than held in memory until the job's timeout."""
+    text, lines = codecs.getincrementaldecoder("utf-8")("replace"), LineDecoder()
+    async for chunk in capped(resp, limit):
+        for line in lines.decode(text.decode(chunk)):
+            yield line
+    for line in [*lines.decode(text.decode(b"", final=True)), *lines.flush()]:
+        yield line

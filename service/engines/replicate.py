@@ -20,7 +20,9 @@
   its `completed` webhook (to this job's own URL) is waited for (`LOST_CREATE_S`).
 - Cancel: `POST urls.cancel`.
 - Inputs are bound by name; an input asset goes as a data URL. Outputs that are URLs
-  (or data URLs) become files; plain strings are text (a `text.llm` reply).
+  (or data URLs) become files; plain strings are text (a `text.llm` reply). An output
+  URL is a model author's choice: off the API's origin, it is fetched from public
+  addresses only (`common.collect`).
 - The token is read from the environment for each call: it is in no log or error.
 """
 
@@ -46,6 +48,7 @@ from .common import (
     Upstream,
     auth,
     bound_inputs,
+    bounded,
     check,
     collect,
     get_settled,
@@ -149,8 +152,8 @@ class ReplicateJob:
         lost: httpx.TransportError | None = None
         with trio.CancelScope(shield=True):  # a cancel waits for the id it needs
             try:
-                resp = await ctx.http.post(create, json=body, headers={**_auth(cfg), "Prefer": f"wait={WAIT_S}"},
-                                           timeout=cfg.timeout_s + WAIT_S)
+                resp = await bounded(ctx.http, "POST", create, json=body,
+                                     headers={**_auth(cfg), "Prefer": f"wait={WAIT_S}"}, timeout=cfg.timeout_s + WAIT_S)
             except NOT_SENT:
                 raise
             except httpx.TransportError as e:  # sent, its answer lost: the prediction may exist
@@ -171,12 +174,13 @@ class ReplicateJob:
         if prediction["status"] != "succeeded":
             raise Incomplete(f"Replicate prediction {prediction.get('id')} {prediction['status']}: "
                              f"{str(prediction.get('error') or '')[:300]}")
-        return Completed(await collect(self.ctx.http, self.req, prediction.get("output"), self.cfg.timeout_s))
+        return Completed(await collect(self.ctx.http, self.req, prediction.get("output"), self.cfg.timeout_s,
+                                       api=self.cfg.url))
 
     async def cancel(self) -> None:
         cancel = (self.prediction.get("urls") or {}).get("cancel")
         if cancel:
-            await self.ctx.http.post(cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
+            await bounded(self.ctx.http, "POST", cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
 
 
 async def _next(http: httpx.AsyncClient, hooks: Hooks, prediction: Payload, cfg: ReplicateEngine) -> Payload:
