@@ -40,6 +40,8 @@ def decimal_uc(d: Decimal) -> int:
     Decimal's 28 digits would round, or trap outside ValueError (a 500): refused first."""
     if d.adjusted() > 20:
         raise NotCredits("credits out of range")
+    if d != 0 and d.adjusted() < -2:  # under a cent: `%` would underflow to 0 for 1e-999999999
+        raise TooPrecise("credits take at most two decimal places")
     if d % CENT != 0:  # exact: the quotient has at most 23 digits
         raise TooPrecise("credits take at most two decimal places")
     return int(d * UC)

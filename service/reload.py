@@ -73,4 +73,7 @@ async def reload_on_sighup(node: Node, *, task_status=trio.TASK_STATUS_IGNORED) 
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
-            await reload_catalog(node, "SIGHUP")
+            try:
+                await reload_catalog(node, "SIGHUP")
+            except Exception:  # noqa: BLE001 - e.g. the audit's write on a full disk: never the node's end
+                log.exception("the catalog reload asked by SIGHUP failed")

@@ -36,6 +36,29 @@ async def test_a_sighup_reload_is_audited_with_its_outcome(reloadable):  # noqa:
     assert rows[1]["detail"] == "in force"
 
 
+async def test_a_sighup_reload_that_fails_leaves_the_next_one_working(reloadable, monkeypatch, caplog):  # noqa: F811
+    """The audit's write failing (a full disk) ended the signal task, and with it the node."""
+    n = reloadable
+    audit = n.parts.console.audit
+    calls = []
+
+    async def failing_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return await audit(*args, **kwargs)
+
+    monkeypatch.setattr(n.parts.console, "audit", failing_once)
+    n.catalog_path.write_text(model("painter", "4.00"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reload_on_sighup, n.parts)
+        os.kill(os.getpid(), signal.SIGHUP)
+        await until(lambda: len(calls) == 1)
+        os.kill(os.getpid(), signal.SIGHUP)
+        await until(lambda: n.store.scalar("SELECT COUNT(*) FROM operator_audit WHERE who = 'SIGHUP'") == 1)
+        nursery.cancel_scope.cancel()
+    assert "the catalog reload asked by SIGHUP failed" in caplog.text
+
 async def test_overlapping_reloads_leave_the_last_file_in_force_and_reported(reloadable, settling_clock):  # noqa: F811
     n = reloadable
     silent = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]  # accepts, never answers

@@ -180,3 +180,31 @@ async def test_an_http2_client_that_takes_its_answer_slowly_gets_all_of_it(autoj
         await trio.sleep(1)
         assert len(servers[0][1]) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_windowless_client_sending_pings_is_closed_all_the_same(autojump_clock, servers):
+    """PING answers are frames the client takes, not answers: they do not count."""
+    install()
+    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
+                                                              shutdown_trigger=trio.sleep_forever))
+        try:
+            t0 = trio.current_time()
+            s = await windowless_get(int(binds[0].rsplit(":", 1)[1]))
+            c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            c.initiate_connection()
+            c.clear_outbound_data_buffer()
+            for i in range(int(2 * SEND_STALL_S * 100)):  # 100 a second: 51 kB of PING answers each 30 s
+                c.ping(b"%08d" % i)
+                try:
+                    await s.send_all(c.data_to_send())
+                except trio.BrokenResourceError:
+                    break  # closed by the node
+                await trio.sleep(0.01)
+            await trio.sleep(SEND_STALL_S)
+            assert servers[0][1] == [t0 + SEND_STALL_S]
+            await s.aclose()
+        finally:
+            await unstick(servers)
+            nursery.cancel_scope.cancel()

@@ -11,7 +11,8 @@ GRANT_REFUSED = "credits must be a decimal number of credits above zero with at 
 
 
 @pytest.mark.parametrize("bad", ["1e30", "-1e30", "1e999999", "12345678901234567890123456789",
-                                 10 ** 30, "100.000000000000000000000000001", "1.00000000000000000000000000001"])
+                                 10 ** 30, "100.000000000000000000000000001", "1.00000000000000000000000000001",
+                                 "1e-999999999", "-1e-999999999", "0.001"])
 def test_huge_or_over_precise_amounts_are_value_errors(bad):
     with pytest.raises(ValueError):
         to_uc(bad)

@@ -6,7 +6,8 @@ buffered answer for as long as it liked, up to 100 streams a connection
 (docs/security-limits.md). Over HTTP/1 a write that the client takes less than `MIN_RATE`
 of over `SEND_STALL_S` ends the connection (`service/http/connection.py`); the same rule
 is kept here: while answers wait to be sent, the client must take at least
-`SEND_STALL_S * MIN_RATE` bytes of them each `SEND_STALL_S`, or the connection is closed.
+`SEND_STALL_S * MIN_RATE` bytes of them each `SEND_STALL_S`, or the connection is closed
+(answers' bytes only: a client cannot keep its connection by sending PINGs).
 Checked against Hypercorn 0.18 (`tests/test_http2_window.py`).
 """
 
@@ -16,7 +17,7 @@ import logging
 from typing import Any
 
 import trio
-from hypercorn.events import Closed, RawData
+from hypercorn.events import Closed
 from hypercorn.protocol.h2 import H2Protocol
 
 from .connection import MIN_RATE, SEND_STALL_S
@@ -29,8 +30,16 @@ class BoundedH2(H2Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.taken = 0  # bytes written to the client so far (its answers' frames, and any other)
+        self.taken = 0  # bytes of answers (DATA frames) sent to the client so far
         self.watch = trio.CancelScope()
+        send_data = self.connection.send_data
+
+        def counted(stream_id: int, data: bytes, *args: Any, **kwargs: Any) -> None:
+            # answers' bytes only: a client's PINGs or SETTINGS, acknowledged, take none
+            send_data(stream_id, data, *args, **kwargs)
+            self.taken += len(data)
+
+        self.connection.send_data = counted  # type: ignore[method-assign,assignment]
 
     async def initiate(self, headers: Any = None, settings: Any = None) -> None:
         await super().initiate(headers, settings)
@@ -40,12 +49,6 @@ class BoundedH2(H2Protocol):
         await super().handle(event)
         if isinstance(event, Closed):
             self.watch.cancel()
-
-    async def _flush(self) -> None:
-        data = self.connection.data_to_send()
-        if data != b"":
-            self.taken += len(data)
-            await self.send(RawData(data=data))
 
     def waiting(self) -> bool:
         """Whether some answer has bytes the client's window has not let out."""

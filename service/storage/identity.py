@@ -30,7 +30,7 @@ def membership_in(conn_or_store: Source, email: str, org_id: str) -> Row | None:
 def person_known(conn_or_store: Source, email: str) -> bool:
     """Whether the address is already someone's: a membership of a confirmed organization
     (active or removed: identities hang on them) or a password. A sign-up whose own link was
-    never followed proves nothing and makes nobody (M4): it must not block the address."""
+    never followed proves nothing and makes nobody: it must not block the address."""
     return one(conn_or_store, "SELECT 1 FROM users u JOIN organizations o ON o.id = u.organization_id "
                "WHERE u.email = ? COLLATE NOCASE AND o.unconfirmed = 0 UNION ALL "
                "SELECT 1 FROM passwords WHERE email = ? COLLATE NOCASE LIMIT 1", (email, email)) is not None
