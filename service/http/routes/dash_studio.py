@@ -15,8 +15,11 @@ refusal shows the form again (a 402 with the balance and a link to top up).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+import uuid
+from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
+
+import trio
 
 from quart import Blueprint, redirect, request
 from quart_schema import hide
@@ -139,7 +142,7 @@ async def submit():
     # Generate through htmx: the output pane follows the job (the page stays; a repeat of the
     # same form_token shows the job the first post made)
     where = response.headers["Location"]
-    job = job_view(job_or_404(where.rsplit("/", 1)[1])) if where.startswith("/studio/jobs/") else None
+    job = await job_view(job_or_404(where.rsplit("/", 1)[1])) if where.startswith("/studio/jobs/") else None
     if job is None:
         return pane(409, {"title": "Already sent", "message": forms.ALREADY_SENT, "todo": "Wait for the first one to show here.",
                           "balance": None, "link": None})
@@ -196,18 +199,30 @@ async def submit_job(form):
 TEXT_SHOWN = 20_000  # characters of a text output shown in place (the whole file is a download)
 
 
-def text_of(output: Mapping[str, Any]) -> str | None:
-    """A text output's first characters, shown in the pane like an image is."""
-    if not output["content_type"].startswith("text/"):
-        return None
-    row = gen_sql.get_asset(node().store, output["id"])
-    if row is None or not row.get("sha256"):
-        return None
-    try:  # through the asset store, so an S3-held output shows too (its local copy is kept)
-        with open(node().generation.files.local(row["sha256"]), encoding="utf-8", errors="replace") as f:
-            return f.read(TEXT_SHOWN)
-    except (OSError, ObjectMissing):
-        return None
+async def texts_of(outputs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The text outputs' first characters (shown in the pane like an image is), by output
+    id: read through the asset store in a worker thread (an object store's fetch must not
+    block the event loop), each into scratch of its own that goes with it."""
+    files, store = node().generation.files, node().store
+    rows = [gen_sql.get_asset(store, o["id"]) for o in outputs if o["content_type"].startswith("text/")]
+    wanted = [(r["id"], r["sha256"]) for r in rows if r is not None and r.get("sha256")]
+    if not wanted:
+        return {}
+
+    def read() -> dict[str, str]:
+        texts: dict[str, str] = {}
+        for asset_id, sha in wanted:
+            scratch = f"text-read-{uuid.uuid4()}"
+            try:
+                with open(files.local(sha, files.work_dir(scratch)), encoding="utf-8", errors="replace") as f:
+                    texts[asset_id] = f.read(TEXT_SHOWN)
+            except (OSError, ObjectMissing):
+                pass
+            finally:
+                files.discard_work(scratch)
+        return texts
+
+    return await trio.to_thread.run_sync(read)
 
 
 def job_or_404(job_id: str) -> JobStatus:
@@ -217,11 +232,12 @@ def job_or_404(job_id: str) -> JobStatus:
     return status
 
 
-def job_view(status: JobStatus) -> dict:
+async def job_view(status: JobStatus) -> dict:
     """The status object plus what a page shows: signed output links, whether the hold was
     released, the settings it ran with, its timings and a link to run them again."""
     store = node().store
-    outputs = [{**o, "link": signed(o["id"]), "text": text_of(o)} for o in status["outputs"]]
+    texts = await texts_of(status["outputs"])
+    outputs = [{**o, "link": signed(o["id"]), "text": texts.get(o["id"])} for o in status["outputs"]]
     hold = billing_sql.hold_status_of_job(store, status["request_id"]) \
         if status["status"] in JOB.final and status["status"] != "completed" else None
     row = gen_sql.get_job(store, status["request_id"]) or {}
@@ -247,7 +263,7 @@ def job_view(status: JobStatus) -> dict:
 @hide
 @page("generation:read")
 async def job_page(job_id: str):
-    job = job_view(job_or_404(job_id))
+    job = await job_view(job_or_404(job_id))
     return show("studio_job.html", title=f"Job {job_id[:8]}", job=job)
 
 
@@ -268,12 +284,12 @@ async def cancel(job_id: str):
     try:
         await node().generation.cancel(principal().org_id, job_id)
     except ApiError as e:
-        job = job_view(job_or_404(job_id))
+        job = await job_view(job_or_404(job_id))
         if htmx():
             return show("job_detail.html", e.status, job=job, error=e.message)
         return show("studio_job.html", e.status, title="Job", job=job, error=e.message)
     if htmx():  # from Studio's output pane: the job's section again, in place
-        return show("job_detail.html", job=job_view(job_or_404(job_id)))
+        return show("job_detail.html", job=await job_view(job_or_404(job_id)))
     forms.notify("Job canceled.")
     return redirect(f"/studio/jobs/{job_id}", 303)
 
@@ -283,4 +299,4 @@ async def cancel(job_id: str):
 @page("generation:read")
 async def job_pane(job_id: str):
     """A job in the output pane, opened from a tile of "My generations"."""
-    return show("job_detail.html", job=job_view(job_or_404(job_id)))
+    return show("job_detail.html", job=await job_view(job_or_404(job_id)))
