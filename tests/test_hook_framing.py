@@ -11,29 +11,14 @@ from pathlib import Path
 import pytest
 import trio
 from hypercorn.trio import serve
+from test_http_connection import ended  # noqa: F401 - the connection tasks' end times
 
 from service.config import Settings
 from service.http import connection
-from service.http.connection import TCPServer, install
+from service.http.connection import install
 from service.main import EndShielded, hypercorn_config
 
 ACCEPTED = b'{"status":"succeeded"}'  # the first chunk: a hook the front takes, of the declared length
-
-
-@pytest.fixture
-def ended(monkeypatch) -> list[float]:
-    """The (virtual) times the server's connection tasks ended."""
-    times: list[float] = []
-    run = TCPServer.run
-
-    async def tracked(self):
-        try:
-            await run(self)
-        finally:
-            times.append(trio.current_time())
-
-    monkeypatch.setattr(TCPServer, "run", tracked)
-    return times
 
 
 @pytest.fixture
@@ -109,7 +94,7 @@ async def test_a_chunked_hook_is_judged_by_its_whole_body_not_its_declared_lengt
         nursery.cancel_scope.cancel()
 
 
-async def test_a_chunked_hook_with_many_chunks_does_not_hold_its_connection(node, hook, autojump_clock, receives, ended):
+async def test_a_chunked_hook_with_many_chunks_does_not_hold_its_connection(node, hook, autojump_clock, receives, ended):  # noqa: F811
     """Past the front's answer the rest of the chunks filled the app's queue, which nobody
     read: the answer's end, shielded (EndShielded), then waited for ever to put the client's
     disconnect there, holding the connection past the client's close and the node's stop."""

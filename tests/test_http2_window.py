@@ -62,6 +62,16 @@ async def unstick(servers) -> None:
                 await buffer.close()
 
 
+async def served(nursery: trio.Nursery) -> int:
+    """The node's HTTP stack (its connection class, EndShielded) serving `app` until the
+    nursery ends: its port."""
+    install()
+    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
+    binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
+                                                          shutdown_trigger=trio.sleep_forever))
+    return int(binds[0].rsplit(":", 1)[1])
+
+
 async def windowless_get(port: int) -> trio.SocketStream:
     """An HTTP/2 connection whose client grants no window, with one GET answered (its head)."""
     s = await trio.open_tcp_stream("127.0.0.1", port)
@@ -82,13 +92,10 @@ async def windowless_get(port: int) -> trio.SocketStream:
 
 async def test_a_windowless_http2_client_that_leaves_ends_its_connection_at_once(autojump_clock, servers):
     """It held the connection's task and descriptor (in CLOSE_WAIT) for ever, and the node's stop."""
-    install()
-    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
-                                                              shutdown_trigger=trio.sleep_forever))
+        port = await served(nursery)
         try:
-            s = await windowless_get(int(binds[0].rsplit(":", 1)[1]))
+            s = await windowless_get(port)
             await trio.sleep(10)
             assert servers[0][1] == []  # within the bound: held while the client is there
             t0 = trio.current_time()
@@ -126,14 +133,11 @@ async def test_a_windowless_http2_client_does_not_hold_the_nodes_stop_past_its_g
 async def test_a_windowless_http2_client_that_stays_is_closed_after_the_stall_bound(autojump_clock, servers):
     """HTTP/1's rule for a client that takes nothing (SEND_STALL_S, MIN_RATE), over HTTP/2:
     Hypercorn alone held such a client's streams for as long as it stayed."""
-    install()
-    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
-                                                              shutdown_trigger=trio.sleep_forever))
+        port = await served(nursery)
         try:
             t0 = trio.current_time()
-            s = await windowless_get(int(binds[0].rsplit(":", 1)[1]))
+            s = await windowless_get(port)
             await trio.sleep(3 * SEND_STALL_S)
             assert servers[0][1] == [t0 + SEND_STALL_S]  # the first watch that found its answer waiting
             assert await s.receive_some() == b""  # closed on the node's side
@@ -146,12 +150,9 @@ async def test_a_windowless_http2_client_that_stays_is_closed_after_the_stall_bo
 async def test_an_http2_client_that_takes_its_answer_slowly_gets_all_of_it(autojump_clock, servers):
     """A client that takes more than MIN_RATE (16 KiB of window each 10 s: 1.6 KiB/s) keeps
     its connection past the bound and gets its whole answer."""
-    install()
-    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
-                                                              shutdown_trigger=trio.sleep_forever))
-        s = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
+        port = await served(nursery)
+        s = await trio.open_tcp_stream("127.0.0.1", port)
         c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         c.local_settings = h2.settings.Settings(client=True, initial_values={
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16384})
@@ -184,14 +185,11 @@ async def test_an_http2_client_that_takes_its_answer_slowly_gets_all_of_it(autoj
 
 async def test_a_windowless_client_sending_pings_is_closed_all_the_same(autojump_clock, servers):
     """PING answers are frames the client takes, not answers: they do not count."""
-    install()
-    config = hypercorn_config(Settings(data_dir=Path("unused"), host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(EndShielded(app), config, task_status=task_status,
-                                                              shutdown_trigger=trio.sleep_forever))
+        port = await served(nursery)
         try:
             t0 = trio.current_time()
-            s = await windowless_get(int(binds[0].rsplit(":", 1)[1]))
+            s = await windowless_get(port)
             c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
             c.initiate_connection()
             c.clear_outbound_data_buffer()
