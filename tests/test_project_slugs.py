@@ -82,3 +82,11 @@ async def test_the_dashboard_form_refuses_it_too(node):
     assert r.status_code == 422
     assert MESSAGE in htmllib.unescape(await r.get_data(as_text=True))
     assert node.store.scalar("SELECT count(*) FROM projects WHERE name = 'Campaign'") == 0
+
+
+async def test_a_name_written_like_an_id_derives_a_slug_that_is_not_one(node):
+    org = await node.create_org()
+    other = org["default_project_id"]
+    r = await node.call("POST", "/v1/projects", org["api_key"], json={"name": other})
+    assert r.status_code == 201
+    assert (await j(r))["data"]["slug"] == "project-" + other

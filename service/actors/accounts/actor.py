@@ -41,8 +41,15 @@ SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
                 "and cannot start or end with a hyphen.")
 
 
+# a project id's shape (a UUID's text): a slug never takes it, or one value would name two
+# projects of an organization (routes take a project by id or slug)
+PROJECT_ID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
 def derive_slug(name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
+    if PROJECT_ID_SHAPE.match(slug):  # a name written like an id
+        return "project-" + slug
     return slug or "project"
 
 

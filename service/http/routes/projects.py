@@ -3,24 +3,30 @@ spend-limit fields of operations.md "Spend limits" (`monthly_spend_limit`, `mont
 
 from __future__ import annotations
 
-import re
-
 from pydantic import ConfigDict
 from quart import Blueprint
 
+from service.actors.accounts.actor import PROJECT_ID_SHAPE
 from service.credits.limits import parse_limit
 from service.errors import NotFound, Unprocessable
+from service.http.auth import node, principal, requires
+from service.http.responses import Data
+from service.http.schemas import (
+    SLUG,
+    SPEND_LIMIT,
+    STR,
+    Body,
+    body,
+    documented,
+    non_blank,
+    nullable,
+)
+from service.storage import accounts as sql
 from service.views import spend
 from service.views.shapes import Project
-from service.http.responses import Data
-from service.http.auth import principal, requires, node
-from service.http.schemas import SLUG, SPEND_LIMIT, STR, Body, body, documented, non_blank, nullable
-from service.storage import accounts as sql
 
 bp = Blueprint("projects", __name__)
 
-# a project id as stored (service/storage/accounts.py `new_id`: a UUID's text); slugs are lowercase
-PROJECT_ID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 SLUG_LOOKS_LIKE_ID = "slug must not look like a project id."
 
 
