@@ -247,3 +247,11 @@ def test_an_upscale_workflow_needs_no_prompt(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     model = load_catalog(str(tmp_path / "catalog.toml"), tables()).model("up2x")
     assert model.engine.bind == {"inputs.media": "1.image"}
+
+
+def test_a_node_id_of_other_digits_is_ordered_last_not_a_crash():
+    """`'²'.isdigit()` is True and `int('²')` raises: a graph keyed so was a traceback."""
+    graph = graph_of("txt2img.json")
+    graph["²"] = graph.pop("9")  # the SaveImage node
+    found = infer(graph)
+    assert found.outputs == ["² (SaveImage)"]

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.digits import ascii_int
+
 from .capabilities import BY_ID
 
 # output nodes whose files land in ComfyUI's output folder (previews go to temp: never fetched)
@@ -154,7 +156,8 @@ def _int(value: object) -> int | None:
 
 
 def _order(node_id: str) -> tuple[int, str]:
-    return (int(node_id), node_id) if node_id.isdigit() else (1 << 62, node_id)
+    number = ascii_int(node_id, 1 << 62)
+    return (1 << 62, node_id) if number is None else (number, node_id)
 
 
 def _input_names(info: dict) -> set[str]:

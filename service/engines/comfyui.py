@@ -48,6 +48,7 @@ from trio_websocket import (
 )
 
 from service.backends.base import Completed, Output, RenderRequest
+from service.digits import ascii_int
 from service.catalog.engines import ComfyEngine
 
 from .common import (
@@ -363,7 +364,8 @@ async def _cancel(http: httpx.AsyncClient, url: str, prompt_id: str) -> None:
 
 
 def _node_order(node_id: str) -> tuple[int, str]:
-    return (int(node_id), "") if node_id.isdigit() else (1 << 30, node_id)
+    number = ascii_int(node_id, 1 << 30)
+    return (1 << 30, node_id) if number is None else (number, "")
 
 
 def _last_message(status: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from service.descriptors import quiet_accept_loop
+from service.digits import ascii_int
 from service.hookgate import wire
 from service.http.connection import install
 
@@ -108,7 +109,7 @@ async def _read_body(scope: Any, receive: Any, limit: int, body_timeout: float) 
     """(kind, body): the whole body, or why not (a declared or read length over `limit`,
     or a body still coming after `body_timeout`); None when the client went away."""
     for name, value in scope["headers"]:
-        if name.lower() == b"content-length" and value.isdigit() and int(value) > limit:
+        if name.lower() == b"content-length" and (ascii_int(value, limit + 1) or 0) > limit:
             return wire.TOO_LARGE, b""
     parts, size = [], 0
     with trio.move_on_after(body_timeout):

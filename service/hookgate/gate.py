@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 import trio
 
+from service.digits import ascii_int
 from service.engines.context import Context
 from service.hookgate import wire
 from service.http.app import UPLOAD_BODY_LIMIT
@@ -50,7 +51,7 @@ def bind(settings: Any) -> socket.socket:
     follows the bound port unless the operator set one."""
     host, sep, port = settings.engine_hooks_listen.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or ascii_int(port, 65536) is None:
         raise BadListen("GENSERVICE_ENGINE_HOOKS_LISTEN must be HOST:PORT (for example 10.0.0.5:8001)")
     wildcard = host in ("0.0.0.0", "::")
     if wildcard and not settings.engine_hooks_url:

@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from service.digits import ascii_int
 from service.engines.context import HOOK_PATH
 from service.http.connection import Receive
 
@@ -99,9 +100,9 @@ def _length(scope: dict[str, Any]) -> int | None:
     for name, value in scope["headers"]:
         name = name.lower()
         if name == b"content-length":
-            if not value.isdigit():
+            size = ascii_int(value, 1 << 62)
+            if size is None:
                 return None
-            size = int(value)
         elif name == b"transfer-encoding":
             return None
     return size

@@ -27,6 +27,7 @@ import trio
 from quart import g, request
 from werkzeug.http import parse_dict_header
 
+from service.digits import ascii_int
 from service.errors import BadRequest, RateLimited
 from service.http.auth import ROUTE_LIMIT
 from service.machines import JOB
@@ -54,13 +55,13 @@ def _parse(header: str | None) -> int:
     if "wait" not in prefs:
         return 0
     value = prefs["wait"]
-    if value and not (value.isascii() and value.isdigit()):  # `int` refuses the superscripts `isdigit` takes
+    seconds = ascii_int(value, MAX_WAIT_S)
+    if value and seconds is None:
         raise BadRequest("Prefer: wait must be a whole number of seconds (at most 60 are waited).",
                          {"header": "Prefer"})
     if "respond-async" in prefs:
         return 0
-    # past 9 digits the answer is the most waited anyway; `int` refuses over 4,300
-    return min(int(value), MAX_WAIT_S) if value and len(value) <= 9 else MAX_WAIT_S
+    return MAX_WAIT_S if seconds is None else seconds  # `wait` with no value: the most waited
 
 
 def route_limit() -> int:

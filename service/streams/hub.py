@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import trio
 
 from service.clock import Clock
+from service.digits import ascii_int
 
 from .limits import StreamLimits
 
@@ -36,6 +37,7 @@ KEEP_EVENTS = 1000
 HARD_CAP = 20_000
 BUFFER = 64  # events a subscriber may lag behind before it is dropped
 SWEEP_EVERY_S = 60.0
+SEQ_CAP = 10**18  # more events than one boot publishes: a longer Last-Event-ID is not ours
 PROGRESS_EVERY_S = 0.25  # progress events at most about 4 per second per job
 
 
@@ -116,11 +118,10 @@ class Hub:
         if not text:
             return None
         boot, _, seq = text.strip().partition(".")
-        # ASCII digits only, and no longer than any seq can be: `int()` refuses the
-        # superscripts `isdigit` accepts and strings past 4,300 digits
-        if boot != self.boot or not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
+        number = ascii_int(seq, SEQ_CAP)
+        if boot != self.boot or number is None or number >= SEQ_CAP:  # no seq reaches 10^18
             return -1
-        return int(seq)
+        return number
 
     def position(self) -> str:
         """The id of 'now': a stream that starts from the current state resumes after it."""

@@ -14,6 +14,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.clock import iso, parse_iso
+from service.digits import ascii_int
 from service.http.auth import node
 from service.http.operator_session import audit, console_page, show
 from service.http.pages import PageError
@@ -37,13 +38,9 @@ def offset_arg() -> int:
 
 
 def whole_arg(name: str, cap: int) -> int | None:
-    """ASCII digits only (`²` is a digit to str.isdigit, not to int), capped before int()
-    so that thousands of digits neither exceed int()'s limit nor overflow SQLite's INTEGER."""
-    raw = request.args.get(name, "")
-    if not (raw.isascii() and raw.isdigit()):
-        return None
-    digits = raw.lstrip("0") or "0"
-    return cap if len(digits) > len(str(cap)) else min(int(digits), cap)
+    """A paging argument: capped, so that thousands of digits neither reach int() nor
+    overflow SQLite's INTEGER."""
+    return ascii_int(request.args.get(name, ""), cap)
 
 
 @bp.get("/operator/organizations")
