@@ -194,7 +194,8 @@ def build(settings: Settings, store: Store, clock: Clock, node_key: NodeKey | No
     node.generation = Generation(node)  # jobs, per-model slots, job webhooks, asset files
     node.engines = Engines(node.catalog, lambda: settings.public_base_url,
                            load_secret(settings.data_dir, "engine-hook-secret"), node.generation.engine_progress,
-                           hook_base=lambda: settings.engine_hooks_url)
+                           hook_base=lambda: settings.engine_hooks_url,
+                           allow_private=settings.webhook_allow_private)  # output URLs too: docs/engines.md
     node.closers.append(node.engines.aclose)
     node.jobs = node._registry(node.generation.jobs)
     node.registries.append(node.generation.webhooks)  # type: ignore[arg-type]  # the job-webhook outbox

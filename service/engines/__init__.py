@@ -52,12 +52,13 @@ __all__ = ["Engines", "HOOK_PATH"]
 class Engines:
     def __init__(self, catalog: Catalog, base_url: Callable[[], str], hook_secret: bytes,
                  progress: Progress, table: Mapping[str, Row[Any]] | None = None,
-                 hook_base: Callable[[], str | None] = lambda: None) -> None:
+                 hook_base: Callable[[], str | None] = lambda: None, allow_private: bool = False) -> None:
         # Engine URLs are the operator's own servers (often on a private network): no
         # SSRF guard here, unlike webhook calls to addresses a client chose.
         # a few small connection pools rather than one large one (transport.py says why)
         self.http = engine_client()
-        self.context = Context(self.http, base_url, hook_secret, progress, hook_base)
+        # allow_private: the node's `webhook_allow_private`, for a hosted API's output URLs too
+        self.context = Context(self.http, base_url, hook_secret, progress, hook_base, allow_private)
         # one client per engine backend (`table.ENGINES` when not given)
         self.clients: dict[str, Engine[Any]] = {
             name: row.engine(self.context) for name, row in (ENGINES if table is None else table).items()

@@ -42,7 +42,7 @@ from service.backends.base import Completed
 from service.catalog.engines import CogEngine
 
 from . import common
-from .common import Incomplete, Unreachable, bound_inputs, bounded, check, collect, patiently
+from .common import Incomplete, Unreachable, bound_inputs, bounded, check, collect, json_object, patiently
 from .context import Context, Hooks
 from .protocol import Job
 from .transport import send_plain
@@ -53,6 +53,9 @@ BUSY_RETRY_S = (0.05, 2.0)  # first and largest wait after a 409
 LOST_AFTER = 5  # idle health checks with no outcome (Cog retries a final webhook for a while)
 DOWN_AFTER = 2  # failed health checks, failing for sum(RETRY_S) seconds
 FINAL = ("succeeded", "failed", "canceled")
+# A health check's answer: `status` and the setup's logs, which Cog repeats in every answer
+# (a long setup's download progress takes a few hundred KiB); past it the check has failed.
+HEALTH_MAX_BYTES = 4 * common.MiB
 
 
 class _Down:
@@ -102,9 +105,10 @@ class Cog:
         check = self._checks[key] = _Check(trio.current_time())
         try:
             try:
-                resp = await send_plain(self.ctx.http, "GET", f"{url}/health-check", timeout=timeout_s)
-                answer: tuple[bool, str | None] = (True, resp.json().get("status") if resp.status_code == 200 else None)
-            except (httpx.TransportError, ValueError):
+                resp = await send_plain(self.ctx.http, "GET", f"{url}/health-check", timeout=timeout_s,
+                                        limit=HEALTH_MAX_BYTES)
+                answer: tuple[bool, str | None] = (True, _status(resp) if resp.status_code == 200 else None)
+            except (httpx.TransportError, ValueError, Incomplete):  # TooLarge, or not a JSON object
                 answer = (False, None)
             check.answer = answer
         finally:
@@ -115,8 +119,8 @@ class Cog:
         return list(cfg.urls)
 
     async def health(self, cfg: CogEngine, url: str) -> bool:
-        resp = await send_plain(self.ctx.http, "GET", f"{url}/health-check", timeout=5.0)
-        return resp.status_code == 200 and resp.json().get("status") in ("READY", "BUSY")
+        resp = await send_plain(self.ctx.http, "GET", f"{url}/health-check", timeout=5.0, limit=HEALTH_MAX_BYTES)
+        return resp.status_code == 200 and _status(resp) in ("READY", "BUSY")
 
     def job(self, cfg: CogEngine, job: Job) -> CogJob:
         return CogJob(self, cfg, job)
@@ -150,10 +154,10 @@ class CogJob:
         http, where = self.ctx.http, f"{self.url}/predictions/{self.req.job_id}"
         wait = BUSY_RETRY_S[0]
         while True:
-            resp = await patiently(lambda: send_plain(http, "PUT", where, json=body, timeout=timeout, headers=headers))
+            resp = await patiently(lambda: send_plain(http, "PUT", where, json=body, timeout=timeout, headers=headers,
+                                                      limit=common.ANSWER_MAX_BYTES))
             if resp.status_code != 409:
-                answer: dict[str, Any] = check(resp).json()
-                return answer
+                return json_object(check(resp))
             await trio.sleep(wait)  # at capacity: another job holds its slot
             wait = min(wait * 2, BUSY_RETRY_S[1])
 
@@ -218,3 +222,9 @@ class CogJob:
     async def cancel(self) -> None:
         await bounded(self.ctx.http, "POST", f"{self.url}/predictions/{self.req.job_id}/cancel",
                       timeout=common.CANCEL_S)
+
+
+def _status(resp: httpx.Response) -> str | None:
+    """A health check's `status`: Incomplete for an answer that is no JSON object."""
+    status = json_object(resp).get("status")
+    return status if isinstance(status, str) else None

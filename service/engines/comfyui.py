@@ -62,7 +62,9 @@ from .common import (
     bounded,
     check,
     field_values,
+    json_object,
     read,
+    shaped,
     store_output,
     store_text,
 )
@@ -160,7 +162,7 @@ async def _upload(http: httpx.AsyncClient, url: str, req: RenderRequest, key: st
     data = await trio.to_thread.run_sync(path.read_bytes)
     resp = check(await bounded(http, "POST", f"{url}/upload/image", files={"image": (name, data, content_type)},
                                data={"type": "input", "overwrite": "true"}, timeout=cfg.timeout_s))
-    body = resp.json()
+    body = json_object(resp)
     return f"{body['subfolder']}/{body['name']}" if body.get("subfolder") else str(body["name"])
 
 
@@ -315,23 +317,25 @@ async def _state(http: httpx.AsyncClient, url: str, prompt_id: str, cfg: ComfyEn
     """`queued` (pending or running), `finished` (with its history entry) or `lost`. The
     queue is read before the history: ComfyUI moves a prompt from one to the other under
     one lock, so an id in neither after that order is gone (or not yet visible)."""
-    queue = (await read(http, f"{url}/queue", cfg.timeout_s)).json()
+    queue = json_object(await read(http, f"{url}/queue", cfg.timeout_s))
     for item in [*queue.get("queue_running", []), *queue.get("queue_pending", [])]:
         if len(item) > 1 and item[1] == prompt_id:
             return "queued", {}
-    history = (await read(http, f"{url}/history/{prompt_id}", cfg.timeout_s)).json()
+    history = json_object(await read(http, f"{url}/history/{prompt_id}", cfg.timeout_s))
     entry = history.get(prompt_id)
-    return ("finished", entry) if entry else ("lost", {})
+    return ("finished", shaped(entry)) if entry else ("lost", {})
 
 
 async def _outputs(http: httpx.AsyncClient, url: str, req: RenderRequest, cfg: ComfyEngine,
                    entry: Entry) -> list[Output]:
-    status = entry.get("status") or {}
+    status = shaped(entry.get("status") or {})
     if status.get("status_str") == "error" or status.get("completed") is False:
         raise Incomplete(f"ComfyUI reported an error: {_last_message(status)}")
     files: list[dict[str, Any]] = []
     texts: list[str] = []
+    shaped(entry.get("outputs") or {})
     for _node, produced in sorted((entry.get("outputs") or {}).items(), key=lambda kv: _node_order(kv[0])):
+        produced = shaped(produced)
         files += [item for key in OUTPUT_KEYS for item in produced.get(key) or []
                   if isinstance(item, dict) and item.get("type", "output") == "output"]  # previews live in temp
         texts += [t for t in produced.get("text") or [] if isinstance(t, str)]
@@ -371,16 +375,18 @@ def _node_order(node_id: str) -> tuple[int, str]:
 def _last_message(status: dict[str, Any]) -> str:
     for event, data in reversed(status.get("messages") or []):
         if event in ("execution_error", "execution_interrupted"):
+            data = shaped(data)
             return f"{event} in node {data.get('node_id')} ({data.get('node_type')}): {data.get('exception_message', '')}"[:300]
     return "unknown"
 
 
 def _refusal(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
+    try:  # for the log only: an answer of another shape is logged as it came
+        body = json_object(resp)
+        err = shaped(body.get("error") or {})
+        nodes = ", ".join(f"{k}: {shaped(shaped(v).get('errors', [{}])[0]).get('message', '')}"
+                          for k, v in shaped(body.get("node_errors") or {}).items())
+    except (Incomplete, LookupError, TypeError):
         return resp.text[:300]
-    err = body.get("error") or {}
-    nodes = ", ".join(f"{k}: {v.get('errors', [{}])[0].get('message', '')}" for k, v in (body.get("node_errors") or {}).items())
     return f"{err.get('type')}: {err.get('message')} {nodes}"[:500]
 

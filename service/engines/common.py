@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import os
 import re
@@ -27,7 +28,7 @@ from service.catalog.capabilities import BY_ID
 from service.catalog.engines import Bound
 from service.errors import Unprocessable
 from service.media import isolated
-from service.net.backend import AddressNotAllowed, GuardedBackend
+from service.net.backend import AddressNotAllowed, GuardedBackend, output_dns_limiter
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,25 @@ def check(resp: httpx.Response) -> httpx.Response:
     return resp
 
 
+def json_object(answer: httpx.Response | str | bytes) -> dict[str, Any]:
+    """An engine answer's JSON object (a response's body, or one message of a stream).
+    Answers are parsed here and with `shaped`: an answer of another shape (a list where an
+    object belongs, JSON nested thousands deep) is the engine's fault, Incomplete ("could
+    not complete"), and no error of the node's own code is mistaken for one."""
+    try:
+        value = json.loads(answer.content if isinstance(answer, httpx.Response) else answer)  # as httpx's .json()
+    except (ValueError, RecursionError) as e:
+        raise Incomplete(f"an answer that is not JSON ({type(e).__name__})") from None
+    return shaped(value)
+
+
+def shaped(value: object) -> dict[str, Any]:
+    """`value` (a part of an engine's answer) when it is a JSON object, else Incomplete."""
+    if not isinstance(value, dict):
+        raise Incomplete(f"an answer not shaped as the protocol says ({type(value).__name__} for an object)")
+    return value
+
+
 CANCEL_S = 5.0  # the longest a cancel of a job on its engine may take (shielded from the job's own cancel)
 NOT_YET_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # re-reads of a URL the engine gave but cannot serve yet: 6.3 s
 # Waits between tries of a call that met a transient fault (31.75 s in all; a job's own
@@ -162,11 +182,10 @@ async def bounded(http: httpx.AsyncClient, method: str, url: str, *, limit: int 
         body = bytearray()
         async for chunk in capped(resp, limit):
             body += chunk
-    headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in _FRAMING]
-    return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=resp.request)
-
-
-_FRAMING = ("content-encoding", "content-length", "transfer-encoding")  # of the body as sent, not as read
+    # the response itself, its body as read (decoded): a Response built anew would gain a
+    # Content-Length the server may not have sent, or lose its Content-Encoding
+    resp._content = bytes(body)
+    return resp
 
 
 async def capped(resp: httpx.Response, limit: int) -> AsyncIterator[bytes]:
@@ -183,9 +202,10 @@ async def capped(resp: httpx.Response, limit: int) -> AsyncIterator[bytes]:
             if seen > limit:
                 over = True
                 stream = resp.extensions.get("network_stream")
-                if stream is None:
-                    break  # not on a socket (a mock transport): nothing left to read
-                await stream.aclose()
+                if stream is None:  # not on a socket (a mock transport): the body ends when closed
+                    await resp.aclose()
+                else:
+                    await stream.aclose()
                 continue
             yield chunk
     except httpx.TransportError:
@@ -328,15 +348,19 @@ def decode_data_url(url: str) -> bytes | None:
 
 
 async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, timeout_s: float,
-                  api: str | None = None) -> list[Output]:
+                  api: str | None = None, allow_private: bool = False) -> list[Output]:
     """The files of a model's output (Cog, Replicate, fal: any JSON): the data URLs and
     http(s) URLs in it, the first MAX_OUTPUTS, fetched (at most OUTPUT_MAX_BYTES each) and
     stored. A `text.llm` model's output is its reply: its strings are text, never fetched
     (a reply is what a prompt asked for, and a URL in it is no file of the operator's).
     `api`: a hosted API's base URL. Its output URLs are chosen by a model's author, not by
-    the operator: one off the API's own origin is fetched only from a public address,
-    with the SSRF guard of outgoing webhooks (`_guarded`)."""
-    strings = _strings(output)
+    the operator: one off the API's own origin is fetched with the SSRF guard of outgoing
+    webhooks (`_guarded`): only from a public address, unless `allow_private` (the
+    operator's GENSERVICE_WEBHOOK_ALLOW_PRIVATE: private addresses are fine here)."""
+    try:
+        strings = _strings(output)
+    except RecursionError:  # an output nested thousands deep
+        raise Incomplete("an output nested too deep") from None
     if req.capability == "text.llm":
         if not "".join(strings):
             raise NoOutput(f"job {req.job_id}: the engine returned no text")
@@ -348,7 +372,8 @@ async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, t
     outputs: list[Output] = []
     for value in files[:MAX_OUTPUTS]:
         try:
-            data = decode_data_url(value) if value.startswith("data:") else await _download(http, value, timeout_s, api)
+            data = (decode_data_url(value) if value.startswith("data:")
+                    else await _download(http, value, timeout_s, api, allow_private))
         except (TooLarge, AddressNotAllowed, httpx.InvalidURL) as e:
             log.warning("job %s: an engine output is not stored: %s %s", req.job_id, type(e).__name__, e)
             continue
@@ -360,12 +385,13 @@ async def collect(http: httpx.AsyncClient, req: RenderRequest, output: object, t
     return outputs
 
 
-async def _download(http: httpx.AsyncClient, url: str, timeout_s: float, api: str | None) -> bytes:
+async def _download(http: httpx.AsyncClient, url: str, timeout_s: float, api: str | None,
+                    allow_private: bool = False) -> bytes:
     if not httpx.URL(url).host:  # "https://" alone (a model's text): no server to ask, not a fault to retry
         raise httpx.InvalidURL("an output URL without a host")
     if api is None or _origin(url) == _origin(api):
         return (await get_settled(http, url, timeout_s, limit=OUTPUT_MAX_BYTES)).content
-    async with _guarded() as guarded:
+    async with _guarded(allow_private) as guarded:
         return (await get_settled(guarded, url, timeout_s, limit=OUTPUT_MAX_BYTES)).content
 
 
@@ -380,15 +406,17 @@ def _tls() -> ssl.SSLContext:
 
 
 @asynccontextmanager
-async def _guarded() -> AsyncIterator[httpx.AsyncClient]:
-    """A client that connects to public addresses only (service/net/guard.py: no private,
-    loopback or link-local address such as 169.254.169.254, whatever a name resolves to),
-    follows no redirect and uses no environment proxy, as webhook deliveries do; its one
-    connection is closed after."""
+async def _guarded(allow_private: bool = False) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that connects to public addresses only unless `allow_private`
+    (service/net/guard.py: no private, loopback or link-local address such as
+    169.254.169.254, whatever a name resolves to), follows no redirect and uses no
+    environment proxy, as webhook deliveries do; its one connection is closed after. Its
+    lookups take threads of their own (`output_dns_limiter`), not the webhooks': slow names
+    of either never hold up the other."""
     transport = httpx.AsyncHTTPTransport(verify=_tls())
     transport._pool = httpcore.AsyncConnectionPool(  # httpx takes no network backend (transport.py does the same)
         ssl_context=_tls(), max_connections=1, max_keepalive_connections=0,
-        network_backend=GuardedBackend(allow_private=False))
+        network_backend=GuardedBackend(allow_private=allow_private, limiter=output_dns_limiter()))
     async with httpx.AsyncClient(transport=transport, follow_redirects=False) as client:
         yield client
 

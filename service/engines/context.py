@@ -36,8 +36,12 @@ class BadSignature(Exception):
 
 class Context:
     def __init__(self, http: httpx.AsyncClient, base_url: Callable[[], str], secret: bytes,
-                 progress: Progress, hook_base: Callable[[], str | None] = lambda: None) -> None:
+                 progress: Progress, hook_base: Callable[[], str | None] = lambda: None,
+                 allow_private: bool = False) -> None:
         self.http = http
+        # the operator's GENSERVICE_WEBHOOK_ALLOW_PRIVATE: a hosted API's output URLs may
+        # then be on private addresses too (common.collect)
+        self.allow_private = allow_private
         self._base_url = base_url
         # where the operator's own engine servers send their hooks (the hook gate,
         # service/hookgate/), when it runs; the node's own address otherwise

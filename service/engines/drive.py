@@ -17,7 +17,7 @@ import trio
 from service.backends.base import Completed, RenderRequest
 from service.catalog.engines import EngineTable
 
-from .common import CANCEL_S, Incomplete, TooLarge, first_error, is_cancel
+from .common import CANCEL_S, TooLarge, first_error, is_cancel
 from .context import Context
 from .protocol import Engine, EngineJob, Job
 
@@ -30,7 +30,8 @@ async def drive(engine: Engine[C], cfg: C, ctx: Context, req: RenderRequest, url
                 concurrency: int = 1) -> Completed:
     """The job's outputs; the errors of `common.py` (or an HTTP client error) otherwise. An
     answer of another shape than the protocol's (a list where an object belongs, JSON nested
-    thousands deep) is Incomplete: the spec's "could not complete", not an internal error."""
+    thousands deep) is Incomplete where it is parsed (`common.json_object`, `shaped`), not
+    here: an AttributeError of the node's own code is a bug, `render`'s internal error."""
     job: EngineJob | None = None
     try:
         try:
@@ -46,10 +47,6 @@ async def drive(engine: Engine[C], cfg: C, ctx: Context, req: RenderRequest, url
             if error is group:
                 raise
             raise error from None
-    except (AttributeError, RecursionError) as e:  # `render` maps KeyError, TypeError, ValueError the same way
-        log.warning("job %s: the %s engine's answer is not shaped as its protocol says", req.job_id, req.backend,
-                    exc_info=True)
-        raise Incomplete(f"an answer not shaped as the protocol says ({type(e).__name__})") from None
     except BaseException as e:
         if job is not None and is_cancel(e) and not ctx.stopping:
             with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_S):

@@ -44,6 +44,7 @@ from .common import (
     check,
     collect,
     get_settled,
+    json_object,
 )
 from .context import Context
 from .protocol import Job
@@ -83,12 +84,13 @@ class Fal:
         return True
 
     def job(self, cfg: FalEngine, job: Job) -> FalJob:
-        return FalJob(self.ctx.http, cfg, job)
+        return FalJob(self.ctx.http, cfg, job, self.ctx.allow_private)
 
 
 class FalJob:
-    def __init__(self, http: httpx.AsyncClient, cfg: FalEngine, job: Job) -> None:
+    def __init__(self, http: httpx.AsyncClient, cfg: FalEngine, job: Job, allow_private: bool = False) -> None:
         self.http, self.cfg, self.req = http, cfg, job.req
+        self.allow_private = allow_private  # output URLs on private addresses (`collect`)
         self.queued: dict[str, Any] = {}
         self.status: dict[str, Any] = {}
 
@@ -97,8 +99,8 @@ class FalJob:
         body = await bound_inputs(self.req, cfg)
         # not repeatable (a lost answer leaves a request we cannot find): its answer is waited
         # for as long as a read would be tried again
-        self.queued = check(await bounded(self.http, "POST", f"{cfg.url}/{cfg.app}", json=body, headers=_auth(cfg),
-                                          timeout=cfg.timeout_s + sum(RETRY_S))).json()
+        self.queued = json_object(check(await bounded(self.http, "POST", f"{cfg.url}/{cfg.app}", json=body,
+                                                      headers=_auth(cfg), timeout=cfg.timeout_s + sum(RETRY_S))))
         for name in ("status_url", "response_url"):
             if not isinstance(self.queued.get(name), str):
                 raise Incomplete(f"fal's submit answer has no {name}")
@@ -106,7 +108,8 @@ class FalJob:
     async def wait(self) -> None:
         cfg = self.cfg
         while True:
-            self.status = (await get_settled(self.http, self.queued["status_url"], cfg.timeout_s, _auth(cfg))).json()
+            self.status = json_object(await get_settled(self.http, self.queued["status_url"], cfg.timeout_s,
+                                                        _auth(cfg)))
             state = self.status.get("status")
             if state == "COMPLETED":
                 return
@@ -116,10 +119,16 @@ class FalJob:
 
     async def outputs(self) -> Completed:
         cfg = self.cfg
-        result = (await get_settled(self.http, self.status.get("response_url") or self.queued["response_url"],
-                                    cfg.timeout_s, _auth(cfg), not_yet=_in_progress)).json()
-        output = result if self.req.capability == "text.llm" else _files(result)
-        return Completed(await collect(self.http, self.req, output, cfg.timeout_s, api=cfg.url))
+        where = self.status.get("response_url")
+        result = json_object(await get_settled(self.http, where if isinstance(where, str) and where
+                                               else self.queued["response_url"], cfg.timeout_s, _auth(cfg),
+                                               not_yet=_in_progress))
+        try:
+            output = result if self.req.capability == "text.llm" else _files(result)
+        except RecursionError:  # nested thousands deep
+            raise Incomplete("fal's result is nested too deep") from None
+        return Completed(await collect(self.http, self.req, output, cfg.timeout_s, api=cfg.url,
+                                       allow_private=self.allow_private))
 
     async def cancel(self) -> None:
         cancel = self.queued.get("cancel_url")

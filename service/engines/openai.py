@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import codecs
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -49,6 +48,8 @@ from .common import (
     check,
     dimensions,
     get_settled,
+    json_object,
+    shaped,
     store_output,
     store_text,
 )
@@ -100,7 +101,7 @@ class OpenAIJob:
                 data={"model": cfg.model, "prompt": req.prompt, "n": "1", "response_format": "b64_json"})
         else:
             raise Incomplete(f"an OpenAI-compatible server does not serve {req.capability}")
-        self.answer = check(resp).json()
+        self.answer = json_object(check(resp))
 
     async def wait(self) -> None:
         """The answer came back on the request itself."""
@@ -141,19 +142,20 @@ class OpenAIJob:
                     if payload == "[DONE]" or done:  # read on to the end: the connection stays clean
                         done = True
                         continue
-                    chunk = json.loads(payload)
+                    chunk = json_object(payload)
                     if chunk.get("error"):
                         raise Incomplete(f"the server reported an error mid-stream: {str(chunk['error'])[:200]}")
                     for choice in chunk.get("choices") or []:
-                        piece = (choice.get("delta") or {}).get("content") or ""
+                        choice = shaped(choice)
+                        piece = shaped(choice.get("delta") or {}).get("content") or ""
                         parts.append(piece)
                         if piece and turn is not None and turn.on_text is not None:
                             turn.on_text(piece)
                         finish = choice.get("finish_reason") or finish
                     if chunk.get("usage"):
-                        self.usage = {k: chunk["usage"][k] for k in ("prompt_tokens", "completion_tokens",
-                                                                     "total_tokens")
-                                      if isinstance(chunk["usage"].get(k), int)}
+                        usage = shaped(chunk["usage"])
+                        self.usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                                      if isinstance(usage.get(k), int)}
         except (httpx.RemoteProtocolError, httpx.ReadError) as e:  # the connection dropped
             if finish is None:
                 raise Incomplete(f"the chat stream was broken off ({type(e).__name__})") from None
@@ -171,6 +173,7 @@ class OpenAIJob:
     async def _images(self) -> list[Output]:
         outputs: list[Output] = []
         for item in (self.answer.get("data") or [])[:MAX_OUTPUTS]:
+            item = shaped(item)
             if item.get("b64_json"):
                 data = base64.b64decode(item["b64_json"])
             elif item.get("url"):

@@ -52,7 +52,9 @@ from .common import (
     check,
     collect,
     get_settled,
+    json_object,
     read,
+    shaped,
 )
 from .context import Context, Hooks, Payload, Verify
 from .protocol import Job
@@ -94,7 +96,7 @@ class SigningKeys:
         where = (cfg.url, cfg.token_env)
         if where not in self._keys:
             resp = await read(http, f"{cfg.url}/webhooks/default/secret", cfg.timeout_s, _auth(cfg))
-            secret = str(resp.json()["key"])
+            secret = str(json_object(resp)["key"])
             self._keys[where] = base64.b64decode(secret.removeprefix("whsec_"))
         return self._keys[where]
 
@@ -159,7 +161,7 @@ class ReplicateJob:
             except httpx.TransportError as e:  # sent, its answer lost: the prediction may exist
                 lost = e
             else:
-                self.prediction = check(resp).json()
+                self.prediction = json_object(check(resp))
         await trio.lowlevel.checkpoint()  # a cancel that came meanwhile lands here
         if lost is not None:
             self.prediction = await _outcome_by_hook(hooks, req, lost)
@@ -175,11 +177,11 @@ class ReplicateJob:
             raise Incomplete(f"Replicate prediction {prediction.get('id')} {prediction['status']}: "
                              f"{str(prediction.get('error') or '')[:300]}")
         return Completed(await collect(self.ctx.http, self.req, prediction.get("output"), self.cfg.timeout_s,
-                                       api=self.cfg.url))
+                                       api=self.cfg.url, allow_private=self.ctx.allow_private))
 
     async def cancel(self) -> None:
-        cancel = (self.prediction.get("urls") or {}).get("cancel")
-        if cancel:
+        cancel = shaped(self.prediction.get("urls") or {}).get("cancel")
+        if isinstance(cancel, str) and cancel:
             await bounded(self.ctx.http, "POST", cancel, headers=_auth(self.cfg), timeout=CANCEL_S)
 
 
@@ -189,12 +191,11 @@ async def _next(http: httpx.AsyncClient, hooks: Hooks, prediction: Payload, cfg:
         async for payload in hooks:
             if payload.get("id") == prediction.get("id") and payload.get("status") in FINAL:
                 return payload
-    url = (prediction.get("urls") or {}).get("get")
-    if not url:
+    url = shaped(prediction.get("urls") or {}).get("get")
+    if not isinstance(url, str) or not url:
         raise Incomplete(f"Replicate prediction {prediction.get('id')} has no urls.get")
     try:  # 404 while it propagates; transient faults tried again
-        answer: Payload = (await get_settled(http, url, cfg.timeout_s, _auth(cfg))).json()
-        return answer
+        return json_object(await get_settled(http, url, cfg.timeout_s, _auth(cfg)))
     except (httpx.TransportError, Upstream):
         for payload in _waiting(hooks):  # a webhook that came while the reads failed still ends the job
             if payload.get("id") == prediction.get("id") and payload.get("status") in FINAL:

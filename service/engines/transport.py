@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from functools import lru_cache, partial
 from json import dumps as json_dumps
 from typing import Any, NamedTuple
@@ -51,6 +51,7 @@ from httpx._utils import (
 
 from service.catalog.engines import ENGINE_CONNECTIONS
 
+from .common import ANSWER_MAX_BYTES, TooLarge, capped
 from .http_pool import Pool
 from .one_send import OneSendBackend
 
@@ -72,12 +73,14 @@ def engine_client() -> httpx.AsyncClient:
 
 
 async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: Any = None,
-                     headers: dict[str, str] | None = None, timeout: float | httpx.Timeout) -> httpx.Response:
-    """One request, read in full, handed straight to the transport `client` routes its URL
-    to (its shards, or the environment's proxy): without the client's own layers (cookies,
-    the auth flow, redirects, default headers, event hooks), which cost about 9 % of the
-    node's CPU a job on the one engine call every Cog job makes (bench/README.md,
-    "Throughput IV"). Only for calls that need none of them. Errors are httpx's own, as from
+                     headers: dict[str, str] | None = None, timeout: float | httpx.Timeout,
+                     limit: int = ANSWER_MAX_BYTES) -> httpx.Response:
+    """One request, read in full (at most `limit` bytes as received and as decoded, else
+    TooLarge, as `common.bounded` reads every other engine answer), handed straight to the
+    transport `client` routes its URL to (its shards, or the environment's proxy): without
+    the client's own layers (cookies, the auth flow, redirects, default headers, event
+    hooks), which cost about 9 % of the node's CPU a job on the one engine call every Cog
+    job makes (bench/README.md, "Throughput IV"). Only for calls that need none of them. Errors are httpx's own, as from
     the client (the transport maps httpcore's).
 
     To the shards, a URL whose path httpx would send as it is (`_split`) also skips httpx's
@@ -99,20 +102,48 @@ async def send_plain(client: httpx.AsyncClient, method: str, url: str, *, json: 
             elif method in ("POST", "PUT", "PATCH"):
                 sent.append((b"Content-Length", b"0"))
             status, got, body, extensions = await transport.plain(
-                method, origin, split[1], sent, content, _timeouts(timeout))
+                method, origin, split[1], sent, content, _timeouts(timeout), limit)
             # stream=, not content=: httpx adds a Content-Length header to a `content=` response
-            answer = _Answer(status, headers=got, stream=httpx.ByteStream(body), extensions=extensions)
+            encoded = any(k.lower() == b"content-encoding" for k, _ in got)
+            answer = _Answer(status, headers=got, stream=_Pieces(body) if encoded else httpx.ByteStream(body),
+                             extensions=extensions)
             answer.ask = (method, url, json, headers, timeout)
-            answer.read()
+            _read_within(answer, limit)
             return answer
     request = httpx.Request(method, url, json=json, headers=headers, extensions=_timeouts(timeout))
     response = await client._transport_for_url(request.url).handle_async_request(request)
     response.request = request
     try:
-        await response.aread()
+        response._content = b"".join([chunk async for chunk in capped(response, limit)])
     finally:
         await response.aclose()
     return response
+
+
+def _read_within(answer: httpx.Response, limit: int) -> None:
+    """`answer.read()`, at most `limit` bytes as decoded: a server may compress though asked
+    for no encoding, and a small body may inflate without end."""
+    parts, seen = [], 0
+    for part in answer.iter_bytes():
+        seen += len(part)
+        if seen > limit:
+            answer.close()
+            raise TooLarge(f"an answer over {limit} bytes")
+        parts.append(part)
+    answer._content = b"".join(parts)
+
+
+class _Pieces(httpx.SyncByteStream):
+    """A compressed body read whole, given to httpx's decoder 64 KiB at a time, so that
+    `_read_within` sees what each piece inflates to before the next."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        view = memoryview(self.body)
+        for i in range(0, len(view), 65536):
+            yield bytes(view[i:i + 65536])
 
 
 _PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~-]*")  # no query, nothing httpx escapes
@@ -150,6 +181,29 @@ def _timeouts(timeout: float | httpx.Timeout) -> dict[str, dict[str, float | Non
 def _json_body(value: Any) -> bytes:
     """A JSON body as httpx 0.28 encodes `json=` (compact, UTF-8, no NaN)."""
     return json_dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+async def _read_core(response: httpcore.Response, limit: int) -> bytes:
+    """An httpcore response's body, at most `limit` bytes, else TooLarge. At the bound its
+    connection is closed and read on to the failure that follows, as `common.capped` does:
+    httpcore's body generator then ends, where leaving the loop would leave it to the GC."""
+    parts, seen, over = [], 0, False
+    try:
+        async for part in response.aiter_stream():
+            seen += len(part)
+            if over:
+                continue  # what was buffered before the close
+            if seen > limit:
+                over = True
+                await response.extensions["network_stream"].aclose()
+                continue
+            parts.append(part)
+    except httpcore.NetworkError:
+        if not over:
+            raise
+    if over:
+        raise TooLarge(f"an answer over {limit} bytes")
+    return b"".join(parts)  # as httpcore's aread joins them
 
 
 class _Answer(httpx.Response):
@@ -215,10 +269,11 @@ class Sharded(httpx.AsyncBaseTransport):
         return resp
 
     async def plain(self, method: str, origin: Origin, target: str, headers: list[tuple[bytes, bytes]],
-                    content: bytes, extensions: dict[str, Any]
+                    content: bytes, extensions: dict[str, Any], limit: int = ANSWER_MAX_BYTES
                     ) -> tuple[int, list[tuple[bytes, bytes]], bytes, MutableMapping[str, Any]]:
         """`send_plain`'s request on a shard's httpcore pool, as httpx's transport sends it:
-        (status, headers, body read in full, extensions); httpcore's errors raised as httpx's."""
+        (status, headers, body read in full, extensions); httpcore's errors raised as httpx's.
+        A body past `limit` bytes is TooLarge: its connection is closed, not read on."""
         i, mine = self.pick(origin.key)
         mine[i] += 1
         scheme, host, port = origin.core
@@ -228,7 +283,7 @@ class Sharded(httpx.AsyncBaseTransport):
             with map_httpcore_exceptions():
                 response = await self.shards[i]._pool.handle_async_request(request)
                 try:
-                    body = await response.aread()
+                    body = await _read_core(response, limit)
                 finally:
                     await response.aclose()
         finally:

@@ -13,7 +13,9 @@ addresses are tried, in resolver order, one after another.
 Lookups run in worker threads of their own (`DNS_THREADS`), not in trio's default thread
 limiter: a lookup abandoned at its post's timeout keeps its thread until the system resolver
 gives up, and receivers whose names resolve slowly must only make deliveries wait, never
-the node's file work and uploads that share the default limiter.
+the node's file work and uploads that share the default limiter. Engine output fetches
+(service/engines/common.py) have threads of their own again (`OUTPUT_DNS_THREADS`): slow
+names of one kind never hold up the other.
 """
 
 from __future__ import annotations
@@ -28,22 +30,33 @@ from trio.lowlevel import RunVar
 from service.net.guard import is_public, parse_ip
 
 DNS_THREADS = 8  # system lookups at once for outgoing webhooks, node-wide; more wait their turn
+OUTPUT_DNS_THREADS = 8  # the same for engine output fetches, apart from the webhooks'
 _dns_limiter: RunVar[trio.CapacityLimiter] = RunVar("webhook_dns_limiter")
+_output_dns_limiter: RunVar[trio.CapacityLimiter] = RunVar("output_dns_limiter")
 
 
 def dns_limiter() -> trio.CapacityLimiter:
-    """The lookups' own thread limiter (one per trio run)."""
+    """The webhook lookups' own thread limiter (one per trio run)."""
+    return _limiter(_dns_limiter, DNS_THREADS)
+
+
+def output_dns_limiter() -> trio.CapacityLimiter:
+    """The engine output fetches' lookups' own thread limiter (one per trio run)."""
+    return _limiter(_output_dns_limiter, OUTPUT_DNS_THREADS)
+
+
+def _limiter(var: RunVar[trio.CapacityLimiter], threads: int) -> trio.CapacityLimiter:
     try:
-        return _dns_limiter.get()
+        return var.get()
     except LookupError:
-        limiter = trio.CapacityLimiter(DNS_THREADS)
-        _dns_limiter.set(limiter)
+        limiter = trio.CapacityLimiter(threads)
+        var.set(limiter)
         return limiter
 
 
-async def getaddrinfo(host: str, port: int) -> list:
+async def getaddrinfo(host: str, port: int, limiter: trio.CapacityLimiter | None = None) -> list:
     """`trio.socket.getaddrinfo(host, port, type=SOCK_STREAM)`, with a system lookup in a
-    thread of `dns_limiter()` instead of trio's default limiter.
+    thread of `limiter` (default `dns_limiter()`) instead of trio's default limiter.
 
     IP literals are answered without a thread, and a custom hostname resolver set with
     `trio.socket.set_custom_hostname_resolver` is used as trio would (tests inject DNS so).
@@ -61,7 +74,7 @@ async def getaddrinfo(host: str, port: int) -> list:
         if exc.errno != socket.EAI_NONAME:
             raise
     return await trio.to_thread.run_sync(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM,
-                                         abandon_on_cancel=True, limiter=dns_limiter())
+                                         abandon_on_cancel=True, limiter=limiter or dns_limiter())
 
 
 class AddressNotAllowed(Exception):
@@ -69,10 +82,12 @@ class AddressNotAllowed(Exception):
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """One per attempt: also remembers every stream it opened, to close them all."""
+    """One per attempt: also remembers every stream it opened, to close them all. `limiter`:
+    the threads its lookups take (default: the webhooks', `dns_limiter()`)."""
 
-    def __init__(self, *, allow_private: bool):
+    def __init__(self, *, allow_private: bool, limiter: trio.CapacityLimiter | None = None):
         self._allow_private = allow_private
+        self._limiter = limiter
         self._trio = httpcore.TrioBackend()
         self._streams: list[httpcore.AsyncNetworkStream] = []
 
@@ -102,7 +117,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     async def vetted_addresses(self, host: str, port: int) -> list[str]:
         """Resolve `host`, keep the allowed addresses as IP literals, in resolver order."""
         try:
-            infos = await getaddrinfo(host, port)
+            infos = await getaddrinfo(host, port, self._limiter)
         except OSError as exc:
             raise httpcore.ConnectError(f"could not resolve {host!r}") from exc
         kept: list[str] = []
