@@ -64,6 +64,9 @@ def bad_size(size: str) -> str:
     (CHAT, b'{"model": "m", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", NOT_JSON, None),
     (IMAGES, b'{"prompt": "fox", "size": ' + b"[" * 5000 + b"]" * 5000 + b"}", NOT_JSON, None),
     (IMAGES, b"\xff\xfe{}", NOT_JSON, None),
+    # not JSON, though Python's parser takes them: a NaN temperature was "less than or equal to 2"
+    (CHAT, b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', NOT_JSON, None),
+    (IMAGES, b'{"model": "proc-image", "prompt": "fox", "quality": -Infinity}', NOT_JSON, None),
     (IMAGES, b'{"model": "proc-image", "prompt": "\\ud800 fox"}', SURROGATE, None),
     (IMAGES, '{"model": "proc-image", "prompt": "fox", "size": "²x1"}'.encode(), bad_size("²x1"), "size"),
     (IMAGES, b'{"model": "proc-image", "prompt": "fox", "size": "1x' + b"9" * 400 + b'"}',

@@ -10,7 +10,6 @@ Errors are `{"error": {message, type, param, code}}`: 401 `invalid_api_key`, 404
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -26,12 +25,13 @@ from service.catalog.capabilities import capability as capability_of
 from service.catalog.catalog import Model
 from service.errors import ActorGone, ApiError, AskTimeout, RateLimited
 from service.http.errors import AuthFailure, RouteTimeout
-from service.http.schemas import _has_lone_surrogate
+from service.http.schemas import NotJson, decode_json
 
 log = logging.getLogger("service.http")
 
 MAX_IMAGES = 4
 NOT_JSON = "We could not parse the JSON body of your request."
+SURROGATE = f"{NOT_JSON[:-1]}: a string holds an unpaired surrogate."  # SQLite cannot store one: a 500 later
 SIZE = re.compile(r"([0-9]{1,5})x([0-9]{1,5})")  # ASCII digits, bounded: no overflow in the ratio
 
 
@@ -107,12 +107,10 @@ class SpeechBody(Loose):
 async def parse(model: type[B]) -> B:
     """The JSON body as `model`, or a 400 naming the first bad field as `param`."""
     raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
-    try:  # not Quart's get_json: a body nested past the parser's recursion, or not UTF-8, was a 500
-        data = json.loads(raw.decode("utf-8")) if raw.strip() else None
-    except (ValueError, RecursionError):
-        raise FrontError(400, NOT_JSON) from None
-    if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(data):  # SQLite cannot store it: a 500 later
-        raise FrontError(400, f"{NOT_JSON[:-1]}: a string holds an unpaired surrogate.")
+    try:  # the decoding of `/v1` bodies (schemas.decode_json), worded in OpenAI's terms
+        data = decode_json(raw) if raw.strip() else None
+    except NotJson as e:
+        raise FrontError(400, SURROGATE if e.kind == "surrogate" else NOT_JSON) from None
     if not isinstance(data, dict):
         raise FrontError(400, "The request body must be a JSON object.")
     try:

@@ -155,18 +155,35 @@ def errors_of(e: ValidationError, source: str) -> list[dict]:
     return out
 
 
+class NotJson(ValueError):
+    """A body the service does not take as JSON; `kind` is "utf8", "syntax" or "surrogate",
+    so each door words the refusal in its own terms (the OpenAI door: its error envelope)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def decode_json(raw: bytes) -> Any:
+    """A request body's JSON value, refused (NotJson) where it would break the service later:
+    not UTF-8, not JSON (`NaN` and `Infinity` included), nested past the recursion limit, an
+    integer of over 4,300 digits, or a string holding an unpaired surrogate."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise NotJson("The request body is not valid UTF-8.", "utf8") from None
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer of > 4300 digits
+        raise NotJson("The request body is not valid JSON.", "syntax") from None
+    if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(data):
+        raise NotJson("The request body is not valid JSON: a string holds an unpaired surrogate.", "surrogate")
+    return data
+
+
 def parse_body(model: type[BaseModel], raw: bytes) -> BaseModel:
-    if not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-        except UnicodeDecodeError:
-            raise BadRequest("The request body is not valid UTF-8.") from None
-        except (ValueError, RecursionError):  # JSONDecodeError, or an integer of > 4300 digits
-            raise BadRequest("The request body is not valid JSON.") from None
-        if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(data):
-            raise BadRequest("The request body is not valid JSON: a string holds an unpaired surrogate.")
+    try:
+        data = decode_json(raw) if raw.strip() else {}
+    except NotJson as e:
+        raise BadRequest(str(e)) from None
     if not isinstance(data, dict):
         raise ValidationFailed("The request failed validation.",
                                {"errors": [{"message": "Body must be a JSON object", "key": None,

@@ -4,8 +4,8 @@ with the same retries, Idempotency-Key and stream-following rules (genservice_cl
 from __future__ import annotations
 
 import os
-import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -13,10 +13,41 @@ import anyio
 import httpx
 from httpx_sse import aconnect_sse
 
-from .client import (FINAL, IDLE_S, RETRY_STATUS, RUN_FINAL, _backoff, _file_part, asset_id, seen, submit_body,
-                     wait_seconds, waiting)
+from .client import (
+    FINAL,
+    IDLE_S,
+    MAX_ANSWER,
+    RETRY_STATUS,
+    RUN_FINAL,
+    _backoff,
+    _file_part,
+    answer,
+    asset_id,
+    seen,
+    submit_body,
+    wait_seconds,
+    waiting,
+)
 from .errors import GenserviceError, JobFailed, from_response
-from .models import Asset, AssetOutput, Balance, JobStatus, Product, ProductRun, SubmitAccepted
+from .models import (
+    Asset,
+    AssetOutput,
+    Balance,
+    JobStatus,
+    Product,
+    ProductRun,
+    SubmitAccepted,
+)
+
+
+async def read_to_bound(chunks: AsyncIterator[bytes]) -> bytes | None:
+    """client.read_to_bound, reading as a coroutine."""
+    content = bytearray()
+    async for chunk in chunks:
+        content += chunk
+        if len(content) > MAX_ANSWER:
+            return None
+    return bytes(content)
 
 
 class AsyncProducts:
@@ -35,9 +66,9 @@ class AsyncProducts:
         answer = await self._c.request("POST", f"/v1/workflows/products/{slug}/runs", json={"inputs": inputs},
                                        submit=True)
         run = ProductRun.model_validate(answer["data"])
-        deadline = time.monotonic() + timeout
+        deadline = anyio.current_time() + timeout
         while wait and run.status not in RUN_FINAL:
-            if time.monotonic() > deadline:
+            if anyio.current_time() > deadline:
                 raise TimeoutError(f"run {run.id} still {run.status}")
             await anyio.sleep(0.5)
             run = await self.get_run(run.id)
@@ -84,16 +115,18 @@ class AsyncClient:
         while True:
             error: GenserviceError | None = None
             try:
-                r = await self.http.request(method, path, **kw)
+                async with self.http.stream(method, path, **kw) as r:
+                    content = await read_to_bound(r.aiter_bytes())
             except httpx.TransportError:
                 if not safe or attempt >= self.max_retries:
                     raise
             else:
-                if r.status_code < 400:
-                    return r.json() if r.content else None
-                error = from_response(r)
-                if r.status_code not in RETRY_STATUS or not safe or attempt >= self.max_retries:
-                    raise error
+                try:
+                    return answer(r, content)
+                except GenserviceError as e:
+                    if r.status_code not in RETRY_STATUS or not safe or attempt >= self.max_retries:
+                        raise
+                    error = e
             await anyio.sleep(_backoff(attempt, error))
             attempt += 1
 
@@ -109,29 +142,34 @@ class AsyncClient:
         if not wait:
             return await self.submit(capability, prompt, model=model, **fields)
         seconds = wait_seconds(timeout, on_event)
-        started = time.monotonic()
+        started = anyio.current_time()
         answer = await self.request("POST", f"/v1/generation/capabilities/{capability}", submit=True,
                                     json=submit_body(prompt, model, fields), **waiting(self.http, seconds))
         if answer["status"] in FINAL:
             job = JobStatus.model_validate(answer)
         else:
-            job = await self.wait(answer["request_id"], timeout=timeout - (time.monotonic() - started),
+            job = await self.wait(answer["request_id"], timeout=timeout - (anyio.current_time() - started),
                                   on_event=on_event)
         if job.status != "completed":
             raise JobFailed(job)
         return job
 
     async def wait(self, job_id: str, timeout: float = 600.0, on_event=None) -> JobStatus:
-        deadline = time.monotonic() + timeout
+        deadline = anyio.current_time() + timeout
         last_id: str | None = None
         for _ in range(5):
-            try:
-                final, last_id = await self._follow(job_id, last_id, deadline, on_event)
-            except (httpx.TransportError, ValueError):
-                continue
+            final = None
+            # keep-alives every 15 s: no read timeout ever ends the stream, the deadline does
+            with anyio.move_on_after(deadline - anyio.current_time()) as scope:
+                try:
+                    final, last_id = await self._follow(job_id, last_id, deadline, on_event)
+                except (httpx.TransportError, ValueError):
+                    continue
+            if scope.cancelled_caught:
+                break
             if final is not None:
                 return final
-        while time.monotonic() < deadline:
+        while anyio.current_time() < deadline:
             job = await self.status(job_id)
             if job.status in FINAL:
                 return job
@@ -140,7 +178,7 @@ class AsyncClient:
 
     async def _follow(self, job_id: str, last_id: str | None, deadline: float, on_event):
         headers = {"Last-Event-ID": last_id} if last_id else {}
-        timeout = httpx.Timeout(max(deadline - time.monotonic(), 1.0), connect=10.0)
+        timeout = httpx.Timeout(max(deadline - anyio.current_time(), 1.0), connect=10.0)
         async with aconnect_sse(self.http, "GET", f"/v1/generation/requests/{job_id}/events", headers=headers,
                                 timeout=timeout) as source:
             r = source.response

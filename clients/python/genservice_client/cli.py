@@ -1,7 +1,11 @@
 """`genservice-client`: the package's calls from a shell. The key and address come from
 GENSERVICE_API_KEY / GENSERVICE_URL, else the config file (`~/.config/genservice/client.toml`
 or GENSERVICE_CONFIG: `api_key = "..."`, `url = "..."`). `--json` prints the answer as JSON
-for scripts; errors go to stderr with the spec's code and exit status 1.
+for scripts. Every failure is one line on stderr, never a traceback (which could show the
+key): exit 1 for a refusal (with the spec's code), a network error, a timeout, an unreadable
+file; 2 for a missing key or address, or a config file that is not TOML; 130 on Ctrl-C.
+A config file other users can open is warned of (it holds the key).
+The key is masked (`***`) in every message.
 `genservice-client completion bash|zsh|tcsh` prints the shell's completion script (shtab,
 from this parser: it cannot fall behind the commands)."""
 
@@ -14,6 +18,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import httpx
 import shtab
 from pydantic import BaseModel
 from tqdm import tqdm
@@ -23,9 +28,50 @@ from .errors import GenserviceError
 from .models import JobStatus, ProgressEvent
 
 
+class Failed(Exception):
+    """A failure told as one line (`genservice-client: ...`) and an exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _config() -> dict:
     path = Path(os.environ.get("GENSERVICE_CONFIG") or Path.home() / ".config" / "genservice" / "client.toml")
-    return tomllib.loads(path.read_text()) if path.is_file() else {}
+    try:
+        cfg = tomllib.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:  # its text could hold the key: not shown
+        raise Failed(f"cannot read the config file {path}: {e}", 2) from None
+    if cfg.get("api_key") and os.name == "posix" and path.stat().st_mode & 0o077:  # as ssh does with its keys
+        print(f"genservice-client: warning: {path} holds the key and other users have access to it (chmod 600 it)",
+              file=sys.stderr)
+    return cfg
+
+
+def _origin(url: str) -> str:
+    """The address without a path or credentials."""
+    try:
+        u = httpx.URL(url)
+        return f"{u.scheme}://{u.host}" + (f":{u.port}" if u.port else "")
+    except httpx.InvalidURL:
+        return "the node"
+
+
+def _told(e: BaseException, url: str) -> Failed:
+    """An exception of a call as the line to print."""
+    if isinstance(e, Failed):
+        return e
+    if isinstance(e, GenserviceError):
+        return Failed(f"{e.status} {e.code}: {e.message}")
+    if isinstance(e, (httpx.TransportError, httpx.InvalidURL)):
+        return Failed(f"could not reach {_origin(url)}: {e or type(e).__name__}")
+    if isinstance(e, TimeoutError):
+        return Failed(f"timed out: {e}")
+    if isinstance(e, OSError):
+        return Failed(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
+    if isinstance(e, KeyboardInterrupt):
+        return Failed("interrupted", 130)
+    return Failed(f"unexpected {type(e).__name__}: {e}")
 
 
 def _pairs(items: list[str]) -> dict:
@@ -110,33 +156,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "completion":
         print(shtab.complete(ap, shell=args.shell))
         return 0
-    cfg = _config()
-    key = os.environ.get("GENSERVICE_API_KEY") or cfg.get("api_key")
-    url = args.url or os.environ.get("GENSERVICE_URL") or cfg.get("url")
-    if not key or not url:
-        print("genservice-client: set GENSERVICE_API_KEY and GENSERVICE_URL (or the config file)", file=sys.stderr)
-        return 2
+    key: str | None = os.environ.get("GENSERVICE_API_KEY")
+    url: str | None = args.url or os.environ.get("GENSERVICE_URL")
     try:
-        with Client(key, url) as c:
-            if args.command == "generate":
-                _generate(c, args)
-            elif args.command == "run":
-                run = c.products.run(args.slug, **_pairs(args.input))
-                _show(args, run, f"{run.id} {run.status}")
-                if run.status != "completed":
-                    return 1
-            elif args.command == "jobs":
-                jobs = c.jobs(args.limit)
-                _show(args, jobs, "\n".join(f"{x.request_id}  {x.status:<10} {x.model}" for x in jobs))
-            elif args.command == "balance":
-                bal = c.balance()
-                _show(args, bal, f"{bal.available} credits available")
-            elif args.command == "upload":
-                asset = c.upload(args.file, content_type=args.content_type)
-                _show(args, asset, f"{asset.id} {asset.content_type}")
-    except GenserviceError as e:
-        print(f"genservice-client: {e.status} {e.code}: {e.message}", file=sys.stderr)
-        return 1
+        cfg = _config()
+        key, url = key or cfg.get("api_key"), url or cfg.get("url")
+        if not key or not url:
+            raise Failed("set GENSERVICE_API_KEY and GENSERVICE_URL (or the config file)", 2)
+        return _command(args, key, url)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure is a line, never a traceback
+        failed = _told(e, str(url))
+        message = str(failed).replace(key, "***") if isinstance(key, str) and key else str(failed)
+        print(f"genservice-client: {message}", file=sys.stderr)
+        return failed.status
+
+
+def _command(args, key: str, url: str) -> int:
+    with Client(key, url) as c:
+        if args.command == "generate":
+            _generate(c, args)
+        elif args.command == "run":
+            run = c.products.run(args.slug, **_pairs(args.input))
+            _show(args, run, f"{run.id} {run.status}")
+            if run.status != "completed":
+                return 1
+        elif args.command == "jobs":
+            jobs = c.jobs(args.limit)
+            _show(args, jobs, "\n".join(f"{x.request_id}  {x.status:<10} {x.model}" for x in jobs))
+        elif args.command == "balance":
+            bal = c.balance()
+            _show(args, bal, f"{bal.available} credits available")
+        elif args.command == "upload":
+            asset = c.upload(args.file, content_type=args.content_type)
+            _show(args, asset, f"{asset.id} {asset.content_type}")
     return 0
 
 

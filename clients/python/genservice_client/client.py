@@ -4,9 +4,11 @@ twice; other requests are retried only where the spec's "Retrying" table says it
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +26,9 @@ IDLE_S = 4.0
 
 
 RUN_FINAL = ("completed", "failed", "canceled")
+# A JSON answer is read to this many bytes at most: the node's largest (a page of jobs) is far
+# smaller, and an address that is not the node's could send without end.
+MAX_ANSWER = 16 * 2**20
 SUBMIT_WAIT_S = 60  # the longest `Prefer: wait` the node honours
 
 
@@ -65,6 +70,50 @@ def waiting(http: httpx.Client | httpx.AsyncClient, seconds: int) -> dict:
     return {"headers": {"Prefer": f"wait={seconds}"},
             "timeout": httpx.Timeout(http.timeout.connect, read=None if read is None else read + seconds,
                                      write=http.timeout.write, pool=http.timeout.pool)}
+
+
+def answer(r: httpx.Response, content: bytes | None) -> Any:
+    """A response's JSON (`content`: its body read to MAX_ANSWER, None past it); raises its error."""
+    if content is None:
+        raise GenserviceError(r.status_code, "response.too_large",
+                              f"The answer is larger than {MAX_ANSWER // 2**20} MiB.")
+    if r.status_code >= 400:
+        raise from_response(r, content)
+    if not content:
+        return None
+    try:
+        return json.loads(content)
+    except ValueError:
+        kind = r.headers.get("Content-Type", "").partition(";")[0] or "no content type"
+        raise GenserviceError(r.status_code, "response.not_json",
+                              f"The answer is not JSON ({kind}): is the URL the node's address?") from None
+
+
+def read_to_bound(chunks: Iterable[bytes]) -> bytes | None:
+    """A body's bytes; None once past MAX_ANSWER (what is left is not read)."""
+    content = bytearray()
+    for chunk in chunks:
+        content += chunk
+        if len(content) > MAX_ANSWER:
+            return None
+    return bytes(content)
+
+
+class Until(httpx.SyncByteStream):
+    """A response body that raises TimeoutError once `deadline` (time.monotonic) has passed:
+    a job's stream brings a keep-alive every 15 s, so no read timeout ever ends it."""
+
+    def __init__(self, stream: Any, deadline: float) -> None:
+        self.stream, self.deadline = stream, deadline
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.stream:
+            if time.monotonic() > self.deadline:
+                raise TimeoutError
+            yield chunk
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 def asset_id(output: Asset | AssetOutput | dict | str) -> str:
@@ -160,16 +209,18 @@ class Client:
         while True:
             error: GenserviceError | None = None
             try:
-                r = self.http.request(method, path, **kw)
+                with self.http.stream(method, path, **kw) as r:
+                    content = read_to_bound(r.iter_bytes())
             except httpx.TransportError:
                 if not safe or attempt >= self.max_retries:
                     raise
             else:
-                if r.status_code < 400:
-                    return r.json() if r.content else None
-                error = from_response(r)
-                if r.status_code not in RETRY_STATUS or not safe or attempt >= self.max_retries:
-                    raise error
+                try:
+                    return answer(r, content)
+                except GenserviceError as e:
+                    if r.status_code not in RETRY_STATUS or not safe or attempt >= self.max_retries:
+                        raise
+                    error = e
             time.sleep(_backoff(attempt, error))
             attempt += 1
 
@@ -209,6 +260,8 @@ class Client:
                 final, last_id = self._follow(job_id, last_id, deadline, on_event)
             except (httpx.TransportError, ValueError):
                 continue
+            except TimeoutError:  # the stream went on past the deadline
+                break
             if final is not None:
                 return final
         while time.monotonic() < deadline:  # no usable stream: poll
@@ -228,6 +281,7 @@ class Client:
             if r.status_code >= 400:
                 r.read()
                 raise from_response(r)
+            r.stream = Until(r.stream, deadline)
             final = None
             for sse in source.iter_sse():
                 last_id = sse.id or last_id

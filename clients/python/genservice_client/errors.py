@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import httpx
+
+# Retry-After in seconds, ASCII digits only: str.isdigit() takes '²' (float() then raises)
+# and float() reads other scripts' digits ('١'). An HTTP date is not used (None).
+SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,3})?")
 
 
 class GenserviceError(Exception):
-    """An error answer of the node."""
+    """An error answer of the node (or an answer no node gives: `response.not_json`,
+    `response.too_large`)."""
 
     def __init__(self, status: int, code: str, message: str, details: dict | None = None,
                  request_id: str | None = None, retry_after: float | None = None) -> None:
@@ -40,9 +48,10 @@ BY_STATUS: dict[int, type[GenserviceError]] = {400: BadRequest, 401: Authenticat
                                                413: BadRequest, 422: Unprocessable, 429: RateLimited}
 
 
-def from_response(r: httpx.Response) -> GenserviceError:
+def from_response(r: httpx.Response, content: bytes | None = None) -> GenserviceError:
+    """`r`'s error; `content` is its body when the caller read it (to a bound) itself."""
     try:
-        body = r.json()
+        body = r.json() if content is None else json.loads(content)
     except ValueError:
         body = {}
     err = body.get("error") if isinstance(body, dict) else None
@@ -57,4 +66,4 @@ def from_response(r: httpx.Response) -> GenserviceError:
     retry = r.headers.get("Retry-After")
     cls = BY_STATUS.get(r.status_code, ServerError if r.status_code >= 500 or r.status_code == 408 else GenserviceError)
     return cls(r.status_code, code, message or r.reason_phrase, details, rid,
-               float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
+               float(retry) if retry and SECONDS.fullmatch(retry) else None)
