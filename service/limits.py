@@ -3,7 +3,9 @@
 
 - per API key: a token bucket, `rate_limit_per_key` requests a second sustained with bursts of
   `rate_limit_burst` (settings; 0 turns it off). Kept in memory, on trio's clock: a restart
-  refills every bucket, which only ever errs on the generous side.
+  refills every bucket, which only ever errs on the generous side. Taken only after the key
+  authenticates (random keys make no bucket); browser sessions have one each too, so the
+  table is capped as the login throttle's is (`service.throttle.trim`).
 - per organization: at most `max_active_jobs_per_org` jobs queued or rendering from API and
   dashboard submits (steps of product runs are counted by their run's own estimate check,
   not here). Read from the database at each submit: two submits racing at the limit may both
@@ -18,8 +20,9 @@ import math
 import trio
 
 from service.errors import RateLimited
+from service.throttle import trim
 
-MAX_BUCKETS = 50_000  # past it, full buckets are forgotten (they are the default state)
+MAX_BUCKETS = 50_000  # at it, full buckets are forgotten, then the least recently touched
 
 
 class KeyBuckets:
@@ -37,7 +40,10 @@ class KeyBuckets:
         if not self.on:
             return
         now = trio.current_time()
-        tokens, last = self.buckets.get(key_id, (float(self.burst), now))
+        found = self.buckets.pop(key_id, None)  # re-inserted below: most recently touched last
+        if found is None and len(self.buckets) >= MAX_BUCKETS:
+            trim(self.buckets, MAX_BUCKETS, lambda _, v: v[0] + (now - v[1]) * self.rate >= self.burst)
+        tokens, last = found or (float(self.burst), now)
         tokens = min(float(self.burst), tokens + (now - last) * self.rate)
         if tokens < 1:
             wait = math.ceil((1 - tokens) / self.rate)
@@ -46,13 +52,6 @@ class KeyBuckets:
                               f"(bursts of {self.burst}). Retry in {wait} s.", wait,
                               {"limit_per_second": self.rate, "burst": self.burst})
         self.buckets[key_id] = (tokens - 1, now)
-        if len(self.buckets) > MAX_BUCKETS:
-            self._forget_full(now)
-
-    def _forget_full(self, now: float) -> None:
-        for key, (tokens, last) in list(self.buckets.items()):
-            if tokens + (now - last) * self.rate >= self.burst:
-                del self.buckets[key]
 
 
 def check_active_jobs(active: int, limit: int) -> None:

@@ -2,17 +2,34 @@
 
 A bucket holds up to `burst` attempts and gains one back every `every` seconds; an attempt
 takes one, and an empty bucket answers how long until the next one (the 429's Retry-After).
-Buckets live in memory (one node); full buckets are forgotten when the table grows, so a
-flood of distinct keys cannot grow it without bound.
+Buckets live in memory (one node). The keys are the client's to choose (an address, an
+email), so the table is capped (`trim`): a flood of fresh names can neither grow it nor
+make every attempt scan it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
+from typing import Any
 
 from service.clock import Clock
 
 MAX_KEYS = 50_000
+
+
+def trim(table: dict[str, Any], cap: int, full: Callable[[str, Any], bool]) -> None:
+    """Called when `table` (least recently touched first) reaches `cap`: forget the full
+    buckets (the default state), then the least recently touched until half the cap is
+    left. Half, so the next trim is `cap / 2` new names away: amortized, a few bucket reads
+    a take. A forgotten drained bucket starts full again: generous, never stricter."""
+    for key in [k for k, v in table.items() if full(k, v)]:
+        del table[key]
+    excess = len(table) - cap // 2
+    if excess > 0:
+        for key in list(itertools.islice(table, excess)):
+            del table[key]
 
 
 class Throttle:
@@ -34,9 +51,6 @@ class Throttle:
     def take(self, key: str) -> None:
         now = self.clock.now()
         level = self._level(key, now)
-        if len(self._buckets) >= MAX_KEYS and key not in self._buckets:
-            self._prune(now)
-        self._buckets[key] = (max(0.0, level - 1), now)
-
-    def _prune(self, now: float) -> None:
-        self._buckets = {k: v for k, v in self._buckets.items() if self._level(k, now) < self.burst}
+        if self._buckets.pop(key, None) is None and len(self._buckets) >= MAX_KEYS:
+            trim(self._buckets, MAX_KEYS, lambda k, _: self._level(k, now) >= self.burst)
+        self._buckets[key] = (max(0.0, level - 1), now)  # re-inserted: most recently touched last

@@ -74,7 +74,7 @@ async def test_projects_and_keys_carry_the_fields(node, org):
     assert (status, body["data"]["monthly_spend_limit"]) == (200, None)
 
 
-@pytest.mark.parametrize("value", ["-1", "1.234", "abc", "1e3", "", " 5", "5.", "10000000000"])
+@pytest.mark.parametrize("value", ["-1", "1.234", "abc", "1e3", "", " 5", "5."])  # too large: test_spend_limit_range.py
 async def test_a_bad_limit_is_400_naming_the_field(node, org, value):
     key, pid = org["api_key"], org["default_project_id"]
     status, body = await patch_project(node, key, pid, {"monthly_spend_limit": value})

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from service.errors import ApiError, SpendLimitReached
-from service.money import fmt, plain_uc
+from service.money import MAX_UC, PLAIN, UC, fmt, plain_uc
 
 PROJECT = "project"
 API_KEY = "api_key"
@@ -40,9 +40,13 @@ def parse_limit(value: object, field: str) -> int | None:
     uc = plain_uc(value, zero_ok=True) if isinstance(value, str) else None
     if uc is not None:
         return uc
+    errors = [{"message": "Invalid spend limit", "key": field, "source": "body"}]
+    if isinstance(value, str) and PLAIN.fullmatch(value):  # well formed, only too large
+        raise ApiError(f"{field} must be at most {MAX_UC // UC} credits.",
+                       {"field": field, "maximum": fmt(MAX_UC), "errors": errors},
+                       code="request.validation_failed", status=400)
     raise ApiError(f"{field} must be a decimal string of credits with at most two decimals, \"0\" or more, "
-                   "or null.", {"field": field, "errors": [{"message": "Invalid spend limit", "key": field,
-                                                            "source": "body"}]},
+                   "or null.", {"field": field, "errors": errors},
                    code="request.validation_failed", status=400)
 
 
@@ -94,7 +98,10 @@ class SpendLimits:
 
     def check(self, project_id: str | None, key_id: str | None, amount: int) -> tuple[str, str, int, int] | None:
         """(scope, id, limit, spent) of the limit `amount` more would pass, the key's before
-        the project's, or None."""
+        the project's, or None. Nothing (a free job) passes no limit, even one lowered below
+        what is already spent: it takes no figure anywhere, as under a limit of "0"."""
+        if not amount:
+            return None
         for scope, scope_id in ((API_KEY, key_id), (PROJECT, project_id)):
             if scope_id is None:
                 continue

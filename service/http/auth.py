@@ -108,9 +108,7 @@ def requires(permission: str | None, *, limit: int | Callable[[], int] = ROUTE_L
         @wraps(func)
         async def wrapper(*args, **kwargs):
             principal = authenticate()
-            if permission is not None and not principal.may(permission):
-                raise AuthFailure(403)
-            if principal.key_id is not None:
+            if principal.key_id is not None:  # before the role check: a 403 is a request too
                 try:
                     node().key_buckets.take(principal.key_id)
                 except RateLimited as e:
@@ -120,6 +118,8 @@ def requires(permission: str | None, *, limit: int | Callable[[], int] = ROUTE_L
                     # jittered so its connections do not all come back at once
                     await trio.sleep(min(TARPIT_S, e.retry_after) * random.uniform(0.5, 1.0))
                     raise
+            if permission is not None and not principal.may(permission):
+                raise AuthFailure(403)
             g.principal = principal
             g.permission = permission
             seconds = limit() if callable(limit) else limit
