@@ -55,7 +55,7 @@ async def test_upload_is_an_object_and_is_served_from_the_store(s3, tmp_path):
     async with running_node(tmp_path, **settings) as n:
         org = await n.create_org()
         asset = await upload_ok(n, org["api_key"], png)
-        assert objects(s3, settings) == [f"node1/{sha[:2]}/{sha[2:4]}/{sha}"]
+        assert objects(s3, settings) == [f"node1/orgs/{org['organization_id']}/{sha[:2]}/{sha[2:4]}/{sha}"]
         assert asset_files(tmp_path) == [] and leftovers(tmp_path) == []
         got = await fetch_content(n, org["api_key"], asset["id"])
         assert got.status_code == 200 and got.content == png

@@ -53,7 +53,7 @@ async def test_b64_images_from_an_object_store_leave_no_local_copy(s3, tmp_path)
         blob = base64.b64decode(one["b64_json"])
         assert Image.open(io.BytesIO(blob)).format == "PNG"
         sha = n.store.scalar("SELECT sha256 FROM assets WHERE kind = 'image'")
-        assert blob == n.parts.generation.files.local(sha, tmp_path / "check").read_bytes()
+        assert blob == n.parts.generation.files.read_bytes(sha, len(blob) + 1, org["organization_id"])
         assert work_files(tmp_path) == []
 
 

@@ -1,10 +1,12 @@
 """Asset bytes: a content-addressed store (files under DATA_DIR/assets/ or objects in an
-S3-compatible store) and signed URLs."""
+S3-compatible store, there one per organization: service/assets/scopes.py) and signed URLs."""
 
 from .files import FileStore, ObjectMissing, StoreUnavailable, hash_file
+from .scopes import object_name, scope_of
 from .signing import LIFETIME_S, UrlSigner
 
-__all__ = ["LIFETIME_S", "FileStore", "ObjectMissing", "StoreUnavailable", "UrlSigner", "hash_file", "open_store"]
+__all__ = ["LIFETIME_S", "FileStore", "ObjectMissing", "StoreUnavailable", "UrlSigner", "hash_file", "object_name",
+           "open_store", "scope_of"]
 
 
 def open_store(settings) -> FileStore:

@@ -9,6 +9,10 @@ path (when that path already holds the same bytes the source is just dropped), t
 fsync of the directory. A placed file is never rewritten or deleted, so a reader that
 found an asset row always finds its bytes.
 
+Methods take the row's `scope` (service/assets/scopes.py) for an object store's sake; local
+files ignore it: they are one per content for the node, and never served with their own
+times (service/http/routes/files.py sends the asset's), so sharing them tells no one anything.
+
 Every method here blocks (hashing, fsync): call them through `trio.to_thread.run_sync`.
 """
 
@@ -18,8 +22,10 @@ import hashlib
 import logging
 import os
 import shutil
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +81,36 @@ class FileStore:
     def path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256[2:4] / sha256
 
-    def exists(self, sha256: str) -> bool:
+    def exists(self, sha256: str, scope: str | None = None) -> bool:
         return self.path(sha256).is_file()
 
-    def local(self, sha256: str, into: Path | None = None) -> Path:
+    def local(self, sha256: str, into: Path | None = None, scope: str | None = None) -> Path:
         """A local path of the bytes, for a render or an op (files are local: `into` unused)."""
         path = self.path(sha256)
         if not path.is_file():
             raise ObjectMissing(sha256)
         return path
 
-    def input_path(self, sha256: str, job_id: str) -> Path:
+    def read_bytes(self, sha256: str, limit: int, scope: str | None = None) -> bytes:
+        """The first `limit` bytes of the content, read where they are: nothing is copied to
+        disk (an object store's copy in scratch was the callers' own cleanup to get right)."""
+        try:
+            with open(self.path(sha256), "rb") as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            raise ObjectMissing(sha256) from None
+
+    @contextmanager
+    def fetched(self, sha256: str, scope: str | None = None) -> Iterator[Path]:
+        """A local path of the bytes for a reader that needs a file (a video's decoder), in
+        scratch of its own that goes when the block ends (for local files: the file itself)."""
+        scratch = f"fetch-{uuid.uuid4()}"
+        try:
+            yield self.local(sha256, self.work_dir(scratch), scope)
+        finally:
+            self.discard_work(scratch)
+
+    def input_path(self, sha256: str, job_id: str, scope: str | None = None) -> Path:
         """Where a render reads an input (no I/O beyond a stat); `fetch_inputs` makes it exist."""
         return self.local(sha256)
 
@@ -111,7 +136,7 @@ class FileStore:
     def work_dir(self, job_id: str) -> Path:
         return self.work / job_id
 
-    def place(self, src: str | Path, sha256: str) -> Path:
+    def place(self, src: str | Path, sha256: str, scope: str | None = None) -> Path:
         """Move `src` (whose digest is `sha256`) into the store; returns the stored path."""
         src = Path(src)
         dst = self.path(sha256)

@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from service.assets.scopes import scope_of
 from service.backends.base import ChatTurn
 from service.catalog.catalog import Model
 from service.errors import ServiceError
@@ -98,16 +99,11 @@ class FrontJobs:
 
     def output_file(self, output: dict) -> tuple[bytes, str]:
         """An output's bytes and content type, through the asset store's own API (an object
-        store has no local file): fetched into scratch of its own that goes with it, so no
-        copy stays on the node's disk. A worker thread."""
+        store has no local file; its read leaves no copy on the node's disk). A worker thread."""
         row = sql.asset_in_org(self.gen.store, self.org_id, output["id"])
         if row is None:
             raise FrontError(500, "The output is missing.", "server_error", "internal_error")
-        files, scratch = self.gen.files, f"front-{uuid.uuid4()}"
-        try:
-            return files.local(row["sha256"], files.work_dir(scratch)).read_bytes(), row["content_type"]
-        finally:
-            files.discard_work(scratch)
+        return self.gen.files.read_bytes(row["sha256"], row["size_bytes"], scope_of(row)), row["content_type"]
 
 
 def job_failure(st: dict) -> FrontError:

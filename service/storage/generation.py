@@ -21,7 +21,7 @@ JOB_COLUMNS = ("id, organization_id, project_id, capability, model, backend, sou
                "status, prompt, params, price_uc, actual_uc, hold_id, hold_settled, webhook_url, error, "
                "created_at, started_at, finished_at, usage")
 ASSET_COLUMNS = ("id, organization_id, project_id, job_id, position, source, kind, content_type, width, "
-                 "height, duration_s, frames, size_bytes, sha256, created_at")
+                 "height, duration_s, frames, size_bytes, sha256, created_at, shared_object")
 OPEN = ("queued", "rendering")
 
 

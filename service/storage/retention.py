@@ -56,10 +56,14 @@ def delete_batch(conn: sqlite3.Connection, rule: Rule, cutoff: object) -> int:
 
 
 def content_shas(store: Store) -> set[str]:
-    """Every digest a row names: the start-up sweep deletes the content files outside it, so
-    a stored thumbnail (named by `thumbnails`, not by an asset) counts too, or each would be
-    deleted at every start while its row still names it."""
-    return {r["sha256"] for r in store.all("SELECT sha256 FROM assets UNION SELECT thumb_sha256 FROM thumbnails")}
+    """Every content a row names, as service.assets.scopes.object_name names it: the start-up
+    sweep deletes what is outside it. A stored thumbnail (named by `thumbnails`, not by an
+    asset) counts too, or each would be deleted at every start while its row still names it.
+    Every row's bare digest is in, so a node-wide object is kept while any row names its
+    bytes (only rows stored before name it, but keeping one too many loses nothing)."""
+    return {r["name"] for r in store.all(
+        "SELECT sha256 AS name FROM assets UNION SELECT thumb_sha256 FROM thumbnails "
+        "UNION SELECT organization_id || '/' || sha256 FROM assets WHERE shared_object = 0")}
 
 
 BACKLOG = {

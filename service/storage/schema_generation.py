@@ -112,3 +112,12 @@ def m003_asset_frames(db: Database) -> None:
     """`assets.frames`: a video's frame count from its header (NULL for other kinds and for
     videos stored before), so a submit can bound the work a video input asks for."""
     db.execute("ALTER TABLE assets ADD COLUMN frames INTEGER")
+
+
+@migrations()
+def m004_asset_shared_object(db: Database) -> None:
+    """`assets.shared_object`: 1 when the row's bytes are the node-wide object of its digest
+    (every row stored before objects were kept per organization: service/assets/scopes.py),
+    0 (the default, so a new row needs no word of it) when they are its organization's."""
+    db.execute("ALTER TABLE assets ADD COLUMN shared_object INTEGER NOT NULL DEFAULT 0")
+    db.execute("UPDATE assets SET shared_object = 1")

@@ -349,8 +349,9 @@ class JobActor(JobEffects, Actor):
     def _place(self, hashed: list[Any]) -> None:
         """The outputs into the store, then the job's scratch directory away, in one worker
         thread hop (the outputs were all it held that a job needs)."""
+        assert self.job is not None
         for output, sha, _size in hashed:
-            self.ctx.files.place(output.path, sha)
+            self.ctx.files.place(output.path, sha, self.job.organization_id)  # its org's object (assets.scopes)
         self.ctx.files.discard_work(self.job_id)
 
     # final states ---------------------------------------------------------------------------

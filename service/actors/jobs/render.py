@@ -15,6 +15,7 @@ from service.actors.jobs.context import JobContext
 from service.actors.jobs.messages import RenderDone, RenderHandle
 from service.actors.jobs.record import JobRecord
 from service.assets.files import ObjectMissing, StoreUnavailable, hash_file
+from service.assets.scopes import scope_of
 from service.backends import MSG_INCOMPLETE, MSG_INTERNAL, Completed, Failed, Flagged, InputFile, RenderRequest, render
 from service.storage import generation as sql
 
@@ -71,7 +72,7 @@ def render_request(ctx: JobContext, job: JobRecord, *, resumed: bool) -> RenderR
     settings = job.settings
     ids = [i for slot in settings.inputs.values() for i in slot]
     rows = {r["id"]: r for r in sql.assets_in_org(ctx.store, job.organization_id, ids)}
-    inputs = {name: [_input_file(rows[i], ctx.files.input_path(rows[i]["sha256"], job.id)) for i in slot]
+    inputs = {name: [_input_file(rows[i], ctx.files.input_path(rows[i]["sha256"], job.id, scope_of(rows[i]))) for i in slot]
               for name, slot in settings.inputs.items()}
     return RenderRequest(
         job_id=job.id, capability=job.capability, model=job.model, backend=job.backend,

@@ -19,6 +19,7 @@ import trio
 
 from service.actors.runtime import Actor, on
 from service.assets.files import FileStore, StoreUnavailable
+from service.assets.scopes import scope_of
 from service.errors import Unavailable
 from service.storage import generation as sql
 from service.storage.db import Store
@@ -44,7 +45,7 @@ class UploadsActor(Actor):
         # missing bytes. A stop between the two leaves stored bytes no row names; the sweep
         # at the next start (remove_unreferenced) deletes them.
         try:
-            await trio.to_thread.run_sync(self.files.place, msg.temp, msg.row["sha256"])
+            await trio.to_thread.run_sync(self.files.place, msg.temp, msg.row["sha256"], scope_of(msg.row))
             await self.store.write(lambda c: sql.insert_asset(c, msg.row))
         except StoreUnavailable:
             raise Unavailable(STORE_DOWN) from None

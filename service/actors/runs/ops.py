@@ -14,6 +14,7 @@ import trio
 from service.actors.runs.context import RunContext
 from service.actors.runs.messages import OpDone, OpHandle
 from service.actors.runs.record import RunRecord
+from service.assets.scopes import scope_of
 from service.backends import MSG_INTERNAL
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ AT = {"first": 0.0, "middle": 0.5, "last": 1.0}
 
 
 def run_op(files: Any, work: Path, op: str, args: dict[str, Any], sha256: str,
-           duration_s: float | None) -> dict[str, Any]:
+           duration_s: float | None, scope: str | None, org_id: str) -> dict[str, Any]:
     """Run one op on the input whose digest is `sha256` (a video's `duration_s`); place the PNG it makes
     in `files`; answer the new asset's fields.
 
@@ -36,7 +37,7 @@ def run_op(files: Any, work: Path, op: str, args: dict[str, Any], sha256: str,
 
     work.mkdir(parents=True, exist_ok=True)
     try:
-        path = files.local(sha256, work)  # an object store's object is fetched into this scratch first
+        path = files.local(sha256, work, scope)  # an object store's object is fetched into this scratch first
         dst = work / "out.png"
         if op == "extract_frame":
             duration = float(duration_s or 0.0)
@@ -47,7 +48,7 @@ def run_op(files: Any, work: Path, op: str, args: dict[str, Any], sha256: str,
         else:
             raise ValueError(f"unknown op {op!r}")
         sha, size = hash_file(dst)
-        files.place(dst, sha)
+        files.place(dst, sha, org_id)  # the new asset's org's object (service/assets/scopes.py)
         return {"kind": "image", "content_type": "image/png", "width": width, "height": height,
                 "duration_s": None, "size_bytes": size, "sha256": sha}
     finally:
@@ -62,7 +63,7 @@ async def op_task(ctx: RunContext, run: RunRecord, key: str, handle: OpHandle, o
     try:
         with handle.scope:
             fields = await trio.to_thread.run_sync(run_op, ctx.files, work, op, args,
-                                                   src["sha256"], src["duration_s"],
+                                                   src["sha256"], src["duration_s"], scope_of(src), run.organization_id,
                                                    abandon_on_cancel=True)
             asset = {"id": str(uuid.uuid4()), "organization_id": run.organization_id,
                      "project_id": run.project_id, "job_id": None, "position": 0, "source": "workflow",

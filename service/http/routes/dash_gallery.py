@@ -19,6 +19,7 @@ from quart import Blueprint, Response, redirect, request
 from quart_schema import hide
 
 from service.assets.files import FileStore, ObjectMissing
+from service.assets.scopes import scope_of
 from service.errors import NotFound
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
@@ -87,12 +88,13 @@ async def thumb(asset_id: str):
         raise NotFound("Thumbnail not found.")
     sha = rows[0]["sha256"]
     made = sql.thumbnail(svc.store, sha)
-    body = None if made is None else await trio.to_thread.run_sync(stored, svc.generation.files, made["thumb_sha256"])
+    body = None if made is None else await trio.to_thread.run_sync(stored, svc.generation.files, made["thumb_sha256"],
+                                                                   made["size_bytes"])
     if body is None:  # never made, or its bytes left the store
         pixels = (rows[0].get("width") or 0) * (rows[0].get("height") or 0)
         async with svc.generation.decodes.slot(p.org_id, pixels):  # a large decode waits its turn
-            made = await make(sha, rows[0]["kind"])
-        body = await trio.to_thread.run_sync(stored, svc.generation.files, made["thumb_sha256"])
+            made = await make(sha, rows[0]["kind"], scope_of(rows[0]))
+        body = await trio.to_thread.run_sync(stored, svc.generation.files, made["thumb_sha256"], made["size_bytes"])
         if body is None:
             raise NotFound("Thumbnail not found.")
     response = Response(body, 200, content_type=CONTENT_TYPE)
@@ -100,31 +102,26 @@ async def thumb(asset_id: str):
     return response
 
 
-def stored(files: FileStore, sha: str) -> bytes | None:
-    """A stored thumbnail's bytes through the asset store; None when it is not there. An
-    object store's copy is fetched into scratch of its own that goes with it: kept, one per
-    served thumbnail would stay on the node's disk until the next start. A worker thread."""
-    scratch = f"thumb-read-{uuid.uuid4()}"
+def stored(files: FileStore, sha: str, size: int) -> bytes | None:
+    """A stored thumbnail's bytes through the asset store (no copy left on the node's disk);
+    None when it is not there. Thumbnails are node-wide objects (scope None): the node serves
+    them itself, never with the object's times. A worker thread."""
     try:
-        return files.local(sha, files.work_dir(scratch)).read_bytes()
-    except (ObjectMissing, FileNotFoundError):
+        return files.read_bytes(sha, size)
+    except ObjectMissing:
         return None
-    finally:
-        files.discard_work(scratch)
 
 
-async def make(sha: str, kind: str) -> dict:
+async def make(sha: str, kind: str, scope: str | None) -> dict:
     svc = node()
     files = svc.generation.files
     name = f"thumb-{uuid.uuid4()}"
     tmp = files.upload_temp(name)
     def made_here() -> tuple[int, int, str, int]:  # decode, encode and hash: one worker thread
-        # an object store's source is fetched into scratch of its own and goes with it: a
-        # copy of every thumbnailed asset would otherwise stay on the node's disk
-        try:
-            width, height = make_thumbnail(files.local(sha, files.work_dir(name)), tmp, kind)
-        finally:
-            files.discard_work(name)
+        # a decoder reads a file (a video's, ffmpeg): an object store's source is fetched
+        # into scratch that goes with the block, or every thumbnailed asset stays on disk
+        with files.fetched(sha, scope) as source:
+            width, height = make_thumbnail(source, tmp, kind)
         return width, height, hashlib.sha256(tmp.read_bytes()).hexdigest(), tmp.stat().st_size
 
     try:

@@ -14,8 +14,8 @@ refusal shows the form again (a 402 with the balance and a link to top up).
 
 from __future__ import annotations
 
+import io
 import json
-import uuid
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
 
@@ -25,6 +25,7 @@ from quart import Blueprint, redirect, request
 from quart_schema import hide
 
 from service.assets.files import ObjectMissing
+from service.assets.scopes import scope_of
 from service.catalog.request import SubmitRequest
 from service.errors import ApiError, InsufficientCredits, NotFound
 from service.http import forms
@@ -202,24 +203,22 @@ TEXT_SHOWN = 20_000  # characters of a text output shown in place (the whole fil
 async def texts_of(outputs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The text outputs' first characters (shown in the pane like an image is), by output
     id: read through the asset store in a worker thread (an object store's fetch must not
-    block the event loop), each into scratch of its own that goes with it."""
+    block the event loop), at most 4 bytes a character, decoded as a text file is opened."""
     files, store = node().generation.files, node().store
     rows = [gen_sql.get_asset(store, o["id"]) for o in outputs if o["content_type"].startswith("text/")]
-    wanted = [(r["id"], r["sha256"]) for r in rows if r is not None and r.get("sha256")]
+    wanted = [(r["id"], r["sha256"], scope_of(r)) for r in rows if r is not None and r.get("sha256")]
     if not wanted:
         return {}
 
     def read() -> dict[str, str]:
         texts: dict[str, str] = {}
-        for asset_id, sha in wanted:
-            scratch = f"text-read-{uuid.uuid4()}"
+        for asset_id, sha, scope in wanted:
             try:
-                with open(files.local(sha, files.work_dir(scratch)), encoding="utf-8", errors="replace") as f:
-                    texts[asset_id] = f.read(TEXT_SHOWN)
+                data = files.read_bytes(sha, 4 * TEXT_SHOWN, scope)
             except (OSError, ObjectMissing):
-                pass
-            finally:
-                files.discard_work(scratch)
+                continue
+            with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace") as f:
+                texts[asset_id] = f.read(TEXT_SHOWN)
         return texts
 
     return await trio.to_thread.run_sync(read)

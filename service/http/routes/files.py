@@ -22,6 +22,7 @@ from quart_schema import hide
 from service.clock import parse_iso
 from service.assets.files import ObjectMissing, StoreUnavailable
 from service.assets.s3 import S3Store
+from service.assets.scopes import scope_of
 from service.errors import Forbidden, NotFound, Unavailable
 from service.http.auth import node
 from service.storage import generation as sql
@@ -38,13 +39,13 @@ async def _from_store(store: S3Store, row: dict, remaining: int):
     expires with the node's link (never past 900 s). The node checks the object is there
     first, so a deleted one is a clear 404 here rather than the store's XML error page."""
     try:
-        if not await trio.to_thread.run_sync(store.exists, row["sha256"]):
+        if not await trio.to_thread.run_sync(store.exists, row["sha256"], scope_of(row)):
             raise ObjectMissing(row["sha256"])
     except ObjectMissing:
         raise NotFound(GONE) from None
     except StoreUnavailable:
         raise Unavailable(STORE_DOWN) from None
-    url = store.presign(row["sha256"], remaining, row["content_type"])
+    url = store.presign(row["sha256"], remaining, row["content_type"], scope_of(row))
     return Response("", status=302, headers={"Location": url, "Cache-Control": "no-store",
                                              "Referrer-Policy": "no-referrer"})
 
