@@ -111,6 +111,7 @@ async def test_estimate_follows_the_inputs(node, org):
      "style"),
     ({"prompt": 5}, "prompt must be a string.", "prompt"),
     ({"prompt": "x", "seed": "7"}, "seed must be a number.", "seed"),
+    ({"prompt": "x", "seed": 10**400}, "seed must be a number.", "seed"),  # past a float: was a 500
     ({"prompt": "x", "resolution": "1080p"}, "resolution must be one of 480p, 720p.", "resolution"),
 ])
 async def test_run_start_422_names_the_input(node, org, inputs, message, name):

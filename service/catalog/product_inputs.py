@@ -79,7 +79,10 @@ def _value(name: str, inp: Input, value: Any, base_url: str | None) -> Any:
 def _is_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return math.isfinite(value)
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past a float's range (a 400-digit seed): no engine takes it
+        return False
 
 
 def _check_asset(name: str, inp: Input, asset_id: str, resolve_inputs: ResolveInputs, project_id: str) -> None:

@@ -9,6 +9,8 @@ picked from the chosen project's assets of that kind."""
 
 from __future__ import annotations
 
+import math
+import re
 from urllib.parse import urlencode
 
 from quart import Blueprint, redirect, request
@@ -70,14 +72,23 @@ def inputs_of(product: dict, form) -> dict:
         raw = form.get("in_" + name, "").strip()
         if raw == "":
             continue
-        if spec["type"] == "number":
-            try:
-                out[name] = int(raw) if raw.lstrip("-").isdigit() else float(raw)
-            except ValueError:
-                out[name] = raw  # the facade answers with the input's own message
-        else:
-            out[name] = raw
+        out[name] = number(raw) if spec["type"] == "number" else raw
     return out
+
+
+_NUMBER = re.compile(r"-?[0-9]{1,300}(\.[0-9]{1,300})?([eE][-+]?[0-9]{1,3})?")
+
+
+def number(raw: str) -> int | float | str:
+    """ASCII decimal only, finite, within a float's range; anything else stays the string, so the
+    facade answers with the input's own 422 message. (`'٣'.isdigit()` is true, `float('1_0')` is
+    10, and an integer past a float's range made the facade's finiteness check raise: a 500.)"""
+    if not _NUMBER.fullmatch(raw):
+        return raw
+    value = float(raw)
+    if not math.isfinite(value):
+        return raw
+    return int(raw) if raw.lstrip("-").isdigit() else value
 
 
 @bp.post("/products/<slug>/runs")

@@ -10,11 +10,12 @@ from quart_schema import hide
 
 from service.actors import delivery
 from service.senders import account_webhooks
-from service.errors import ApiError, NotFound
+from service.errors import ApiError
 from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
+from service.http.pages import PageError
 from service.http.routes.webhooks import delivery_view, view
 from service.storage import webhooks as sql
 
@@ -30,9 +31,11 @@ def webhooks_page(status: int = 200, **ctx):
 
 
 def one(webhook_id: str) -> dict:
+    """The organization's webhook, else the 404 page: an ApiError here would be answered as the
+    API's JSON, since `/webhooks/` is also the prefix of the inbound API routes (pages.API_PREFIXES)."""
     row = sql.get_webhook(node().store, principal().org_id, webhook_id)
     if row is None:
-        raise NotFound("Webhook not found.", code="webhook.not_found")
+        raise PageError(404, "Not found", "Webhook not found.")
     return row
 
 

@@ -6,7 +6,7 @@ from quart import Blueprint, redirect
 from quart_schema import hide
 
 from service.http.auth import node
-from service.http.browser import SESSION_COOKIE, csrf_protected, session_token
+from service.http.browser import SESSION_COOKIE, csrf_protected, session_token, set_cookie
 
 bp = Blueprint("logout", __name__)
 
@@ -19,5 +19,5 @@ async def logout():
     if token:
         await node().sessions.end_session(token)
     resp = redirect("/login", 303)
-    resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="Lax")
+    set_cookie(resp, SESSION_COOKIE, "", 0)  # cleared with the flags it was set with (Secure behind https)
     return resp

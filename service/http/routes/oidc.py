@@ -114,7 +114,7 @@ async def callback(key: str):
         resp = await sign_in(person_email, flow["next_path"])
         if resp is None:
             refuse(403, ENDED)
-    resp.delete_cookie(FLOW_COOKIE, path="/", httponly=True, samesite="Lax")
+    set_cookie(resp, FLOW_COOKIE, "", 0)  # cleared with the flags it was set with (Secure behind https)
     return resp
 
 
