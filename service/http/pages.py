@@ -79,7 +79,9 @@ def render(template: str, status: int = 200, headers: dict | None = None, **ctx)
     return resp
 
 
-API_PREFIXES = ("/v1/", "/operator/", "/webhooks/", "/files/", "/healthz", "/metrics", "/engine-hooks/", "/checkout/")
+# `/webhooks/stripe` only: the rest of `/webhooks/` is the dashboard's webhook pages
+API_PREFIXES = ("/v1/", "/operator/", "/webhooks/stripe", "/files/", "/healthz", "/metrics", "/engine-hooks/",
+                "/checkout/")
 
 
 def wants_page() -> bool:
