@@ -282,3 +282,42 @@ async def test_an_engine_failure_releases_the_hold_plain_and_streamed(front):
     assert e.value.body["code"] == "generation_failed" and e.value.body["message"] == INCOMPLETE
     assert [h["status"] for h in await holds(n, key)] == ["released", "released"]
     assert (await balance(n, key))["available"] == "200.00"
+
+
+async def test_a_stream_whose_head_never_went_out_cancels_its_job(front):
+    """The client left as the answer's head was written (service/http/bodies.py): the chat's
+    body never started, and its job was left to run and be charged for nobody."""
+    import json as _json
+
+    from werkzeug.datastructures import Headers
+
+    from service.http.request_task import InlineHTTPConnection, ReadyRequest, _Scoped
+    n, key, _ = front
+    body = _json.dumps({"model": "tiny-long", "stream": True,
+                        "messages": [{"role": "user", "content": "Go on for ever."}]}).encode()
+    scope = {"type": "http", "method": "POST", "path": "/openai/v1/chat/completions", "headers": [],
+             "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 80), "scheme": "http", "root_path": ""}
+    req = ReadyRequest("POST", "http", "/openai/v1/chat/completions", b"", Headers({
+        "Host": "testserver", "Authorization": f"Bearer {key}", "Content-Type": "application/json",
+        "Content-Length": str(len(body))}), "", "1.1", max_content_length=None, body_timeout=None,
+        send_push_promise=None, scope=scope)
+    req.body.append(body)
+    req.body.set_complete()
+    heads: list[int] = []
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            heads.append(message["status"])
+            raise trio.BrokenResourceError("the client went")
+
+    with trio.CancelScope() as cancel_scope:
+        try:
+            await InlineHTTPConnection(n.app, scope).handle_request(_Scoped(cancel_scope), req, send)
+        except trio.BrokenResourceError:
+            pass
+    assert heads == [200]
+    [run] = [r for r in await runs_of(n, key) if r.get("model") == "tiny-long"]
+    job_id = run["id"]
+    await wait_hold(n, key, job_id, "released", timeout=20)
+    r = await n.call("GET", f"/v1/generation/requests/{job_id}/status", key)
+    assert (await r.get_json())["status"] == "canceled"

@@ -223,3 +223,21 @@ async def test_a_stream_answer_never_sent_gives_its_place_back(node, org):
         del answer
         gc.collect()
     assert limits.count == 0 and not limits.open
+
+
+async def test_a_stream_answer_closed_unsent_gives_its_place_back_at_once(node, org):
+    """What the node's connection does with an answer whose head could not be written
+    (service/http/request_task.py): its body is closed, started or not; the place comes
+    back then, not when the garbage collector comes by."""
+    from quart import g
+
+    from service.http.auth import Principal
+    from service.http.topics import project_stream, respond
+
+    limits = node.parts.streams.limits
+    async with node.app.test_request_context("/v1/events"):
+        g.principal = Principal(org["organization_id"], org["owner_user_id"], "some-key", "owner")
+        answer = respond(project_stream(org["default_project_id"], None, lambda: True))
+        assert limits.count == 1
+        await answer.response.iter.aclose()
+        assert limits.count == 0 and not limits.open

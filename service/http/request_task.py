@@ -27,6 +27,8 @@ from collections.abc import Generator
 from typing import Any, cast
 
 import trio
+from quart.wrappers import Response
+from quart.wrappers.response import IterableBody
 from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 
@@ -54,6 +56,26 @@ class InlineHTTPConnection(TrioASGIHTTPConnection):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.handle_messages, nursery, request, receive)
             await self.handle_request(nursery, request, send)
+
+    async def handle_request(self, nursery: Any, request: Any, send: Any) -> None:  # type: ignore[override]
+        """quart-trio's, and a streamed body is closed however its sending ended: quart closes
+        one only once it has begun to send it (service/http/bodies.py)."""
+        response = await self.app.handle_request(request)
+        timeout = response.timeout if isinstance(response, Response) and response.timeout != Ellipsis \
+            else self.app.config["RESPONSE_TIMEOUT"]
+        try:
+            if timeout is not None:
+                with trio.move_on_after(timeout):
+                    await self._send_response(send, response)
+            else:
+                await self._send_response(send, response)
+        finally:
+            body = getattr(response, "response", None)
+            aclose = getattr(body.iter, "aclose", None) if isinstance(body, IterableBody) else None
+            if aclose is not None:  # what quart's exit of the body does; once more is nothing
+                with trio.CancelScope(shield=True):
+                    await aclose()
+        nursery.cancel_scope.cancel()
 
 
 class _Scoped:

@@ -12,6 +12,7 @@ from typing import Callable
 from quart import Response, request
 
 from service.http.auth import node, principal
+from service.http.bodies import ClosingBody
 from service.http.browser import current_session
 from service.machines import JOB, RUN
 from service.streams.limits import Owner
@@ -32,10 +33,10 @@ def respond(stream: Stream) -> Response:
     """The stream as a response, once the caller is under every stream limit (else 429/503)."""
     hub = node().streams
     ticket = hub.limits.admit(owner())
-    body = events(hub, stream, request.headers.get("Last-Event-ID"), ticket)
-    # a body never started (the client left first) runs no `finally`: its place is given back
-    # when it is collected
-    weakref.finalize(body, ticket.release)
+    # a body never started (the client left first) runs no `finally`: ClosingBody gives
+    # its place back however it ends (service/http/bodies.py)
+    body = ClosingBody(events(hub, stream, request.headers.get("Last-Event-ID"), ticket), ticket.release)
+    weakref.finalize(body, ticket.release)  # and one dropped unclosed (no node connection served it)
     response = Response(body, status=200, content_type="text/event-stream; charset=utf-8")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once

@@ -10,7 +10,7 @@ generators): each wait ends before the event it produced is sent.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 from dataclasses import dataclass
 
@@ -47,7 +47,7 @@ def _dumps(data: Mapping[str, Any]) -> str:
 
 
 async def events(hub: Hub, stream: Stream, last_event_id: str | None,
-                 ticket: Ticket | None = None) -> AsyncIterator[bytes]:
+                 ticket: Ticket | None = None) -> AsyncGenerator[bytes, None]:
     """The stream's frames; `ticket`, its place under the stream limits, is given back at the end."""
     hub.open_streams += 1
     sub = None

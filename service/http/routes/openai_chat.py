@@ -10,13 +10,14 @@ from __future__ import annotations
 from contextlib import aclosing
 
 import json
-from typing import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from quart import Blueprint, Response
 from quart_schema import hide
 
 from service.catalog.request import SubmitRequest
 from service.http.auth import node, principal, requires, resolve_project
+from service.http.bodies import ClosingBody
 from service.http.openai_compat import (ChatBody, FrontError, client_fields, install_errors, message_text, parse,
                                          translate)
 from service.http.openai_jobs import WAIT_LIMIT, FrontJobs, job_failure, pick_model
@@ -70,7 +71,8 @@ async def chat():
     head = {"id": f"chatcmpl-{job_id}", "created": int(gen.clock.now()), "model": m.id}
     if data.stream:
         usage_wanted = bool(data.stream_options and data.stream_options.include_usage)
-        return Response(_stream(calls, head, turn, usage_wanted), status=200,
+        # closed (its job cancelled unless it ended) even if its head never goes out: bodies.py
+        return Response(ClosingBody(_stream(calls, head, turn, usage_wanted), calls.close), status=200,
                         content_type="text/event-stream", headers={"Cache-Control": "no-store"})
     try:
         pieces = []
@@ -98,23 +100,21 @@ def _chunk(head: dict, delta: dict, finish: str | None = None) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
-async def _stream(calls: FrontJobs, head: dict, turn, usage_wanted: bool) -> AsyncIterator[bytes]:
-    try:
-        yield _chunk(head, {"role": "assistant", "content": ""})
-        async with aclosing(calls.events()) as events:  # closed at once when the client leaves
-            async for kind, value in events:
-                if kind == "text":
-                    yield _chunk(head, {"content": value})
-        [st] = calls.ended.values()
-        if st["status"] != "completed":
-            front, _ = translate(job_failure(st))
-            err = {"message": front.message, "type": front.type, "param": front.param, "code": front.code}
-            yield f"data: {json.dumps({'error': err})}\n\n".encode()
-            return
-        yield _chunk(head, {}, turn.finish_reason or "stop")
-        usage = _usage(st)
-        if usage_wanted and usage is not None:
-            yield f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n".encode()
-        yield b"data: [DONE]\n\n"
-    finally:
-        await calls.close()
+async def _stream(calls: FrontJobs, head: dict, turn, usage_wanted: bool) -> AsyncGenerator[bytes, None]:
+    """The chunks; `calls` is closed by the ClosingBody around it."""
+    yield _chunk(head, {"role": "assistant", "content": ""})
+    async with aclosing(calls.events()) as events:  # closed at once when the client leaves
+        async for kind, value in events:
+            if kind == "text":
+                yield _chunk(head, {"content": value})
+    [st] = calls.ended.values()
+    if st["status"] != "completed":
+        front, _ = translate(job_failure(st))
+        err = {"message": front.message, "type": front.type, "param": front.param, "code": front.code}
+        yield f"data: {json.dumps({'error': err})}\n\n".encode()
+        return
+    yield _chunk(head, {}, turn.finish_reason or "stop")
+    usage = _usage(st)
+    if usage_wanted and usage is not None:
+        yield f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n".encode()
+    yield b"data: [DONE]\n\n"
