@@ -90,3 +90,25 @@ async def test_a_name_written_like_an_id_derives_a_slug_that_is_not_one(node):
     r = await node.call("POST", "/v1/projects", org["api_key"], json={"name": other})
     assert r.status_code == 201
     assert (await j(r))["data"]["slug"] == "project-" + other
+
+
+# -- bounds on names and descriptions (a name lands in mail subjects and pages) ------------------
+async def test_project_name_and_description_bounds(node):
+    from conftest import err, j
+    from service.actors.accounts.actor import PROJECT_DESCRIPTION_MAX, PROJECT_NAME_LENGTH
+
+    org = await node.create_org()
+    key, default = org["api_key"], org["default_project_id"]
+    cases = [
+        ({"name": "n" * 201}, PROJECT_NAME_LENGTH, {"field": "name"}),
+        ({"name": "ok", "description": "d" * (PROJECT_DESCRIPTION_MAX + 1)},
+         f"description must be at most {PROJECT_DESCRIPTION_MAX} characters.",
+         {"field": "description", "max_length": PROJECT_DESCRIPTION_MAX}),
+    ]
+    for body, message, details in cases:
+        for method, path in (("POST", "/v1/projects"), ("PATCH", f"/v1/projects/{default}")):
+            r = await node.call(method, path, key, json=body)
+            assert r.status_code == 422, (method, body)
+            assert err(await j(r)) == {"code": "request.validation_failed", "message": message, "details": details}
+    r = await node.call("POST", "/v1/projects", key, json={"name": "n" * 200, "description": "d" * PROJECT_DESCRIPTION_MAX})
+    assert r.status_code == 201

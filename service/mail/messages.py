@@ -113,6 +113,13 @@ def support_reply(number: int, subject_line: str, author: str, body: str) -> Mai
 
 
 # -- the MIME message ---------------------------------------------------------------------
+def one_line(text: str) -> str:
+    """A header value on one line: every line break (CR, LF, U+2028, ... anything
+    str.splitlines splits on) becomes a space. Subjects carry text people typed (a ticket
+    subject, a project or key name); a break there would otherwise fail the mail for good."""
+    return " ".join(part.strip() for part in text.splitlines()) if text else text
+
+
 def build(row: dict, link: str | None, sender: str, sent_at: float) -> EmailMessage:
     """The message of an outbox row: plain text and HTML alternatives, Date (send time),
     Message-ID (from the row id, so a retried mail keeps its id), From, To, Subject."""
@@ -121,7 +128,7 @@ def build(row: dict, link: str | None, sender: str, sent_at: float) -> EmailMess
         text = text.replace(LINK, link)
         body = body.replace(LINK, html.escape(link, quote=True)) if body else body
     msg = EmailMessage()
-    msg["Subject"] = row["subject"]
+    msg["Subject"] = one_line(row["subject"])
     msg["From"] = sender
     msg["To"] = row["to_address"]
     msg["Date"] = formatdate(sent_at, usegmt=True)

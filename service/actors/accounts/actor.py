@@ -24,6 +24,7 @@ from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.roles import ROLE_BY_ID, within
 from service.actors.accounts import credentials
 from service.actors.accounts.member_rules import Identity, check_caller, not_last_owner  # noqa: F401
+from service.actors.accounts.invite_rules import not_a_member
 from service.actors.accounts.org_rules import check_email, check_org_name
 from service.actors.accounts.invitations import (  # noqa: F401 - re-exported for the pages
     EXISTING_PERSON, INVALID_INVITE, INVITE_EMAIL_MISMATCH, INVITE_VALID, NOT_LINKED, InvitationHandlers,
@@ -37,6 +38,8 @@ from service.storage.events import emit
 from service.storage.rows import Connection
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\Z")  # \Z: `$` also matches before a final newline
+PROJECT_NAME_MAX, PROJECT_DESCRIPTION_MAX = 200, 2000
+PROJECT_NAME_LENGTH = f"name must be 1 to {PROJECT_NAME_MAX} characters."
 SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
                 "and cannot start or end with a hyphen.")
 
@@ -44,6 +47,18 @@ SLUG_MESSAGE = ("slug must be 1 to 64 lowercase letters, digits and hyphens, "
 # a project id's shape (a UUID's text): a slug never takes it, or one value would name two
 # projects of an organization (routes take a project by id or slug)
 PROJECT_ID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def check_project_text(fields: dict[str, Any]) -> None:
+    """Bounded, as the OpenAPI document states (routes/projects.py): a name is shown on pages
+    and in spend-limit mail subjects (which fold line breaks: service/mail/messages.py)."""
+    name = fields.get("name")
+    if isinstance(name, str) and len(name.strip()) > PROJECT_NAME_MAX:
+        raise Unprocessable(PROJECT_NAME_LENGTH, {"field": "name"})
+    description = fields.get("description")
+    if isinstance(description, str) and len(description) > PROJECT_DESCRIPTION_MAX:
+        raise Unprocessable(f"description must be at most {PROJECT_DESCRIPTION_MAX} characters.",
+                            {"field": "description", "max_length": PROJECT_DESCRIPTION_MAX})
 
 
 def derive_slug(name: str) -> str:
@@ -127,6 +142,7 @@ class AccountsActor(InvitationHandlers, Actor):
 
         def tx(conn: Any) -> Any:
             require_org(conn, m.org_id)
+            not_a_member(conn, m.org_id, m.email)
             sql.insert_user(conn, user_id, m.org_id, m.email, m.role, now)
             self._insert_key(conn, m.org_id, user_id, key, "Default key", None, None, now)
             emit(conn, m.org_id, "member.joined",
@@ -246,6 +262,7 @@ class AccountsActor(InvitationHandlers, Actor):
     async def on_CreateProject(self, m: CreateProject) -> dict[str, Any]:
         if not m.name or not m.name.strip():
             raise Unprocessable("name is required.", {"field": "name"})
+        check_project_text({"name": m.name, "description": m.description})
         if m.slug is not None and not SLUG_RE.match(m.slug):
             raise Unprocessable(SLUG_MESSAGE, {"slug": m.slug})
         now = self.clock.iso_now()
@@ -271,6 +288,7 @@ class AccountsActor(InvitationHandlers, Actor):
         fields = dict(m.fields)
         if "name" in fields and (fields["name"] is None or not str(fields["name"]).strip()):
             raise Unprocessable("name is required.", {"field": "name"})
+        check_project_text(fields)
         if "slug" in fields and (fields["slug"] is None or not SLUG_RE.match(fields["slug"])):
             raise Unprocessable(SLUG_MESSAGE, {"slug": fields["slug"]})
         now = self.clock.iso_now()

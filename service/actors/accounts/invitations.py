@@ -16,6 +16,7 @@ from typing import Any, Callable
 from service.actors.runtime import on
 from service.actors.accounts import credentials
 from service.actors.accounts.messages import AcceptInvite, Invite, LinkIdentity, ResendInvite, UnlinkIdentity
+from service.actors.accounts.invite_rules import mail_allowed, not_a_member
 from service.actors.accounts.member_rules import IDENTITY_TAKEN
 from service.actors.accounts.org_rules import check_email
 from service.actors.accounts.people import PeopleHandlers
@@ -74,6 +75,8 @@ class InvitationHandlers(PeopleHandlers):
 
         def tx(conn: Any) -> Any:
             require_org(conn, m.org_id)
+            not_a_member(conn, m.org_id, m.email)
+            mail_allowed(conn, m.org_id, m.email, now)
             sql.insert_invitation(conn, dict(id=invitation_id, organization_id=m.org_id, member_id=member_id,
                                              email=m.email, role=m.role, token_hash=digest, created_at=now_iso,
                                              expires_at=expires))
@@ -95,6 +98,7 @@ class InvitationHandlers(PeopleHandlers):
             inv = sql.get_invitation(conn, m.org_id, m.invitation_id)
             if inv is None or inv["accepted_at"] is not None:
                 raise NotFound("Invitation not found.")
+            mail_allowed(conn, m.org_id, inv["email"], now)
             sql.set_invitation_link(conn, inv["id"], digest, expires)
             emit(conn, m.org_id, "member.invited", {"member_id": inv["member_id"], "member_email": inv["email"],
                                                     "role": inv["role"]}, now_iso)
@@ -135,6 +139,7 @@ class InvitationHandlers(PeopleHandlers):
                     raise Conflict(IDENTITY_TAKEN)
             if m.password_hash is not None and known:
                 raise Conflict(EXISTING_PERSON)
+            not_a_member(conn, inv["organization_id"], email)
             sql.accept_invitation(conn, inv["id"], now_iso)
             sql.insert_user(conn, inv["member_id"], inv["organization_id"], email, inv["role"], now_iso)
             self._insert_key(conn, inv["organization_id"], inv["member_id"], key, "Default key", None, None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import ConfigDict
 from quart import Blueprint
 
-from service.actors.accounts.actor import PROJECT_ID_SHAPE
+from service.actors.accounts.actor import PROJECT_DESCRIPTION_MAX, PROJECT_ID_SHAPE, PROJECT_NAME_MAX
 from service.credits.limits import parse_limit
 from service.errors import NotFound, Unprocessable
 from service.http.auth import node, principal, requires
@@ -27,6 +27,7 @@ from service.views.shapes import Project
 
 bp = Blueprint("projects", __name__)
 
+DESCRIPTION = {**STR, "maxLength": PROJECT_DESCRIPTION_MAX}
 SLUG_LOOKS_LIKE_ID = "slug must not look like a project id."
 
 
@@ -42,15 +43,15 @@ class ProjectCreate(Body):
     # a missing name parses (the route answers 422 'name is required.'); the document says required
     model_config = ConfigDict(json_schema_extra={"required": ["name"]})
 
-    name: str | None = documented(non_blank(), None, "Required (422 'name is required.' when empty).")
+    name: str | None = documented(non_blank(PROJECT_NAME_MAX), None, "Required (422 'name is required.' when empty).")
     slug: str | None = documented(nullable(SLUG), None)
-    description: str | None = documented(nullable(STR), None)
+    description: str | None = documented(nullable(DESCRIPTION), None)
 
 
 class ProjectUpdate(Body):
-    name: str | None = documented(non_blank(), None)
+    name: str | None = documented(non_blank(PROJECT_NAME_MAX), None)
     slug: str | None = documented(SLUG, None)
-    description: str | None = documented(nullable(STR), None)
+    description: str | None = documented(nullable(DESCRIPTION), None)
     monthly_spend_limit: str | None = documented(SPEND_LIMIT, None, "Credits per UTC month; null: none.")
 
 

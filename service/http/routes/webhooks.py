@@ -15,7 +15,7 @@ from werkzeug.routing import BaseConverter
 
 from service.actors import delivery
 from service.senders import account_webhooks
-from service.errors import NotFound
+from service.errors import NotFound, Unprocessable
 from service.http import responses as R
 from service.http.auth import principal, requires, node
 from service.http.schemas import LIMIT, OFFSET, Body, Query, body, clamp, documented, nullable, query
@@ -36,22 +36,24 @@ def _converter(state) -> None:
     state.app.url_map.converters.setdefault("webhookid", WebhookId)
 
 DEFAULT_PAGE, MAX_PAGE = 50, 200
+DESCRIPTION_MAX = 2000  # as a project's: shown on every read, list and page
 TEST_ROUTE_LIMIT = 20  # seconds: the test call waits up to 10 s for the receiver
 
 
+DESCRIPTION = {"type": "string", "maxLength": DESCRIPTION_MAX}
 EVENTS = {"type": "array", "items": {"enum": list(delivery.EVENT_NAMES)}, "minItems": 1}
 
 
 class WebhookCreate(Body):
     url: str = Field(description="Absolute https URL.")
     events: list[str] = documented(EVENTS, description="Event names (GET /v1/webhooks/events).")
-    description: str | None = None
+    description: str | None = documented(nullable(DESCRIPTION), None)
 
 
 class WebhookUpdate(Body):
     url: str | None = None
     events: list[str] | None = documented(nullable(EVENTS), None)
-    description: str | None = None
+    description: str | None = documented(nullable(DESCRIPTION), None)
     is_active: bool | None = None
 
 
@@ -83,6 +85,12 @@ def delivery_view(row: dict) -> R.WebhookDelivery:
         "is_delivered": row["status"] == "delivered", "status_code": row["status_code"],
         "error": row["error"], "error_class": row["error_class"], "duration_ms": row["duration_ms"],
     }
+
+
+def check_description(description: str | None) -> None:
+    if description is not None and len(description) > DESCRIPTION_MAX:
+        raise Unprocessable(f"description must be at most {DESCRIPTION_MAX} characters.",
+                            {"field": "description", "max_length": DESCRIPTION_MAX})
 
 
 def _get(webhook_id: str) -> dict:
@@ -118,6 +126,7 @@ async def get_webhook(webhook_id: str) -> R.WebhookOne:
 @requires("webhooks:create")
 @body(WebhookCreate)
 async def create_webhook(data: WebhookCreate) -> tuple[R.WebhookCreatedOne, int]:
+    check_description(data.description)
     row = await node().webhook_delivery.create_webhook(principal().org_id, data.url, data.events, data.description)
     return {"webhook": {**view(row), "secret": row["secret"]}}, 201
 
@@ -126,6 +135,7 @@ async def create_webhook(data: WebhookCreate) -> tuple[R.WebhookCreatedOne, int]
 @requires("webhooks:update")
 @body(WebhookUpdate)
 async def update_webhook(webhook_id: str, data: WebhookUpdate) -> R.WebhookOne:
+    check_description(data.description)
     fields = data.model_dump(exclude_unset=True)
     for name in ("url", "events", "is_active"):
         if name in fields and fields[name] is None:  # explicit null: nothing to change
