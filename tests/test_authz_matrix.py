@@ -84,7 +84,7 @@ EXPECTED = {
     ("GET", "/v1/support/tickets"): "users:read",
     ("GET", "/v1/support/tickets/<ticket_id>"): "users:read",
     ("POST", "/v1/support/tickets"): None,
-    ("POST", "/v1/support/tickets/<ticket_id>/replies"): None,
+    ("POST", "/v1/support/tickets/<ticket_id>/replies"): "users:read",
 }
 
 PUBLIC = {("GET", "/v1/openapi.json")}

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from service.config import Settings
-from service.payments import CheckoutFailed, ProviderEvent, TopupDraft
+from service.payments import CheckoutFailed, Paid, ProviderEvent, TopupDraft
 from service.payments.builtin import TestProvider
 from service.payments.choose import provider_for
 from service.payments.pricing import amount_cents, parse_currency, quote_from
@@ -87,14 +87,22 @@ def ev(type_, **obj):
             "data": {"object": {"object": "checkout.session", "id": "cs_1", "metadata": {"topup_id": "t1"}, **obj}}}
 
 
+UNSAID = Paid(None, None)  # the event names no amount: never matches an order
+
+
 @pytest.mark.parametrize("event, expected", [
-    (ev("checkout.session.completed", payment_status="paid"), ProviderEvent("confirm", "t1", "cs_1")),
-    (ev("checkout.session.completed", payment_status="no_payment_required"), ProviderEvent("confirm", "t1", "cs_1")),
-    (ev("checkout.session.async_payment_succeeded", payment_status="paid"), ProviderEvent("confirm", "t1", "cs_1")),
+    (ev("checkout.session.completed", payment_status="paid"), ProviderEvent("confirm", "t1", "cs_1", paid=UNSAID)),
+    (ev("checkout.session.completed", payment_status="no_payment_required"),
+     ProviderEvent("confirm", "t1", "cs_1", paid=UNSAID)),
+    (ev("checkout.session.async_payment_succeeded", payment_status="paid", amount_total=250, currency="USD",
+        metadata={"topup_id": "t1", "org_id": "o1"}),
+     ProviderEvent("confirm", "t1", "cs_1", paid=Paid(250, "usd", "o1"))),
+    (ev("checkout.session.completed", payment_status="paid", amount_total=True, currency=5),
+     ProviderEvent("confirm", "t1", "cs_1", paid=UNSAID)),
     (ev("checkout.session.expired"), ProviderEvent("expire", "t1", "cs_1")),
     (ev("checkout.session.async_payment_failed"), ProviderEvent("expire", "t1", "cs_1")),
     (ev("checkout.session.completed", metadata={}, client_reference_id="t9", payment_status="paid"),
-     ProviderEvent("confirm", "t9", "cs_1")),
+     ProviderEvent("confirm", "t9", "cs_1", paid=UNSAID)),
 ])
 def test_stripe_events_map_to_the_topup_machine(event, expected):
     assert interpret(event) == expected

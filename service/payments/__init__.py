@@ -14,9 +14,10 @@ from service.payments.base import (
     Checkout,
     CheckoutFailed,
     InvalidWebhook,
+    Paid,
     PaymentProvider,
     ProviderEvent,
     TopupDraft,
 )
 
-__all__ = ["Checkout", "CheckoutFailed", "InvalidWebhook", "PaymentProvider", "ProviderEvent", "TopupDraft"]
+__all__ = ["Checkout", "CheckoutFailed", "InvalidWebhook", "Paid", "PaymentProvider", "ProviderEvent", "TopupDraft"]

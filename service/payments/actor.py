@@ -20,8 +20,9 @@ actor's own retry timer (backoff up to 10 minutes), and after a restart by `reco
 Asks flow one way: HTTP -> top-up actor -> balance actor.
 
 Replies are top-up rows (see `service.storage.topups`). Errors: NotFound for an unknown
-top-up (or one of another organization), Conflict for paying an expired top-up or for a
-provider reference that is not the top-up's checkout.
+top-up (or one of another organization), Conflict for paying an expired top-up, for a
+provider reference that is not the top-up's checkout, or for a payment (`Paid`) whose
+amount, currency or organization is not the order's.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from service.effects import EffectHandlers, Step, after
 from service.errors import Conflict, NotFound, ServiceError
 from service.machines import NEW, TOPUP, IllegalTransition
 from service.money import UC, fmt
-from service.payments.base import Checkout, TopupDraft
+from service.payments.base import Checkout, Paid, TopupDraft
 from service.payments.pricing import DAY
 from service.storage import topups as sql
 
@@ -71,6 +72,7 @@ class RecordCheckout:
 class Confirm:
     topup_id: str
     provider_ref: str | None = None   # when given, must be the top-up's checkout
+    paid: Paid | None = None          # when given, must be exactly what was ordered
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ class TopupActor(Actor):
     @on(Confirm)
     async def on_Confirm(self, m: Confirm) -> dict:
         row = self._row(m.topup_id, m.provider_ref)
+        if m.paid is not None:
+            check_paid(row, m.paid)
         try:
             step = TOPUP_EFFECTS.apply(self, row["status"], "confirm", TopupFacts(row["id"]))
         except IllegalTransition:
@@ -208,6 +212,18 @@ class TopupActor(Actor):
                     topup_id, error, self.backoff)
         self.retry_at = self.clock.now() + self.backoff
         self.backoff = min(self.backoff * 2, RETRY_MAX)
+
+
+def check_paid(row: dict, paid: Paid) -> None:
+    """Conflict unless the provider's payment covers the order: the currency, at least the
+    amount (a tax the provider adds on top, e.g. Stripe Tax, is more; a discount code that
+    takes it below is less, and credits nothing), and (when echoed) the organization."""
+    ordered = (row["amount_cents"], row["currency"])
+    short = paid.amount_cents is None or paid.amount_cents < row["amount_cents"]
+    if short or paid.currency != row["currency"] or paid.org_id not in (None, row["organization_id"]):
+        log.error("top-up %s: payment of %r %r (organization %r) does not match the order %r %r; not credited",
+                  row["id"], paid.amount_cents, paid.currency, paid.org_id, *ordered)
+        raise Conflict("The payment does not match the top-up's order.", {"topup_id": row["id"]})
 
 
 TOPUP_EFFECTS: EffectHandlers[TopupFacts] = EffectHandlers(TOPUP, TopupActor, {"add_lot": "_on_add_lot"})

@@ -52,6 +52,17 @@ class Checkout(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Paid:
+    """What a provider says was paid. A confirmation carrying one credits nothing unless
+    it matches the order exactly: a signed event is trusted for what it says, not for
+    what the top-up asked (None: the event did not say, which never matches)."""
+
+    amount_cents: int | None
+    currency: str | None
+    org_id: str | None = None  # echoed from the checkout's metadata; None: not echoed
+
+
+@dataclass(frozen=True)
 class ProviderEvent:
     """A verified provider notification, reduced to what the top-up machine needs."""
 
@@ -59,6 +70,7 @@ class ProviderEvent:
     topup_id: str | None = None
     provider_ref: str | None = None
     note: str = ""
+    paid: Paid | None = None  # on confirmations: checked against the order
 
 
 class PaymentProvider:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from service.errors import Conflict, NotFound, Unavailable, Unprocessable
 from service.payments.actor import Confirm, Expire, RecordCheckout
-from service.payments.base import CheckoutFailed, ProviderEvent, TopupDraft
+from service.payments.base import CheckoutFailed, Paid, ProviderEvent, TopupDraft
 from service.payments.pricing import RANGE_MESSAGE, Quote
 from service.storage import topups as sql
 
@@ -79,9 +79,9 @@ def _owner(node, topup_id: str) -> str:
     return row["organization_id"]
 
 
-async def confirm_topup(node, topup_id: str, provider_ref: str | None = None) -> dict:
+async def confirm_topup(node, topup_id: str, provider_ref: str | None = None, paid: Paid | None = None) -> dict:
     """The provider's confirmation: pending -> paid with one `topup` lot; repeats are no-ops."""
-    return await node.topups.ask(_owner(node, topup_id), Confirm(topup_id, provider_ref))
+    return await node.topups.ask(_owner(node, topup_id), Confirm(topup_id, provider_ref, paid))
 
 
 async def expire_topup(node, topup_id: str, provider_ref: str | None = None) -> dict:
@@ -95,7 +95,7 @@ async def apply_event(node, event: ProviderEvent) -> str:
         return "ignored"
     try:
         if event.action == "confirm":
-            row = await confirm_topup(node, event.topup_id, event.provider_ref)
+            row = await confirm_topup(node, event.topup_id, event.provider_ref, event.paid)
         else:
             row = await expire_topup(node, event.topup_id, event.provider_ref)
     except NotFound:
@@ -106,7 +106,8 @@ async def apply_event(node, event: ProviderEvent) -> str:
             raise
         return "ignored"
     except Conflict as e:
-        # Paid after it expired, or a payment of another checkout: never credited twice or
+        # Paid after it expired, a payment of another checkout, or not what was ordered (amount,
+        # currency, organization): never credited twice or
         # wrongly; acknowledged so the provider stops, and logged for a person to look at.
         log.error("payment event %s for top-up %s not applied: %s", event.action, event.topup_id, e.message)
         return "conflict"

@@ -10,6 +10,8 @@
   `Stripe-Signature` header (a bad signature, or a timestamp older than `tolerance`
   seconds by the wall clock Stripe signs with, is `InvalidWebhook`). Events:
     checkout.session.completed, payment_status paid / no_payment_required -> confirm
+      (a confirmation carries `Paid`: amount_total, currency, metadata org_id; the actor
+      credits nothing unless they match the order)
     checkout.session.completed, unpaid (delayed payment methods)          -> ignore
     checkout.session.async_payment_succeeded                             -> confirm
     checkout.session.async_payment_failed, checkout.session.expired     -> expire
@@ -20,11 +22,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import stripe
 import trio
 
-from service.payments.base import Checkout, CheckoutFailed, InvalidWebhook, PaymentProvider, ProviderEvent, TopupDraft
+from service.payments.base import (Checkout, CheckoutFailed, InvalidWebhook, Paid, PaymentProvider, ProviderEvent,
+                                   TopupDraft)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +100,7 @@ class StripeProvider(PaymentProvider):
                                                 tolerance=self.tolerance)
         except stripe.SignatureVerificationError as e:
             raise InvalidWebhook(str(e).split("\n")[0]) from None
-        except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON, or not an event
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # not JSON, or not an event
             raise InvalidWebhook(f"the body is not a Stripe event: {type(e).__name__}") from None
         data = event.to_dict()
         if data.get("object") != "event" or not isinstance(data.get("type"), str):
@@ -107,24 +111,53 @@ class StripeProvider(PaymentProvider):
         await self.http_client.close_async()
 
 
+def _object(value: Any, where: str) -> dict:
+    """A JSON object of a signed event (absent: empty); another type is not a Stripe event."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidWebhook(f"the body is not a Stripe event: {where} is not an object")
+    return value
+
+
+def _string(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidWebhook(f"the body is not a Stripe event: {where} is not a string")
+    return value
+
+
+def paid_of(session: dict, meta: dict) -> Paid:
+    """What the session says was paid (amount_total in the currency's smallest unit)."""
+    amount = session.get("amount_total")
+    currency = session.get("currency")
+    org = meta.get("org_id")
+    return Paid(amount if type(amount) is int else None,
+                currency.lower() if isinstance(currency, str) else None,
+                org if isinstance(org, str) else None)
+
+
 def interpret(event: dict) -> ProviderEvent:
-    """Map a verified Stripe event (as a plain dict) to what the top-up machine does with it."""
-    kind = event.get("type")
-    obj = (event.get("data") or {}).get("object") or {}
-    if not str(kind or "").startswith("checkout.session.") or obj.get("object") != "checkout.session":
+    """Map a verified Stripe event (as a plain dict) to what the top-up machine does with it;
+    a signed body of the wrong shape is `InvalidWebhook` (a 400), never an error of ours."""
+    kind = str(event.get("type") or "")
+    obj = _object(_object(event.get("data"), "data").get("object"), "data.object")
+    if not kind.startswith("checkout.session.") or obj.get("object") != "checkout.session":
         return ProviderEvent("ignore", note=f"event {kind} is not handled")
-    meta = obj.get("metadata") or {}
-    topup_id = meta.get("topup_id") or obj.get("client_reference_id")
-    ref = obj.get("id")
+    meta = _object(obj.get("metadata"), "metadata")
+    topup_id = _string(meta.get("topup_id"), "metadata.topup_id") or _string(
+        obj.get("client_reference_id"), "client_reference_id")
+    ref = _string(obj.get("id"), "id")
     if not topup_id:
         return ProviderEvent("ignore", None, ref, "the session is not a top-up of this service")
     if kind == "checkout.session.completed":
         status = obj.get("payment_status")
         if status in PAID:
-            return ProviderEvent("confirm", topup_id, ref)
+            return ProviderEvent("confirm", topup_id, ref, paid=paid_of(obj, meta))
         return ProviderEvent("ignore", topup_id, ref, f"completed with payment_status {status}; waiting")
     if kind in CONFIRM_EVENTS:
-        return ProviderEvent("confirm", topup_id, ref)
+        return ProviderEvent("confirm", topup_id, ref, paid=paid_of(obj, meta))
     if kind in EXPIRE_EVENTS:
         return ProviderEvent("expire", topup_id, ref)
     return ProviderEvent("ignore", topup_id, ref, f"event {kind} is not handled")

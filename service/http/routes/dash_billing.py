@@ -29,7 +29,9 @@ from service.http.pages import PageError
 from service.http.responses import LedgerEntry, UsageRow
 from service.http.routes.billing import threshold_uc
 from service.http.routes.topups import topup_view
+from service.digits import ascii_int
 from service.payments import facade
+from service.payments.pricing import MAX_CREDITS
 from service.storage import billing as sql
 from service.storage import topups as topups_sql
 from service.views import billing_lines
@@ -170,9 +172,9 @@ async def topup():
 
 async def start_topup(form):
     p = principal()
-    try:
-        credits = int(form.get("credits", "").strip())
-    except ValueError:
+    # ASCII digits only (`int` takes "١٠٠", "1_000" and "+5"); past the quote's range is its 422
+    credits = ascii_int(form.get("credits", "").strip(), 10 * MAX_CREDITS)
+    if credits is None:
         return await billing_page(422, error="Enter a whole number of credits.")
     try:
         created = await facade.create_topup(node(), p.org_id, p.user_id, credits)

@@ -1,5 +1,6 @@
 """Support page (`/support`): open a ticket, see the organization's tickets and their
-replies, reply; through the same tickets actor and rules as `/v1/support/tickets`."""
+replies, reply; through the same tickets actor, rules and permissions as
+`/v1/support/tickets` (reading and replying: `users:read`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
-from service.http.routes.support import ticket_view, ticket_with_replies
+from service.http.routes.support import check_subject, ticket_view, ticket_with_replies
 from service.storage import support as sql
 
 bp = Blueprint("dash_support", __name__)
@@ -48,6 +49,7 @@ async def open_ticket():
 async def open_with(form):
     p = principal()
     try:
+        check_subject(form.get("subject_line", ""))
         row = await node().tickets.open_ticket(
             p.org_id, p.user_id, form.get("subject_line", "").strip(), form.get("type", "question"),
             form.get("priority", "P3"), form.get("body", "").strip())
@@ -75,7 +77,7 @@ async def ticket(ticket_id: str):
 
 @bp.post("/support/<ticket_id>/replies")
 @hide
-@page()
+@page("users:read")  # as reading the ticket: the answer is the ticket page
 @csrf_protected
 async def reply(ticket_id: str):
     form = await request.form

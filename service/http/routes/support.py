@@ -4,14 +4,18 @@ ticket" and "Events"). Answers use `{data: ...}`.
     GET  /v1/support/tickets               users:read   newest first; query `limit`, `state`
     GET  /v1/support/tickets/{id}          users:read   the ticket with its `replies`
     POST /v1/support/tickets               any valid key   201; emits support.ticket.opened
-    POST /v1/support/tickets/{id}/replies  any valid key   201; reopens a ticket awaiting the
+    POST /v1/support/tickets/{id}/replies  users:read   201; reopens a ticket awaiting the
                                                         customer (support.ticket.state_changed)
 
 Permissions, decided here: tickets belong to the organization, so every member may read
-them (`users:read`, held by all four roles, like viewing members). Opening a ticket and
-replying need only a valid key of the organization: asking for help changes nothing in the
-account, and a `read_only` member is exactly who may need to ask for access. Support's side
+them (`users:read`, held by all four roles, like viewing members). Replying needs the same:
+its answer is the whole ticket with every reply, so a weaker check would read through it.
+Opening needs only a valid key of the organization: it answers only what the caller wrote,
+and a `read_only` member is exactly who may need to ask for access. Support's side
 (replies as support, state changes) is the operator API (`operator_support`).
+
+`subject_line` is one line of printable text (422 otherwise): it becomes the Subject header
+of the support-reply mail, where a line break is refused and the mail would never go out.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 from quart import Blueprint
 
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
-from service.errors import BadRequest, NotFound
+from service.errors import BadRequest, NotFound, Unprocessable
 from service.http import responses as R
 from service.http.auth import principal, requires, node
 from service.http.schemas import LIMIT, Body, Query, body, clamp, documented, non_blank, query
@@ -66,6 +70,15 @@ def ticket_with_replies(row: dict, replies: list[dict]) -> R.TicketWithReplies:
     return {**ticket_view(row), "replies": [reply_view(r) for r in replies]}
 
 
+ONE_LINE = "subject_line must be one line of printable text."
+
+
+def check_subject(subject: str) -> None:
+    """Refuse line breaks and control characters inside the subject (edges are trimmed)."""
+    if not subject.strip().isprintable():
+        raise Unprocessable(ONE_LINE, {"field": "subject_line"})
+
+
 def check_state_filter(state: str | None) -> None:
     if state is not None and state not in STATES:
         raise BadRequest(f"state must be one of {', '.join(STATES)}.", {"state": state, "allowed": list(STATES)})
@@ -95,6 +108,7 @@ async def get_ticket(ticket_id: str) -> R.Data[R.TicketWithReplies]:
 @requires(None)
 @body(TicketOpen)
 async def open_ticket(data: TicketOpen) -> tuple[R.Data[R.TicketWithReplies], int]:
+    check_subject(data.subject_line)
     p = principal()
     row = await node().tickets.open_ticket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
                                            data.body)
@@ -102,7 +116,7 @@ async def open_ticket(data: TicketOpen) -> tuple[R.Data[R.TicketWithReplies], in
 
 
 @bp.post("/v1/support/tickets/<ticket_id>/replies")
-@requires(None)
+@requires("users:read")
 @body(ReplyCreate)
 async def reply(ticket_id: str, data: ReplyCreate) -> tuple[R.Data[R.TicketWithReplies], int]:
     p = principal()

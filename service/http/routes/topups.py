@@ -4,9 +4,12 @@ built-in test provider's checkout page is `routes/test_checkout.py`).
 Decisions where the spec is open:
 - `GET /v1/billing/topups`: `limit` defaults to 50, clamped to 1..200; newest first.
 - `GET /v1/billing/topups/{id}`: one top-up of the organization (404 otherwise); additive.
-- `success_url` / `cancel_url`: absolute http(s) URLs (422 otherwise); they default to
+- `success_url` / `cancel_url`: absolute http(s) URLs without whitespace or control
+  characters inside (422 otherwise: urlsplit drops tabs and newlines before parsing, and the
+  URL is later a redirect's Location and the provider's parameter); they default to
   `{base_url}/billing?topup=<id>&checkout=success|cancel` (the dashboard's Billing page).
-- `credits` must be a JSON integer (strict: "500" and 500.0 are 400s); out of range is 422.
+- `credits` must be a JSON integer ("500", 500.5 and true are 400s; 500.0 is 500, the
+  `Body` rule for integral numbers); out of range is 422.
 - The order of checks is body (400), range (422), provider configured (503
   billing.not_configured), checkout start (503 request.service_unavailable, top-up
   recorded `expired`, details.topup_id).
@@ -67,7 +70,8 @@ def check_url(field: str, value: str | None) -> str | None:
         parts = urlsplit(value.strip())
     except ValueError:  # e.g. an unclosed IPv6 bracket: "http://["
         parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or len(value) > MAX_URL:
+    bad_char = any(c.isspace() or not c.isprintable() for c in value.strip())
+    if parts is None or bad_char or parts.scheme not in ("http", "https") or not parts.netloc or len(value) > MAX_URL:
         raise Unprocessable(f"{field} must be an absolute http or https URL.", {"field": field})
     return value.strip()
 
