@@ -8,7 +8,7 @@
   table is capped as the login throttle's is (`service.throttle.trim`).
 - per organization: at most `max_active_jobs_per_org` jobs queued or rendering from API and
   dashboard submits (steps of product runs are counted by their run's own estimate check,
-  not here). Read from the database at each submit: two submits racing at the limit may both
+  not here), and as many product runs queued or running (service/actors/runs/facade.py). Read from the database at each submit: two submits racing at the limit may both
   pass, so the limit can be passed by the few in flight at once; it bounds a flood, not a
   count.
 """

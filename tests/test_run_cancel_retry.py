@@ -15,6 +15,7 @@ from waiting import settle, wait_until
 
 from service.actors.balance.messages import PlaceHold
 from service.actors.runs import actor as runs_mod
+from service.actors.runs import effects as run_effects
 from service.catalog import products as P
 from service.catalog.product_types import FromInput, FromStep, Input, Product, Step
 from service.errors import ActorGone, AskTimeout
@@ -180,5 +181,54 @@ async def test_credits_running_out_a_cancel_that_times_out_and_a_job_that_comple
     assert ledger(node, step(done, "still")["request_id"]) == [("hold", -1_000_000), ("capture", 0)]
     assert node.store.scalar("SELECT count(*) FROM jobs WHERE id = ?", (step(done, "two")["request_id"],)) == 0
     assert (await balance(node, key))["available"] == "5.00"
+    await trio.sleep(600)
+    assert node.parts.runs.peek(run["id"]) is None
+
+
+async def test_asks_to_a_job_whose_actor_stays_down_stop_after_cancel_tries(node, key, monkeypatch, autojump_clock):
+    """A job actor that never answers: the run asks CANCEL_TRIES rounds, then stops (its
+    actor ends); the job is left open for the start-up recovery, which releases its hold."""
+    flaky = FlakyCancel(node, monkeypatch, lambda n, job: ActorGone("job actor past its restart limit"))
+    run = await start(node, key, {"prompt": "x [[delay:3600]]"})
+    mid = await wait_for_run(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
+    job_id = step(mid, "still")["request_id"]
+    out = await cancel_run(node, key, run["id"])
+    assert [s["status"] for s in out["steps"]] == ["canceled"] * 4
+    gaps = [runs_mod.CANCEL_RETRY_S[min(i, len(runs_mod.CANCEL_RETRY_S) - 1)] for i in range(runs_mod.CANCEL_TRIES - 1)]
+    await trio.sleep(sum(gaps) + 60)  # the job's own 600 s timeout is still ahead
+    assert flaky.calls[-1] - flaky.calls[0] == pytest.approx(sum(gaps))
+    assert len(flaky.calls) == runs_mod.CANCEL_TRIES
+    assert node.parts.runs.peek(run["id"]) is None
+    assert gen_sql.get_job(node.store, job_id)["status"] in OPEN
+    assert hold_of(node, job_id) == ("held", 1_000_000)
+    # the next start's recovery (Products.recover) cancels it; the hold is released once
+    monkeypatch.setattr(node.parts.generation, "cancel", flaky.real)
+    await node.parts.products.recover()
+    await wait_until(lambda: hold_of(node, job_id)[0] == "released", 30)
+    assert ledger(node, job_id) == [("hold", -1_000_000), ("release", 1_000_000)]
+    done = await wait_for_run(node, key, run["id"], lambda r: r["status"] == "canceled")
+    assert [s["status"] for s in done["steps"]] == ["canceled"] * 4
+    assert (await balance(node, key))["available"] == "200.00"
+
+
+async def test_a_run_cancel_answers_without_waiting_for_a_job_that_does_not_answer(
+        node, key, monkeypatch, autojump_clock):
+    """The owner's cancel request gets its answer within CANCEL_ANSWER_S even when the step
+    job's actor does not answer (an ask waits 10 s); the run actor asks again after."""
+    flaky = FlakyCancel(node, monkeypatch, lambda n, job: AskTimeout("job") if n == 1 else None)
+    run = await start(node, key, {"prompt": "x [[delay:60]]"})
+    mid = await wait_for_run(node, key, run["id"], lambda r: step(r, "still")["status"] == "running")
+    job_id = step(mid, "still")["request_id"]
+    t0 = trio.current_time()
+    r = await node.call("POST", f"/v1/workflows/runs/{run['id']}/cancel", key)
+    assert trio.current_time() - t0 <= run_effects.CANCEL_ANSWER_S
+    assert r.status_code == 200
+    out = (await j(r))["data"]
+    assert (out["status"], [s["status"] for s in out["steps"]]) == ("canceled", ["canceled"] * 4)
+    await wait_until(lambda: hold_of(node, job_id)[0] == "released", 30)
+    assert gen_sql.get_job(node.store, job_id)["status"] == "canceled"
+    assert len(flaky.calls) == 2
+    assert ledger(node, job_id) == [("hold", -1_000_000), ("release", 1_000_000)]
+    assert (await balance(node, key))["available"] == "200.00"
     await trio.sleep(600)
     assert node.parts.runs.peek(run["id"]) is None

@@ -26,8 +26,10 @@ The run (machines.RUN / machines.STEP)
   own messages below; a refused hold says how many credits were missing; a failed op step
   gives failure message 5, "Generation failed due to an internal error. ..."). Unfinished steps
   become `canceled`; their in-flight jobs are canceled (holds released) and op tasks
-  stopped. A cancel ask that fails (AskTimeout, ActorGone) is asked again (backoff
-  `CANCEL_RETRY_S`) until the job is final; the actor stays up meanwhile. A step job that
+  stopped. The first round of asks gets `CANCEL_ANSWER_S` (it runs inside the owner's cancel
+  request); an ask that fails (AskTimeout, ActorGone) or was not reached is asked again
+  (backoff `CANCEL_RETRY_S`) until the job is final, for `CANCEL_TRIES` rounds; the actor
+  stays up meanwhile. Past them the run stops asking: the next start's recovery cancels it. A step job that
   turns out to have completed anyway is recorded `completed` (it stays charged, as
   completed steps do), never `canceled`; one that failed or was canceled keeps the step's
   status. A job's own capture or release settles its hold, once: the run never touches it.
@@ -47,8 +49,11 @@ open or completed, so a crash between a failed cancel and its retry loses nothin
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 from typing import Any, Callable, Mapping
+
+import trio
 
 from service.effects import after
 from service.actors.runs.context import RunContext
@@ -77,9 +82,13 @@ MSG_JOB_CANCELED = "The step's generation job was canceled. Credits were release
 MSG_VERSION_GONE = "The product version this run started with is no longer defined."
 
 # Seconds between cancel asks to a step job the run ended while the ask fails; the last
-# repeats until the job is final (an actor past its restart limit answers ActorGone until
-# the node restarts).
+# repeats (an actor past its restart limit answers ActorGone until the node restarts).
 CANCEL_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# Rounds of cancel asks before the run stops asking (the last 408 s after the first with
+# CANCEL_RETRY_S): a job actor down that long stays down until the node restarts, and the
+# start-up recovery (`Products.recover`) cancels the open step jobs of final runs; the job's
+# own watcher still wakes the run if the job ends meanwhile.
+CANCEL_TRIES = 12
 
 
 def insufficient_message(e: InsufficientCredits) -> str:
@@ -463,28 +472,41 @@ class RunActor(RunEffects, Actor):
             log.warning("run %s: canceling job %s failed: %r; asking again", self.run_id, job_id, e)
             return None
 
-    async def _stop_jobs(self, keys: list[str] | None = None) -> None:
-        """One round of cancel asks to the jobs in `stopping` (those of `keys`, else all):
-        a job found final settles its step (`_settle_stopped`); the others are asked again
-        after the next delay of CANCEL_RETRY_S."""
+    async def _stop_jobs(self, keys: list[str] | None = None, within: float = math.inf) -> None:
+        """One round of cancel asks to the jobs in `stopping` (those of `keys`, else all),
+        the asks cut at `within` seconds: a job found final settles its step
+        (`_settle_stopped`); the others are asked again after the next delay of
+        CANCEL_RETRY_S, for CANCEL_TRIES rounds in all."""
         ended: dict[str, dict[str, Any]] = {}
-        for key in keys if keys is not None else list(self.stopping):
-            job_id = self.stopping.get(key)
-            if job_id is None:
-                continue
-            try:
-                st = await self._cancel_job(job_id)
-            except NotFound:
-                self.stopping.pop(key, None)
-                continue
-            if st is not None and JOB.is_final(st.get("status")):
-                ended[key] = st
+        with trio.move_on_after(within):
+            for key in keys if keys is not None else list(self.stopping):
+                job_id = self.stopping.get(key)
+                if job_id is None:
+                    continue
+                try:
+                    st = await self._cancel_job(job_id)
+                except NotFound:
+                    self.stopping.pop(key, None)
+                    continue
+                if st is not None and JOB.is_final(st.get("status")):
+                    ended[key] = st
         await self._settle_stopped(ended)
         if not self.stopping:
             self.stop_at, self.stop_tries = None, 0
+        elif self.stop_tries + 1 >= CANCEL_TRIES:
+            self._give_up_stopping()
         elif self.stop_at is None:
             self.stop_at = self.ctx.clock.now() + CANCEL_RETRY_S[min(self.stop_tries, len(CANCEL_RETRY_S) - 1)]
             self.stop_tries += 1
+
+    def _give_up_stopping(self) -> None:
+        """Stop asking: the steps stay as committed; the jobs are canceled by the next
+        start's recovery, and a job that ends first wakes this run through its watcher."""
+        log.error("run %s: jobs %s did not answer %d cancel asks; left to the recovery at the next start",
+                  self.run_id, sorted(self.stopping.values()), CANCEL_TRIES)
+        self.stopping = {}
+        self.stop_at, self.stop_tries = None, 0
+        self._maybe_done()
 
     async def _settle_stopped(self, ended: Mapping[str, dict[str, Any]]) -> None:
         """Steps whose job is now known final (its status object): one that completed anyway

@@ -18,6 +18,11 @@ from service.machines import RUN, STEP
 from service.money import to_uc
 from service.storage import generation as gen_sql
 
+# The first round of cancel asks after a run ends its steps runs inside the owner's cancel
+# request: it gets this long (a healthy job answers in milliseconds, an ask times out at
+# 10 s, the run's own ask too); the jobs that did not answer are asked again by the actor.
+CANCEL_ANSWER_S = 2.0
+
 
 def actual_uc(status: dict[str, Any]) -> int:
     """What a step's job was charged, from its status object."""
@@ -59,7 +64,7 @@ class RunEffects:
     if TYPE_CHECKING:  # provided by RunActor
         @property
         def run_id(self) -> str: ...
-        async def _stop_jobs(self, keys: list[str] | None = None) -> None: ...
+        async def _stop_jobs(self, keys: list[str] | None = None, within: float = ...) -> None: ...
         def _outputs_by_step(self, steps: Mapping[str, StepRecord] | None = None) -> dict[str, list[str]]: ...
         async def _submit(self, key: str) -> None: ...
         def _start_op(self, key: str) -> None: ...
@@ -90,7 +95,7 @@ class RunEffects:
             elif s.request_id is not None:
                 self.stopping[key] = s.request_id
                 jobs.append(key)
-        await self._stop_jobs(jobs)
+        await self._stop_jobs(jobs, within=CANCEL_ANSWER_S)
 
     def _on_release_failed(self, step: Step[RunMove]) -> None:
         """The failed step's hold is released: its job's own failure released it (JOB fail,

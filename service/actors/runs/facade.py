@@ -12,7 +12,8 @@ Interfaces
         whole estimate (402 `billing.insufficient_credits`, details `required`, `available`;
         nothing reserved), then the key's (`api_key_id`) and the project's spend limits do
         (402 `billing.spend_limit_reached`; nothing reserved; each step's hold is checked
-        again). Then the run actor persists the run `queued` with every step `pending` and
+        again), then fewer than `max_active_jobs_per_org` of the organization's runs are open (429
+        `request.rate_limited`, details `open_runs_limit`). Then the run actor persists the run `queued` with every step `pending` and
         answers the ProductRun (HTTP 202). With an Idempotency-Key: the same key and the same
         request within 24 h answer the first 202 body and start nothing;
         another request under that key is 422.
@@ -38,7 +39,7 @@ from service.actors.runtime import Registry
 from service.assets.signing import load_secret
 from service.catalog import products as catalog_products
 from service.catalog.catalog import Model
-from service.errors import InsufficientCredits, NotFound, ServiceError
+from service.errors import InsufficientCredits, NotFound, RateLimited, ServiceError
 from service.idempotency import Claim, Gate
 from service.idempotency import request_hash as idem_hash
 from service.machines import RUN
@@ -52,6 +53,13 @@ from service.views.run_feed import cursor_key
 from service.views.shapes import ProductRun
 
 log = logging.getLogger(__name__)
+
+# Runs of one organization queued or running at once: at most `max_active_jobs_per_org`
+# (the setting's own bound on jobs; 0 turns both off). A start reserves nothing (each step's
+# hold is placed as it starts), and a run's steps are not counted among the jobs, so without
+# it the balance check let a member start any number (an actor, rows and a job each). Read at
+# each start: starts racing at the cap may pass it by the few in flight at once, as jobs may.
+OPEN_RUNS_RETRY_S = 5
 
 
 class Products:
@@ -152,6 +160,7 @@ class Products:
                                       {"required": fmt(estimate_uc), "available": fmt(available_uc)})
         # the whole estimate against the key's and the project's spend limits (nothing held)
         await self.node.balances.ask(org_id, SpendCheck(estimate_uc, project["id"], api_key_id))
+        self._check_open_runs(org_id)
         run_id = str(uuid.uuid4())
         now = self.clock.iso_now()
         run = RunRecord(
@@ -169,6 +178,17 @@ class Products:
         )
         view: dict[str, Any] = await self.runs.ask(run_id, Create(run, steps, idempotency))
         return view
+
+    def _check_open_runs(self, org_id: str) -> None:
+        limit = self.node.settings.max_active_jobs_per_org
+        if limit <= 0:
+            return
+        open_runs = self.store.scalar("SELECT count(*) FROM product_runs WHERE organization_id = ? "
+                                      "AND status IN ('queued', 'running')", (org_id,))
+        if open_runs >= limit:
+            raise RateLimited(f"Too many product runs in progress for this organization (at most {limit} "
+                              "queued or running). Retry when some have finished.", OPEN_RUNS_RETRY_S,
+                              {"open_runs_limit": limit})
 
     async def cancel(self, org_id: str, run_id: str) -> ProductRun:
         run = sql.run_in_org(self.store, org_id, run_id)

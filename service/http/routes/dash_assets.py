@@ -23,7 +23,8 @@ from service.http.auth import node, principal
 from service.http.browser import check_csrf_value, forged, page, safe_next, same_site_origin
 from service.http.dashboard import current_project, show, signed
 from service.http.pages import PageError
-from service.http.routes.uploads import FILE_TOO_BIG, MAX_FILE, TooLarge, _drain, asset_row, receive
+from service.http.routes.uploads import (FILE_TOO_BIG, MAX_FILE, TooLarge, _drain, asset_row, receive,
+                                         upload_slot)
 from service.storage import generation as sql
 
 bp = Blueprint("dash_assets", __name__)
@@ -70,22 +71,23 @@ async def upload():
     temp = gen.files.upload_temp(asset_id)
     handed_over, back = False, "/assets"
     try:
-        if request.mimetype != "multipart/form-data" or not boundary or not boundary.isascii():
-            await _drain()
-            raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
-        got = await receive(boundary, temp, FORM_FIELDS, NEXT_MAX)
-        wanted = got.fields.get("next")
-        back = wanted if wanted and safe_next(wanted) == wanted else "/assets"  # refused: stay on Assets
-        if not check_csrf_value(got.fields.get("csrf_token", "")):
-            raise forged()
-        if got.malformed or not got.file_seen or got.errors:
-            raise BadRequest("Choose one file to upload.")
-        if got.too_big:
-            raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
-        info = await gen.inspect_upload(temp, got.declared_type, p.org_id)
-        row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
-        handed_over = True
-        await gen.commit_upload(p.org_id, row, temp)
+        with upload_slot(p.org_id):  # the API's per-organization cap (429 past it)
+            if request.mimetype != "multipart/form-data" or not boundary or not boundary.isascii():
+                await _drain()
+                raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
+            got = await receive(boundary, temp, FORM_FIELDS, NEXT_MAX)
+            wanted = got.fields.get("next")
+            back = wanted if wanted and safe_next(wanted) == wanted else "/assets"  # refused: stay on Assets
+            if not check_csrf_value(got.fields.get("csrf_token", "")):
+                raise forged()
+            if got.malformed or not got.file_seen or got.errors:
+                raise BadRequest("Choose one file to upload.")
+            if got.too_big:
+                raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
+            info = await gen.inspect_upload(temp, got.declared_type, p.org_id)
+            row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
+            handed_over = True
+            await gen.commit_upload(p.org_id, row, temp)
     except TooLarge:
         raise PageError(413, "Upload refused", "The request body is too large.", {"Connection": "close"}) from None
     except ApiError as e:

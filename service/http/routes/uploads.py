@@ -15,8 +15,12 @@ Multipart rules (multipart/form-data with an ASCII boundary, else 400 request.ba
   as a file: 400 request.validation_failed with `details.errors[] = {message, key,
   source: "body"}` ("Object contains unknown field", "Field required", ...).
 - Order of checks: multipart shape (400) -> project (404/409) -> size (422) -> type (422).
-- A response sent before the whole body was read (401, 403, 408, 413) carries
+- A response sent before the whole body was read (401, 403, 408, 413, 429) carries
   `Connection: close`.
+- At most `UPLOADS_PER_ORG` (32) uploads of one organization in progress at once, this
+  route's and the dashboard's together (each holds a connection and up to 51 MiB of disk
+  for up to 120 s); one more is 429 `request.rate_limited` with `Retry-After: 5`, before
+  its body is read. A place is given back however the upload ends (`upload_slot`).
 
 The body is read as it arrives (never buffered whole): the file part streams into
 `DATA_DIR/assets/tmp/<asset_id>.part` while it is hashed; the rest of the body is always
@@ -29,14 +33,15 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections import Counter
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import AbstractContextManager, aclosing, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field
-from quart import Blueprint, g, request
+from quart import Blueprint, current_app, g, request
 from quart_schema import document_request
 from quart_schema.validation import DataSource
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -44,7 +49,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Field as FieldEvent, File,
 
 from service.views.jobs import asset_record
 from service.crash import crashpoint
-from service.errors import BadRequest, Unprocessable
+from service.errors import BadRequest, RateLimited, Unprocessable
 from service.http.app import UPLOAD_BODY_LIMIT
 from service.http.auth import UPLOAD_LIMIT, principal, requires, resolve_project, node
 from service.http import responses as R
@@ -62,6 +67,37 @@ MAX_FIELD = 200
 MAX_PARTS = 64            # more parts than this: the body is not a plausible upload (400)
 MAX_BUFFERED = 2 * SLICE  # unplaced bytes the parser may hold (preamble, part headers, epilogue)
 MAX_ERRORS = 20
+UPLOADS_PER_ORG = 32  # a browser sends a few at a time, a batch script tens; past it one queues
+UPLOAD_RETRY_S = 5
+
+
+class UploadSlots:
+    """Uploads in progress per organization, in memory: a restart ends them all anyway."""
+
+    def __init__(self, per_org: int) -> None:
+        self.per_org = per_org
+        self.open: Counter[str] = Counter()
+
+    @contextmanager
+    def hold(self, org_id: str) -> Iterator[None]:
+        if self.open[org_id] >= self.per_org:
+            raise RateLimited(f"Too many uploads in progress for this organization (at most {self.per_org} "
+                              "at once). Retry when one has finished.", UPLOAD_RETRY_S,
+                              {"uploads_in_progress_limit": self.per_org})
+        self.open[org_id] += 1
+        try:
+            yield
+        finally:  # finished, refused, the client gone, the route's time limit: all end here
+            self.open[org_id] -= 1
+            if self.open[org_id] <= 0:
+                del self.open[org_id]
+
+
+def upload_slot(org_id: str) -> AbstractContextManager[None]:
+    """One of the organization's upload places for the `with` block (429 when none is free);
+    the node's one `UploadSlots`, shared by the API's and the dashboard's upload."""
+    slots = current_app.extensions.setdefault("upload_slots", UploadSlots(UPLOADS_PER_ORG))
+    return slots.hold(org_id)
 
 
 class UploadForm(BaseModel):
@@ -265,31 +301,32 @@ async def upload() -> tuple[R.Data[R.Asset], int]:
     if boundary is not None and not boundary.isascii():  # e.g. RFC 2231 `boundary*=UTF-8''%E2%98%83`
         boundary = None
     try:
-        if request.mimetype != "multipart/form-data" or not boundary:
-            await _drain()
-            raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
-        asset_id = str(uuid.uuid4())
-        temp = gen.files.upload_temp(asset_id)
-        handed_over = False
-        try:
-            got = await receive(boundary, temp)
-            if got.malformed:
-                raise BadRequest("The request body is not valid multipart/form-data.")
-            if not got.file_seen and not any(e["key"] == "file" for e in got.errors):
-                got.error("file", "Field required")
-            if got.errors:
-                raise ValidationFailed("The request failed validation.", {"errors": got.errors})
-            project = resolve_project(got.fields.get("project_id") or None, write=True)
-            if got.too_big:
-                raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
-            info = await gen.inspect_upload(temp, got.declared_type, p.org_id)
-            row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
-            crashpoint("upload_complete")  # the file is complete in tmp/, no asset row yet
-            handed_over = True  # from here on the uploads actor owns the temp file
-            row = await gen.commit_upload(p.org_id, row, temp)
-        finally:
-            if not handed_over:
-                temp.unlink(missing_ok=True)
+        with upload_slot(p.org_id):
+            if request.mimetype != "multipart/form-data" or not boundary:
+                await _drain()
+                raise BadRequest("The upload must be multipart/form-data with the file in the field 'file'.")
+            asset_id = str(uuid.uuid4())
+            temp = gen.files.upload_temp(asset_id)
+            handed_over = False
+            try:
+                got = await receive(boundary, temp)
+                if got.malformed:
+                    raise BadRequest("The request body is not valid multipart/form-data.")
+                if not got.file_seen and not any(e["key"] == "file" for e in got.errors):
+                    got.error("file", "Field required")
+                if got.errors:
+                    raise ValidationFailed("The request failed validation.", {"errors": got.errors})
+                project = resolve_project(got.fields.get("project_id") or None, write=True)
+                if got.too_big:
+                    raise Unprocessable(FILE_TOO_BIG, {"max_bytes": MAX_FILE})
+                info = await gen.inspect_upload(temp, got.declared_type, p.org_id)
+                row = asset_row(asset_id, p.org_id, project["id"], info, got, gen.clock.iso_now())
+                crashpoint("upload_complete")  # the file is complete in tmp/, no asset row yet
+                handed_over = True  # from here on the uploads actor owns the temp file
+                row = await gen.commit_upload(p.org_id, row, temp)
+            finally:
+                if not handed_over:
+                    temp.unlink(missing_ok=True)
     except TooLarge:
         return _too_large()
     return {"data": asset_record(row, gen.base_url)}, 201
