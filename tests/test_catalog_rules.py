@@ -80,7 +80,9 @@ def test_video_plan_by_model_route_with_url_input(cat):
     assert p.settings.inputs == {"start_frame": (IMG,)}
 
 
-@pytest.mark.parametrize(("seed", "expected"), [(7, 7), (12.9, 12), (-3.0, -3), (None, None), ("7", None), (True, None)])
+@pytest.mark.parametrize(("seed", "expected"), [(7, 7), (12.9, 12), (-3.0, -3), (None, None), ("7", None), (True, None),
+                                             (2 ** 31 - 1, 2 ** 31 - 1), (2 ** 31 + 5, 5), (1e308, int(1e308) % 2 ** 31),
+                                             (10 ** 30, 10 ** 30 % 2 ** 31)])
 def test_seed_is_passed_on_as_a_whole_number(cat, seed, expected):
     assert plan(cat, {"prompt": "x", "seed": seed}, capability="image.generate").settings.seed == expected
 

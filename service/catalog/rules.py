@@ -155,13 +155,19 @@ def _plan(catalog: Catalog, capability: str | None, model_id: str | None, reques
     return Plan(capability=cap.id, model=m.id, backend=m.backend, prompt=prompt, price_uc=price, settings=settings)
 
 
+SEED_MAX = 2 ** 31 - 1  # the API's own bound on `seed` (routes/generation.py)
+
+
 def _seed(value: Any) -> int | None:
-    """Backends take a whole seed; a product's `number` input may send 12.5 (its whole part is used)."""
+    """Backends take a whole seed; a product's `number` input may send 12.5 (its whole part is
+    used) or 1e308, whose 309 digits no engine takes (ComfyUI's seeds are 64-bit): a whole part
+    past the API's bound is taken modulo 2^31, still one seed for one number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return None
     if isinstance(value, float) and value in (float("inf"), float("-inf")):
         return None
-    return int(value)
+    whole = int(value)
+    return whole if -SEED_MAX <= whole <= SEED_MAX else whole % (SEED_MAX + 1)
 
 
 def _unknown(model_id: str, known: list[str]) -> Unprocessable:
