@@ -6,7 +6,9 @@ Decisions where the spec is open:
   409 archived), body (400), inputs (422 `request.validation_failed`, the input's name in
   `details.input`), availability for those inputs (503 `request.service_unavailable`,
   details `product`, `reasons`), balance covers the whole estimate (402
-  `billing.insufficient_credits`, details `required`, `available`; nothing reserved).
+  `billing.insufficient_credits`, details `required`, `available`; nothing reserved), the
+  key's and project's spend limits (402), fewer than `max_active_jobs_per_org` of the organization's runs queued or
+  running (429 `request.rate_limited`, details `open_runs_limit`, Retry-After 5).
 - `inputs` is required in both bodies (an empty object is fine for the body check; the
   product's required inputs then give a 422).
 - The estimate answers the product view with `available`, `unavailable_reasons` and
