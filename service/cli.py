@@ -2,6 +2,9 @@
 
 Each command imports what it needs inside its function: `admin` loads the settings and
 calls the node over HTTP with the standard library, without importing the node itself.
+
+A setting that cannot be used is one line on stderr and exit code 2 for every command
+(`main`); a command that refuses its input is one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -26,9 +29,16 @@ def _serve(args) -> int:
     from service.logs import configure
 
     configure(settings.log_level, settings.log_format)
+    from service.config import unknown_variables
+
+    for warning in unknown_variables():  # a typo leaves a default in force: say so (names only)
+        print(f"genservice: warning: {warning}; ignored", file=sys.stderr)
     from service.catalog.catalog import CatalogError
     from service.node import read_catalog
 
+    from service.main import check_settings
+
+    check_settings(settings)  # a SettingsError: one line from `main`
     try:  # a bad catalog stops the start with its own lines, before anything is opened
         read_catalog(settings.catalog_file)
     except CatalogError as e:
@@ -61,15 +71,19 @@ def _admin(args) -> int:
     import urllib.request
 
     from service.config import load_settings
-    from service.local_node import ensure_operator_token, node_url
+    from service.local_node import ensure_operator_token, node_url, private_data_dir
+
+    from service.config import SettingsError
 
     try:
         settings = load_settings(args.admin_config or args.config)
+    except SettingsError:
+        raise  # one line from `main`
     except (OSError, ValueError) as e:
         print("genservice admin: cannot read the settings: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
     if not settings.operator_token:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_data_dir(settings)
         settings.operator_token = ensure_operator_token(settings)
     base = node_url(settings, args.url)
     method, path, payload = args.handler(args)
@@ -227,8 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from service.config import SettingsError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SettingsError as e:
+        print(f"genservice: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

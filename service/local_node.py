@@ -16,6 +16,18 @@ if TYPE_CHECKING:
 URL_FILE = "node-url"
 
 
+def private_data_dir(settings: Settings) -> None:
+    """DATA_DIR is the node user's alone (0700): it holds the database, the operator token and
+    the node key. A directory made by hand (0755) is tightened; one this user does not own
+    (a mount point) is left as it is: its files are 0600 anyway."""
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if os.stat(settings.data_dir).st_mode & 0o077:
+            os.chmod(settings.data_dir, 0o700)
+    except PermissionError:
+        pass
+
+
 def ensure_operator_token(settings: Settings) -> str:
     """Use GENSERVICE_OPERATOR_TOKEN, else DATA_DIR/operator-token (created 0600 once)."""
     if settings.operator_token:

@@ -21,23 +21,47 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from service import crash
 from service.clock import Clock
-from service.config import Settings
+from service.config import Settings, SettingsError
 from service.descriptors import quiet_accept_loop, raise_nofile
 from service.hookgate.gate import HookGate, bind as bind_hook_gate
 from service.http.app import create_app
 from service.http.clientaddr import check_setting as check_trusted_proxies
 from service.http.connection import install as install_connection
-from service.local_node import ensure_operator_token, write_url
+from service.local_node import ensure_operator_token, private_data_dir, write_url
 from service.media import isolated
 from service.node import build
 from service.reload import reload_on_sighup
-from service.replica import replicate
+from service.replica import ReplicaError, ReplicaState, litestream_path, replicate
 from service.storage.db import Store
-from service.sealing import NodeKey
+from service.sealing import NodeKey, check_key_file
 from service.storage.migrate import apply_all
 from service.storage.sealed import seal_at_rest
 
 log = logging.getLogger("service")
+
+
+def check_settings(settings: Settings) -> None:
+    """Start-up checks beyond parsing (service/config.py), each refusal one line
+    (SettingsError): `genservice serve` stops before anything is opened."""
+    try:
+        check_trusted_proxies(settings.trusted_proxies)
+    except ValueError as e:
+        raise SettingsError(f"GENSERVICE_TRUSTED_PROXIES: {e}") from None
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise SettingsError("GENSERVICE_TLS_CERT and GENSERVICE_TLS_KEY go together: set both, or neither")
+    for name in ("tls_cert", "tls_key", "webhook_ca_file", "smtp_ca_file"):
+        path = getattr(settings, name)
+        if path and not os.access(path, os.R_OK):
+            raise SettingsError(f"GENSERVICE_{name.upper()}: no readable file at {path}")
+    try:
+        check_key_file(settings.node_key_path)
+    except ValueError as e:
+        raise SettingsError(f"GENSERVICE_NODE_KEY_FILE: {e}") from None
+    if settings.replica_url:
+        try:
+            litestream_path()
+        except ReplicaError as e:
+            raise SettingsError(str(e)) from None
 
 
 def first_steps(settings: Settings) -> list[str]:
@@ -129,7 +153,7 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     # The database holds webhook signing secrets (kept to sign) and the asset-URL key: every
     # file the node creates is readable by its own user only.
     os.umask(0o077)
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_data_dir(settings)
     settings.operator_token = ensure_operator_token(settings)
     crash.configure(settings.crashpoint, settings.test_mode)
     check_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops the start
@@ -150,9 +174,12 @@ async def serve(settings: Settings, *, shutdown: trio.Event | None = None, clock
     try:
         async with isolated.workers(), trio.open_nursery() as actors:
             actors.start_soon(isolated.warm)  # the media check's first worker (a second's start)
+            replica = ReplicaState()
             if settings.replica_url:  # cancelled with the actors, after the last write: stops last
-                await actors.start(replicate, settings, store)
+                await actors.start(replicate, settings, store, replica)
             node = build(settings, store, clock or Clock(), node_key)
+            if settings.replica_url:  # a replica that keeps failing shows in /metrics
+                node.metrics.registry.register(replica)
             await node.start(actors)
             if gate_sock is not None:  # the engines' hooks, received by a process of its own
                 await actors.start(HookGate.for_node(node, gate_sock).run)

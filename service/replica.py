@@ -1,16 +1,21 @@
 """Continuous replication of the database with Litestream (GENSERVICE_REPLICA_URL=s3://BUCKET/PATH).
 
 `genservice serve` runs `litestream replicate` as a supervised child: started once the
-database is open, restarted (with a growing pause) whenever it exits, and stopped last,
-after the database is closed, so the final writes are shipped. The node leaves WAL
-checkpoints to Litestream while it runs (`Store.leave_checkpoints_to_replica`): a
-checkpoint by the node could move frames into the database before Litestream has copied
-them. `genservice admin restore-replica DATA_DIR` restores the newest replicated state.
+database is open, restarted (with a growing pause, back to the first after a run of a
+minute) whenever it exits, and stopped by the node after its last write (SIGTERM: Litestream
+ships what it has). The child has a process group of its own, so a terminal's Ctrl-C reaches
+the node only: Litestream stopped by the same keypress went before the node's last writes.
+The node leaves WAL checkpoints to Litestream while it runs (`Store.leave_checkpoints_to_replica`).
+`genservice admin restore-replica DATA_DIR` restores the newest replicated state.
 
-The config Litestream reads holds no secret: credentials reach it as the usual
-AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY variables. Other AWS_* settings of the node's
-environment (a CA bundle, a profile) are not passed: they would change what it trusts or
-which credentials it uses.
+A replica that keeps failing must not be silent: each exit is an error line with the count
+and Litestream's last words, its lines go to the node's log, and `ReplicaState` is in
+/metrics (genservice_replica_up, genservice_replica_failures_in_a_row).
+
+Secrets: the config Litestream reads holds none, nor does its argv; its environment is a
+short allow-list plus AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN. The
+node's own secrets (GENSERVICE_*, engine tokens) and other AWS_* settings (a CA bundle, a
+profile: they would change what it trusts or which credentials it uses) are not passed.
 """
 
 from __future__ import annotations
@@ -25,12 +30,17 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
+from prometheus_client.core import GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 
 SYNC_INTERVAL = "1s"
 FIRST_PAUSE, LONGEST_PAUSE = 1.0, 60.0  # seconds before a restart, doubling while it keeps exiting
+STEADY_RUN = 60.0  # a run this long was a good one: the next pause is the first again
 PASSED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# What a Go program needs to run and reach the store (proxies, system CA paths), nothing else
+KEPT = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY",
+        "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
 
 
 class ReplicaError(Exception):
@@ -49,9 +59,38 @@ def litestream_path() -> str:
 
 
 def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LITESTREAM_"))}
-    env.update({k: os.environ[k] for k in PASSED if k in os.environ})
-    return env
+    return {k: os.environ[k] for k in (*KEPT, *PASSED) if k in os.environ}
+
+
+class ReplicaState:
+    """What the operator sees of the replica: a Prometheus collector (registered in /metrics
+    by `serve`), also readable by the console or a health check."""
+
+    def __init__(self) -> None:
+        self.running = False
+        self.failures = 0  # exits in a row, without a steady run between them
+        self.last_words = ""  # Litestream's last line
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def note(self, *, running: bool, failed: bool = False, steady: bool = False) -> None:
+        self.running = running
+        if failed:
+            self.failures = 1 if steady else self.failures + 1
+        self._lot.unpark_all()
+
+    async def changed(self) -> None:
+        """Wait for the next start or exit."""
+        await self._lot.park()
+
+    def collect(self):
+        yield GaugeMetricFamily("genservice_replica_up", "1 while Litestream runs.", value=int(self.running))
+        yield GaugeMetricFamily("genservice_replica_failures_in_a_row",
+                                "Litestream exits without a steady run between them.", value=self.failures)
+
+
+def next_pause(pause: float, ran_for: float) -> float:
+    """The pause before the next restart: the first after a steady run, else double the last."""
+    return FIRST_PAUSE if ran_for >= STEADY_RUN else min(max(pause * 2, FIRST_PAUSE), LONGEST_PAUSE)
 
 
 def config_text(db_path: Path, replica_url: str, endpoint_url: str | None, region: str) -> str:
@@ -74,21 +113,41 @@ def write_config(directory: Path, settings) -> Path:
     return path
 
 
-async def replicate(settings, store, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def replicate(settings, store, state: ReplicaState | None = None, *,
+                    task_status=trio.TASK_STATUS_IGNORED) -> None:
     """`serve`'s hook: checkpoints to Litestream, then supervise it."""
     store.leave_checkpoints_to_replica()
-    await supervise(settings, task_status=task_status)
+    await supervise(settings, state, task_status=task_status)
 
 
-async def supervise(settings, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def supervise(settings, state: ReplicaState | None = None, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run `litestream replicate` until cancelled, restarting it whenever it exits."""
+    state = state or ReplicaState()
     config = write_config(settings.data_dir, settings)
     argv = [litestream_path(), "replicate", "-no-expand-env", "-config", str(config)]
     task_status.started()
-    pause = FIRST_PAUSE
+    pause = 0.0
     while True:
-        proc = await trio.lowlevel.open_process(argv, env=child_env(), stdin=subprocess.DEVNULL)
+        started = trio.current_time()
+        code = await _run(argv, state)
+        ran_for = trio.current_time() - started
+        pause = next_pause(pause, ran_for)
+        state.note(running=False, failed=True, steady=ran_for >= STEADY_RUN)
+        log.error("replica: litestream exited with code %s (%d time(s) in a row; its last line: %s): the database "
+                  "is NOT being replicated until it runs again; restarting in %.0f s", code, state.failures,
+                  state.last_words or "none", pause)
+        await trio.sleep(pause)
+
+
+async def _run(argv: list[str], state: ReplicaState) -> int:
+    async with trio.open_nursery() as nursery:
+        proc = await trio.lowlevel.open_process(argv, env=child_env(), stdin=subprocess.DEVNULL,
+                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+        assert proc.stdout is not None
+        nursery.start_soon(_forward, proc.stdout, state)
         log.info("replica: litestream started (pid %d)", proc.pid)
+        state.note(running=True)
         try:
             code = await proc.wait()
         finally:
@@ -98,29 +157,64 @@ async def supervise(settings, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
                     await proc.wait()
                 if proc.returncode is None:
                     proc.kill()
-        log.error("replica: litestream exited with code %s; restarting in %.0f s", code, pause)
-        await trio.sleep(pause)
-        pause = min(pause * 2, LONGEST_PAUSE)
+        nursery.cancel_scope.cancel()
+    return code
+
+
+async def _forward(stream, state: ReplicaState) -> None:
+    """Litestream's lines into the node's log (errors as errors), the last one kept."""
+    pending = b""
+    async for chunk in stream:
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").strip()[:500]
+            if line:
+                state.last_words = line
+                log.log(logging.ERROR if "level=ERROR" in line or line.startswith("Error") else logging.INFO,
+                        "litestream: %s", line)
 
 
 def restore(settings, data_dir: Path) -> None:
-    """Restore the newest replicated database into `data_dir`, which must be absent or empty."""
+    """Restore the newest replicated database into `data_dir`, which must be absent or empty.
+    Litestream writes into a hidden sibling renamed over `data_dir` at the end: a failed
+    restore leaves nothing behind."""
     data_dir = Path(data_dir)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
         raise ReplicaError(f"{data_dir} is not empty: restore into an absent or empty directory")
     if not settings.replica_url:
         raise ReplicaError("GENSERVICE_REPLICA_URL is not set: there is no replica to restore from")
-    target = data_dir / "genservice.db"
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "litestream.yml"
-        config.write_text(config_text(target.resolve(), settings.replica_url, settings.s3_endpoint_url,
-                                      settings.s3_region))
-        out = Path(tmp) / "genservice.db"
-        done = subprocess.run([litestream_path(), "restore", "-no-expand-env", "-config", str(config),
-                               "-o", str(out), str(target.resolve())],
-                              env=child_env(), capture_output=True, text=True, timeout=3600)
+    program = litestream_path()
+    target = data_dir.resolve() / "genservice.db"
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=data_dir.parent, prefix=f".{data_dir.name}.restoring-"))
+    try:
+        config = staging / "litestream.yml"
+        config.write_text(config_text(target, settings.replica_url, settings.s3_endpoint_url, settings.s3_region))
+        out = staging / "genservice.db"
+        try:
+            done = subprocess.run([program, "restore", "-no-expand-env", "-config", str(config), "-o", str(out),
+                                   str(target)], env=child_env(), capture_output=True, text=True, timeout=3600)
+        except subprocess.TimeoutExpired:
+            raise ReplicaError("litestream restore did not end within an hour") from None
         if done.returncode != 0 or not out.exists():
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ReplicaError(f"litestream restore failed: {last}")
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        shutil.move(str(out), target)
+            raise ReplicaError(_reason(done.stdout + done.stderr, settings))
+        config.unlink()
+        os.replace(staging, data_dir)  # onto an absent or empty directory: all or nothing
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _reason(output: str, settings) -> str:
+    """Litestream's refusal as one line an operator can act on."""
+    bucket = urlsplit(settings.replica_url).netloc
+    where = settings.s3_endpoint_url or "AWS"
+    if "NoSuchBucket" in output:
+        return f"the bucket {bucket} does not exist at {where}"
+    if "no matching backup files" in output:
+        return f"nothing has been replicated to {settings.replica_url}"
+    if any(s in output for s in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "StatusCode: 403")):
+        return "the store refused the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+    if any(s in output for s in ("connection refused", "no such host", "i/o timeout")):
+        return f"cannot reach the store at {where}"
+    last = (output.strip().splitlines() or ["no output"])[-1]
+    return f"litestream restore failed: {last}"

@@ -44,10 +44,21 @@ def _write_new(path: Path, key: bytes) -> None:
 
 
 def _read(path: Path) -> bytes:
-    key = base64.b64decode(path.read_bytes().strip(), validate=True)
+    if path.stat().st_mode & 0o077:  # left readable by a copy or an editor: the node user's alone
+        os.chmod(path, 0o600)
+    try:  # the message never carries the file's content
+        key = base64.b64decode(path.read_bytes().strip(), validate=True)
+    except ValueError:
+        key = b""
     if len(key) != 32:
-        raise ValueError(f"{path}: a node key is 32 bytes (base64)")
+        raise ValueError(f"{path} is not a node key (32 bytes in base64)")
     return key
+
+
+def check_key_file(path: Path) -> None:
+    """Start-up check: an existing key file must be a key (a new one is made on first start)."""
+    if path.exists():
+        _read(path)
 
 
 class NodeKey:

@@ -55,7 +55,7 @@ def test_an_unreachable_node_is_one_line_and_status_2(tmp_path):
 def test_unreadable_settings_are_one_line(tmp_path):
     out = admin(tmp_path, "--config", str(tmp_path / "missing.toml"), "pending")
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.startswith("genservice admin: cannot read the settings: [Errno 2] No such file or directory")
+    assert out.stderr == f"genservice: cannot read the config file {tmp_path / 'missing.toml'}: No such file or directory\n"
     assert len(out.stderr.splitlines()) == 1
 
 

@@ -14,8 +14,13 @@ restoring without it leaves webhook signing secrets unreadable (recreate those w
 Everything a backup or a restore writes is the node user's alone: directories 0700, files
 0600 (a backup holds every secret the database does; probe L10 found them 0644).
 
-A restore checks the database (`PRAGMA integrity_check`) and every content file against its
-digest before the data directory is used.
+A restore checks the manifest, the database (`PRAGMA integrity_check`) and every content file
+against its digest, then copies into a hidden sibling directory renamed over the (absent or
+empty) data directory at the end: a restore that fails half-way leaves it as it was.
+
+The database is copied in one step of the backup API. Copied in slices, every commit the node
+made between two slices restarted the copy from the first page: a busy node's backup could
+run forever. One step reads one snapshot (WAL: the node keeps writing meanwhile).
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ from service.storage.rows import Row
 
 DB_NAME = "genservice.db"
 MANIFEST = "backup.json"
-PAGES_PER_STEP = 1024  # the copy yields the database between steps: the node is never held long
 
 
 class BackupError(Exception):
@@ -68,10 +72,15 @@ def backup(data_dir: Path, dest: Path, asset_store: str = "file") -> Row:
     source_db = data_dir / DB_NAME
     if not source_db.exists():
         raise BackupError(f"no database at {source_db}: is GENSERVICE_DATA_DIR the node's?")
-    if dest.exists() and any(dest.iterdir()):
+    if not _absent_or_empty(dest):
         raise BackupError(f"{dest} is not empty: back up into a new directory")
-    with private(dest):
-        return _backup(data_dir, dest, asset_store)
+    try:
+        with private(dest):
+            return _backup(data_dir, dest, asset_store)
+    except sqlite3.Error as e:
+        raise BackupError(f"cannot copy {source_db}: {e}") from None
+    except OSError as e:
+        raise BackupError(f"cannot write the backup into {dest}: {e.strerror or e}") from None
 
 
 def _backup(data_dir: Path, dest: Path, asset_store: str) -> Row:
@@ -81,7 +90,7 @@ def _backup(data_dir: Path, dest: Path, asset_store: str) -> Row:
     src = sqlite3.connect(f"file:{source_db}?mode=ro", uri=True)
     out = sqlite3.connect(dest / DB_NAME)
     try:
-        src.backup(out, pages=PAGES_PER_STEP, sleep=0.001)
+        src.backup(out)  # one step, one snapshot (module docstring)
         out.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
         shas = [r[0] for r in out.execute("SELECT DISTINCT sha256 FROM assets")]
     finally:
@@ -115,36 +124,60 @@ def _backup(data_dir: Path, dest: Path, asset_store: str) -> Row:
     return manifest
 
 
-def restore(src: Path, data_dir: Path) -> Row:
-    src, data_dir = Path(src), Path(data_dir)
-    if not (src / MANIFEST).exists() or not (src / DB_NAME).exists():
-        raise BackupError(f"{src} is not a backup (no {MANIFEST} or {DB_NAME})")
-    if data_dir.exists() and any(data_dir.iterdir()):
-        raise BackupError(f"{data_dir} is not empty: restore into an empty data directory")
-    with private(data_dir):
-        return _restore(src, data_dir)
+def _absent_or_empty(path: Path) -> bool:
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
 
 
-def _restore(src: Path, data_dir: Path) -> Row:
-    conn = sqlite3.connect(f"file:{src / DB_NAME}?mode=ro", uri=True)
+def _check(src: Path) -> list[str]:
+    """The content digests a backup's database names, once the manifest and database are sound."""
     try:
-        if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
-            raise BackupError(f"{src / DB_NAME} fails SQLite's integrity check")
-        shas = [r[0] for r in conn.execute("SELECT DISTINCT sha256 FROM assets")]
-    finally:
-        conn.close()
-    if "assets" in json.loads((src / MANIFEST).read_text()):
-        shas = []  # a backup of a node with an object store: the bytes stay in the store
+        manifest = json.loads((src / MANIFEST).read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise BackupError(f"{src / MANIFEST} is damaged: not JSON") from None
+    try:
+        conn = sqlite3.connect(f"file:{src / DB_NAME}?mode=ro", uri=True)
+        try:
+            if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("integrity check")
+            shas = [r[0] for r in conn.execute("SELECT DISTINCT sha256 FROM assets")]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        raise BackupError(f"{src / DB_NAME} is damaged or truncated: not a usable SQLite database") from None
+    if isinstance(manifest, dict) and "assets" in manifest:
+        return []  # a backup of a node with an object store: the bytes stay in the store
     files = FileStore(src)
     for sha in shas:
         path = files.path(sha)
         if not path.exists() or hash_file(path)[0] != sha:
             raise BackupError(f"content file {sha} is missing or altered in {src}")
+    return shas
+
+
+def restore(src: Path, data_dir: Path) -> Row:
+    src, data_dir = Path(src), Path(data_dir)
+    if not (src / MANIFEST).exists() or not (src / DB_NAME).exists():
+        raise BackupError(f"{src} is not a backup (no {MANIFEST} or {DB_NAME})")
+    if not _absent_or_empty(data_dir):
+        raise BackupError(f"{data_dir} is not empty: restore into an empty data directory")
+    shas = _check(src)
     started = time.monotonic()
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    shutil.copy2(src / DB_NAME, data_dir / DB_NAME)
-    if (src / SECRET_FILE).exists():
-        shutil.copy2(src / SECRET_FILE, data_dir / SECRET_FILE)
-    if (src / "assets").exists():
-        shutil.copytree(src / "assets", data_dir / "assets", dirs_exist_ok=True)
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = data_dir.parent / f".{data_dir.name}.restoring-{os.getpid()}"
+    try:
+        with private(staging):
+            _copy(src, staging)
+        os.replace(staging, data_dir)  # onto an absent or empty directory: all or nothing
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BackupError(f"cannot restore into {data_dir}: {e.strerror or e}") from None
     return {"files": len(shas), "seconds": round(time.monotonic() - started, 3)}
+
+
+def _copy(src: Path, staging: Path) -> None:
+    staging.mkdir(mode=0o700)
+    shutil.copy2(src / DB_NAME, staging / DB_NAME)
+    if (src / SECRET_FILE).exists():
+        shutil.copy2(src / SECRET_FILE, staging / SECRET_FILE)
+    if (src / "assets").exists():
+        shutil.copytree(src / "assets", staging / "assets", dirs_exist_ok=True)
