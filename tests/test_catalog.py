@@ -286,7 +286,7 @@ def test_loader_refuses_duplicate_ids_unknown_top_level_keys_and_bad_toml(tmp_pa
 
 
 def test_catalog_layer_is_pure():
-    """stdlib + pydantic (+ the errors tree and money helpers) only: no trio, SQL or HTTP. The
+    """stdlib + pydantic (+ the errors tree, money helpers and the digits reader) only: no trio, SQL or HTTP. The
     response shapes the views return (service/views/catalog_shapes.py) are imported for type
     checking only (`if TYPE_CHECKING:`), never at run time."""
     import ast
@@ -295,7 +295,7 @@ def test_catalog_layer_is_pure():
 
     import service.catalog as pkg
 
-    allowed_service = {"service.errors", "service.money"}
+    allowed_service = {"service.errors", "service.money", "service.digits"}
     io_modules = {"sqlite3", "http", "urllib.request", "socket", "ssl", "asyncio", "threading", "subprocess"}
     for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())
