@@ -8,7 +8,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from service.errors import Conflict
-from service.storage.rows import Row, Source, insert, one, scalar
+from service.storage.rows import Row, Source, all_rows, insert, one, scalar
 from service.storage.rows import new_id as new_id  # the actors name it through this module
 
 if TYPE_CHECKING:
@@ -67,6 +67,20 @@ def get_org(conn_or_store: Source, org_id: str) -> Row | None:
 def active_owners(conn: sqlite3.Connection, org_id: str) -> int:
     return int(scalar(conn, "SELECT count(*) FROM users WHERE organization_id = ? AND role = 'owner' "
                       "AND is_active = 1", (org_id,)))
+
+
+def is_active_member(conn: sqlite3.Connection, org_id: str, email: str) -> bool:
+    """Whether the address (any case) is an active member of the organization."""
+    return one(conn, "SELECT 1 FROM users WHERE organization_id = ? AND lower(email) = lower(?) "
+                     "AND is_active = 1", (org_id, email)) is not None
+
+
+def invitation_mail_times(conn: sqlite3.Connection, org_id: str, email: str, since: str) -> list[str]:
+    """When the organization's invitation mails to the address (any case) were queued after
+    `since`, oldest first."""
+    return [r["created_at"] for r in all_rows(
+        conn, "SELECT created_at FROM emails WHERE organization_id = ? AND kind = 'invitation' AND "
+              "lower(to_address) = lower(?) AND created_at > ? ORDER BY created_at", (org_id, email, since))]
 
 
 def active_members(store: Store, org_id: str) -> list[Row]:

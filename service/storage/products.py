@@ -56,6 +56,12 @@ def update_step(conn: sqlite3.Connection, run_id: str, key: str, fields: Row) ->
                  (*fields.values(), run_id, key))
 
 
+def open_runs(store: Store, org_id: str) -> int:
+    """The organization's runs queued or running."""
+    return int(store.scalar("SELECT count(*) FROM product_runs WHERE organization_id = ? "
+                            "AND status IN ('queued', 'running')", (org_id,)))
+
+
 def get_run(conn_or_store: Source, run_id: str) -> Row | None:
     return one(conn_or_store, f"SELECT {RUN_COLUMNS} FROM product_runs WHERE id = ?", (run_id,))
 

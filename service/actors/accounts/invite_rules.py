@@ -9,6 +9,7 @@ import math
 
 from service.clock import iso, parse_iso
 from service.errors import Conflict, RateLimited
+from service.storage import accounts as sql
 from service.storage.rows import Connection
 
 ALREADY_MEMBER = "This email address is already a member of the organization."
@@ -19,18 +20,14 @@ TOO_MANY_INVITES = (f"Too many invitation mails to this address: at most {INVITE
 
 
 def not_a_member(conn: Connection, org_id: str, email: str) -> None:
-    row = conn.execute("SELECT 1 FROM users WHERE organization_id = ? AND lower(email) = lower(?) AND is_active = 1",
-                       (org_id, email)).fetchone()
-    if row is not None:
+    if sql.is_active_member(conn, org_id, email):
         raise Conflict(ALREADY_MEMBER, {"email": email})
 
 
 def mail_allowed(conn: Connection, org_id: str, email: str, now: float) -> None:
     """429 once the organization has queued INVITE_MAILS_PER_DAY invitation mails to the
     address within the last day (service clock); retry_after is when the oldest leaves."""
-    rows = conn.execute("SELECT created_at FROM emails WHERE organization_id = ? AND kind = 'invitation' AND "
-                        "lower(to_address) = lower(?) AND created_at > ? ORDER BY created_at",
-                        (org_id, email, iso(now - MAIL_WINDOW))).fetchall()
-    if len(rows) >= INVITE_MAILS_PER_DAY:
-        wait = max(1, math.ceil(parse_iso(rows[0]["created_at"]) + MAIL_WINDOW - now))
+    sent = sql.invitation_mail_times(conn, org_id, email, iso(now - MAIL_WINDOW))
+    if len(sent) >= INVITE_MAILS_PER_DAY:
+        wait = max(1, math.ceil(parse_iso(sent[0]) + MAIL_WINDOW - now))
         raise RateLimited(TOO_MANY_INVITES, wait, {"email": email})

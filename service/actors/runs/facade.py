@@ -183,9 +183,7 @@ class Products:
         limit = self.node.settings.max_active_jobs_per_org
         if limit <= 0:
             return
-        open_runs = self.store.scalar("SELECT count(*) FROM product_runs WHERE organization_id = ? "
-                                      "AND status IN ('queued', 'running')", (org_id,))
-        if open_runs >= limit:
+        if sql.open_runs(self.store, org_id) >= limit:
             raise RateLimited(f"Too many product runs in progress for this organization (at most {limit} "
                               "queued or running). Retry when some have finished.", OPEN_RUNS_RETRY_S,
                               {"open_runs_limit": limit})
