@@ -139,13 +139,17 @@ async def supervise(settings, state: ReplicaState | None = None, *, task_status=
         await trio.sleep(pause)
 
 
+LAST_LINES_S = 5.0  # after an exit, for the lines its pipe still holds (a child of its own may keep it open)
+
+
 async def _run(argv: list[str], state: ReplicaState) -> int:
     async with trio.open_nursery() as nursery:
         proc = await trio.lowlevel.open_process(argv, env=child_env(), stdin=subprocess.DEVNULL,
                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                 start_new_session=True)
         assert proc.stdout is not None
-        nursery.start_soon(_forward, proc.stdout, state)
+        forwarded = trio.Event()
+        nursery.start_soon(_forward, proc.stdout, state, forwarded)
         log.info("replica: litestream started (pid %d)", proc.pid)
         state.note(running=True)
         try:
@@ -157,21 +161,35 @@ async def _run(argv: list[str], state: ReplicaState) -> int:
                     await proc.wait()
                 if proc.returncode is None:
                     proc.kill()
-        nursery.cancel_scope.cancel()
+                    with trio.CancelScope(shield=True):
+                        await proc.wait()  # reaped (SIGKILL ends it): no zombie, its pidfd closed
+        try:
+            with trio.move_on_after(LAST_LINES_S):  # its last words, read before its exit is logged
+                await forwarded.wait()
+        finally:
+            nursery.cancel_scope.cancel()
+            # closed only now: a pipe closed while Litestream still ran would end its shutdown
+            # (and its last shipment) at its next log line
+            with trio.CancelScope(shield=True):
+                await proc.stdout.aclose()
     return code
 
 
-async def _forward(stream, state: ReplicaState) -> None:
-    """Litestream's lines into the node's log (errors as errors), the last one kept."""
+async def _forward(stream, state: ReplicaState, done: trio.Event) -> None:
+    """Litestream's lines into the node's log (errors as errors), the last one kept; `done`
+    at the pipe's end (`_run` closes it once the process has gone)."""
     pending = b""
-    async for chunk in stream:
-        *lines, pending = (pending + chunk).split(b"\n")
-        for raw in lines:
-            line = raw.decode("utf-8", "replace").strip()[:500]
-            if line:
-                state.last_words = line
-                log.log(logging.ERROR if "level=ERROR" in line or line.startswith("Error") else logging.INFO,
-                        "litestream: %s", line)
+    try:
+        async for chunk in stream:
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace").strip()[:500]
+                if line:
+                    state.last_words = line
+                    log.log(logging.ERROR if "level=ERROR" in line or line.startswith("Error") else logging.INFO,
+                            "litestream: %s", line)
+    finally:
+        done.set()
 
 
 def restore(settings, data_dir: Path) -> None:

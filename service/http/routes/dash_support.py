@@ -13,7 +13,7 @@ from service.http import forms
 from service.http.auth import node, principal
 from service.http.browser import csrf_protected, page
 from service.http.dashboard import show
-from service.http.routes.support import check_subject, ticket_view, ticket_with_replies
+from service.http.routes.support import one_line_subject, ticket_view, ticket_with_replies
 from service.storage import support as sql
 
 bp = Blueprint("dash_support", __name__)
@@ -49,9 +49,8 @@ async def open_ticket():
 async def open_with(form):
     p = principal()
     try:
-        check_subject(form.get("subject_line", ""))
         row = await node().tickets.open_ticket(
-            p.org_id, p.user_id, form.get("subject_line", "").strip(), form.get("type", "question"),
+            p.org_id, p.user_id, one_line_subject(form.get("subject_line", "")), form.get("type", "question"),
             form.get("priority", "P3"), form.get("body", "").strip())
     except ApiError as e:
         return support_page(e.status, error=e.message, values=form)

@@ -14,8 +14,9 @@ Opening needs only a valid key of the organization: it answers only what the cal
 and a `read_only` member is exactly who may need to ask for access. Support's side
 (replies as support, state changes) is the operator API (`operator_support`).
 
-`subject_line` is one line of printable text (422 otherwise): it becomes the Subject header
-of the support-reply mail, where a line break is refused and the mail would never go out.
+`subject_line` is kept on one line: its line breaks (CR, LF, U+2028, ...) become spaces, as
+the Subject header of the support-reply mail needs them to (service/mail/messages.one_line);
+a subject the OpenAPI document allows is never refused for them.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from __future__ import annotations
 from quart import Blueprint
 
 from service.actors.tickets import MAX_BODY, MAX_SUBJECT, PRIORITIES, STATES, TYPES
-from service.errors import BadRequest, NotFound, Unprocessable
+from service.errors import BadRequest, NotFound
 from service.http import responses as R
 from service.http.auth import principal, requires, node
 from service.http.schemas import LIMIT, Body, Query, body, clamp, documented, non_blank, query
+from service.mail.messages import one_line
 from service.storage import support as sql
 
 bp = Blueprint("support", __name__)
@@ -70,13 +72,9 @@ def ticket_with_replies(row: dict, replies: list[dict]) -> R.TicketWithReplies:
     return {**ticket_view(row), "replies": [reply_view(r) for r in replies]}
 
 
-ONE_LINE = "subject_line must be one line of printable text."
-
-
-def check_subject(subject: str) -> None:
-    """Refuse line breaks and control characters inside the subject (edges are trimmed)."""
-    if not subject.strip().isprintable():
-        raise Unprocessable(ONE_LINE, {"field": "subject_line"})
+def one_line_subject(subject: str) -> str:
+    """The subject on one line (module docstring)."""
+    return one_line(subject).strip()
 
 
 def check_state_filter(state: str | None) -> None:
@@ -108,10 +106,9 @@ async def get_ticket(ticket_id: str) -> R.Data[R.TicketWithReplies]:
 @requires(None)
 @body(TicketOpen)
 async def open_ticket(data: TicketOpen) -> tuple[R.Data[R.TicketWithReplies], int]:
-    check_subject(data.subject_line)
     p = principal()
-    row = await node().tickets.open_ticket(p.org_id, p.user_id, data.subject_line, data.type, data.priority,
-                                           data.body)
+    row = await node().tickets.open_ticket(p.org_id, p.user_id, one_line_subject(data.subject_line), data.type,
+                                           data.priority, data.body)
     return {"data": ticket_with_replies(row, row["replies"])}, 201
 
 
