@@ -12,6 +12,7 @@ from functools import partial
 import httpx
 import pytest
 import trio
+from test_engines_client_edges import answer_once
 from test_engines_retry import (
     PID,
     Engine,
@@ -34,17 +35,6 @@ JSON = b'{"status":"ok"}'
 def clear_proxies(monkeypatch) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-
-
-async def answer_once(answer: bytes, stream: trio.SocketStream) -> None:
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        data = await stream.receive_some(65536)
-        if not data:
-            return
-        buf += data
-    await stream.send_all(answer)
-    await stream.aclose()
 
 
 async def listen(nursery, handler) -> str:

@@ -32,10 +32,15 @@ def request() -> ReadyRequest:
                         body_timeout=None, send_push_promise=None, scope={})
 
 
+async def gone(message) -> None:
+    """A send to a client that left: its head cannot be written."""
+    raise trio.BrokenResourceError("the client went")
+
+
 async def serve_once(app: QuartTrio, send, scope: trio.CancelScope | None = None) -> None:
     conn = InlineHTTPConnection(app, {"type": "http", "path": "/stream", "headers": []})
-    with scope or trio.CancelScope() as scope:
-        await conn.handle_request(_Scoped(scope), request(), send)
+    with scope or trio.CancelScope() as handler_scope:
+        await conn.handle_request(_Scoped(handler_scope), request(), send)
 
 
 async def test_a_body_whose_head_is_cancelled_is_closed_and_released():
@@ -67,11 +72,8 @@ async def test_a_body_whose_head_could_not_be_written_is_released():
 
     app = app_with(lambda: ClosingBody(frames(), lambda: released.append("released")))
 
-    async def send(message):
-        raise trio.BrokenResourceError("the client went")
-
     try:
-        await serve_once(app, send)
+        await serve_once(app, gone)
     except trio.BrokenResourceError:
         pass
     assert released == ["released"]
@@ -103,17 +105,13 @@ async def test_an_async_release_runs_shielded_from_the_handlers_cancel():
         yield b"data: x\n\n"
 
     async def release():
-        await trio.sleep(0)  # an actor's ask: a checkpoint inside a cancelled scope
+        await trio.lowlevel.checkpoint()  # an actor's ask: a checkpoint inside a cancelled scope
         released.append("released")
 
     app = app_with(lambda: ClosingBody(frames(), release))
 
-    async def send(message):
-        if message["type"] == "http.response.start":
-            raise trio.BrokenResourceError("the client went")
-
     try:
-        await serve_once(app, send)
+        await serve_once(app, gone)
     except trio.BrokenResourceError:
         pass
     assert released == ["released"]
